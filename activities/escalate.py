@@ -1,0 +1,78 @@
+"""escalate: tell people that a task waits for them, and why.
+
+Every escalation is logged, appended to ``LOOP_HOME/inbox.jsonl`` and, when a
+webhook is configured, POSTed as JSON (with a Slack-compatible ``text``). A
+webhook that fails is reported in the result rather than raised: a person not
+being pinged must never stop the task from waiting for them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from temporalio import activity
+
+from loop.contracts import ESCALATE, EscalateInput, EscalateResult, workflow_id_for
+from loop.logs import log_for
+from loop.settings import Settings
+
+
+class EscalateActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name=ESCALATE.name)
+    async def escalate(self, inp: EscalateInput) -> EscalateResult:
+        message = self.message(inp)
+        log_for(inp.task_id, inp.attempt, "escalate").warning(
+            "task waits for a person", reason=inp.reason, waiting_for=inp.waiting_for
+        )
+        result = EscalateResult()
+        inbox = self.settings.home / "inbox.jsonl"
+        inbox.parent.mkdir(parents=True, exist_ok=True)
+        key = f"{inp.task_id}:{inp.attempt}:{inp.state}:{inp.reason}"
+        if not _already_written(inbox, key):
+            with inbox.open("a") as f:
+                f.write(json.dumps({**message, "key": key}) + "\n")
+        result.notified.append(str(inbox))
+        url = self.settings.webhook_url
+        if url:
+            try:
+                async with httpx.AsyncClient(timeout=10) as client:
+                    response = await client.post(url, json=message)
+                    response.raise_for_status()
+                result.notified.append(url)
+            except httpx.HTTPError as e:
+                result.errors.append(f"webhook {url}: {type(e).__name__}: {e}")
+        return result
+
+    @staticmethod
+    def message(inp: EscalateInput) -> dict[str, object]:
+        wid = workflow_id_for(inp.task_id)
+        answer = {
+            "approve/reject": f"loop approve {inp.task_id}  |  loop reject {inp.task_id} --reason …",
+        }.get(inp.waiting_for, f"loop feedback {inp.task_id} '…'  |  loop extend {inp.task_id} "
+                               f"--attempts 1  |  loop reject {inp.task_id} --reason …")
+        return {
+            "text": f"Loopwork task {inp.task_id} is {inp.state}: {inp.reason}. Answer: {answer}",
+            "task_id": inp.task_id,
+            "workflow_id": wid,
+            "state": str(inp.state),
+            "reason": inp.reason,
+            "waiting_for": inp.waiting_for,
+            "attempt": inp.attempt,
+            "last_verdict": inp.last_verdict,
+            "goal": inp.goal.strip().splitlines()[0][:200],
+            "answer_with": answer,
+        }
+
+
+def _already_written(inbox: Path, key: str) -> bool:
+    """A retried escalate must not append the same message twice."""
+    try:
+        tail = inbox.read_text().splitlines()[-50:]
+    except FileNotFoundError:
+        return False
+    return any(json.loads(line).get("key") == key for line in tail if line.strip())

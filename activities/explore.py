@@ -1,0 +1,65 @@
+"""explore: a read-only brief before the first attempt.
+
+The agent starts from facts rather than guesses: what files the repository
+holds, and what the gates say at base (the reproducer), with their evidence.
+The full brief is an artifact in the run folder; history carries a bounded copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio import activity
+
+from activities import gates
+from activities.git import git
+from activities.workspace import dirty_files, restore
+from loop.contracts import EXPLORE, ExploreInput, ExploreResult, MakeResult, TaskSpec, Verdict
+from loop.settings import Settings
+
+BRIEF_CHARS = 6_000
+FILE_MAP_ENTRIES = 200
+
+
+class ExploreActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name=EXPLORE.name)
+    async def explore(self, inp: ExploreInput) -> ExploreResult:
+        ws = inp.workspace
+        files = [f for f in (await git(["ls-files", "-z"], ws.path)).split("\0") if f]
+        reproducer = await self._reproduce(inp.task, inp)
+        shown = files[:FILE_MAP_ENTRIES]
+        lines = ["### Files", "", *[f"- {f}" for f in shown]]
+        if len(files) > len(shown):
+            lines.append(f"- … and {len(files) - len(shown)} more (git ls-files)")
+        lines += ["", "### Gates at base (the reproducer)", ""]
+        for g in reproducer.gates:
+            lines.append(f"- {g.name}: {'pass' if g.passed else 'FAIL'} — {g.requirement}")
+            if not g.passed and g.evidence.output_tail:
+                lines += ["", "```", g.evidence.output_tail.strip()[-1500:], "```", ""]
+        brief = "\n".join(lines)
+        path = Path(ws.run_dir) / "brief.md"
+        path.write_text(brief)
+        if len(brief) > BRIEF_CHARS:
+            brief = brief[:BRIEF_CHARS] + f"\n[… brief cut; full text in {path}]"
+        return ExploreResult(
+            brief=brief, brief_path=str(path), files=len(files), reproducer=reproducer
+        )
+
+    async def _reproduce(self, task: TaskSpec, inp: ExploreInput) -> Verdict:
+        """Run the command gates once at base; the others need an attempt to judge."""
+        ws = inp.workspace
+        runnable = task.model_copy(update={"verify": [g for g in task.verify if g.kind == "run"]})
+        if not runnable.verify:
+            return Verdict(passed=True, artifact=ws.base_commit)
+        at_base = MakeResult(attempt=0, commit=ws.base_commit, start_commit=ws.base_commit)
+        results = await gates.evaluate(runnable, ws, at_base, Path(ws.run_dir) / "explore")
+        # Byproducts of the reproducer must not leak into attempt 1's diff.
+        leftovers = await dirty_files(ws.path)
+        if leftovers:
+            await restore(ws, ws.base_commit)
+        return Verdict(
+            passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
+        )

@@ -1,0 +1,173 @@
+"""Untrusted subprocesses (agents, gates) with heartbeats, timeouts and group kills.
+
+Why a module of its own: the agent and the gates share every hard part. The
+child runs in its own session so that a timeout or a cancellation kills the
+whole process group, grandchildren included; its output goes to a log file
+under the run folder (an agent may print megabytes; only a tail is returned);
+and while it runs, the activity heartbeats from a background task so a dead
+worker is noticed in seconds and a cancellation reaches us at all.
+
+The pid and start time are written to ``pid_file`` so that a retried activity
+(after a ``kill -9`` of the worker) can kill the orphaned group first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from loop.contracts import OUTPUT_TAIL_CHARS
+
+HEARTBEAT_EVERY_S = 1.0
+KILL_GRACE_S = 2.0
+
+
+class ProcResult(BaseModel):
+    exit_code: int | None
+    timed_out: bool = False
+    output_tail: str = ""
+    duration_s: float = 0.0
+    log_path: str = ""
+
+
+def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
+    """The last ``chars`` characters of a file, decoded leniently (agents print binary too)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars * 4))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace").replace("\x00", "")
+    text = text[-chars:]
+    if size > len(data):
+        text = f"[… {size - len(data)} earlier bytes in the log]\n" + text
+    return text
+
+
+def heartbeat(*details: object) -> None:
+    """Heartbeat when running inside an activity; a no-op elsewhere (unit tests)."""
+    if activity.in_activity():
+        activity.heartbeat(*details)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) follows the parenthesised command, which may hold spaces.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def kill_stale(pid_file: Path) -> bool:
+    """Kill the process group a crashed earlier try left behind. True when one was found."""
+    try:
+        record = json.loads(pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    pid, started = int(record["pid"]), record.get("start")
+    alive = _start_time(pid)
+    pid_file.unlink(missing_ok=True)
+    if alive is None or alive != started:
+        return False
+    kill_group(pid)
+    return True
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    kill_group(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+    except TimeoutError:
+        pass
+    # The leader may be gone while a grandchild in the group still runs.
+    kill_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    log_path: Path,
+    pid_file: Path | None = None,
+    tail_chars: int = OUTPUT_TAIL_CHARS,
+) -> ProcResult:
+    """Run ``argv`` to completion or ``timeout``; kill its group on timeout or cancellation.
+
+    A command that cannot be started (missing, not executable) is reported as exit
+    code 127/126 with the reason in the tail, like a shell would, because for an
+    agent or a gate that is evidence, not a crash of Loopwork.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=str(cwd),
+                env=dict(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+            message = f"cannot start {argv[0]!r}: {e.strerror or e}"
+            log.write(message.encode())
+            return ProcResult(exit_code=code, output_tail=message, log_path=str(log_path))
+        if pid_file is not None:
+            pid_file.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid)}))
+        timed_out = False
+        try:
+            deadline = started + timeout
+            while True:
+                heartbeat()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    await _terminate(proc)
+                    break
+                try:
+                    await asyncio.wait_for(asyncio.shield(proc.wait()), min(HEARTBEAT_EVERY_S, left))
+                    break
+                except TimeoutError:
+                    continue
+        except BaseException:
+            await asyncio.shield(_terminate(proc))
+            raise
+        finally:
+            if proc.returncode is not None:
+                # Grandchildren that outlived the leader (daemons, `setsid` tricks).
+                kill_group(proc.pid)
+            if pid_file is not None:
+                pid_file.unlink(missing_ok=True)
+    return ProcResult(
+        exit_code=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        output_tail=tail_of(log_path, tail_chars),
+        duration_s=round(time.monotonic() - started, 3),
+        log_path=str(log_path),
+    )

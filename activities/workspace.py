@@ -1,0 +1,523 @@
+"""The life of a task's git worktree, made safe against crashes and retries.
+
+A worker can die between any two git commands, and Temporal will then run the
+same activity again, possibly in another worker process. So each activity
+here looks at what is on disk first and finishes or repeats only what is
+missing: preparing an existing worktree for the same run returns it, a commit
+that already has the wanted tree and parent is returned, a merge whose commit
+is already in base is a no-op, removing a missing worktree succeeds.
+
+Work is never thrown away by machinery: a worktree with uncommitted changes is
+neither reset nor deleted (a person decides), and a branch tip that earlier
+runs left and that base does not contain is kept under another name.
+
+Operations on state shared by all tasks of a repository (worktree add and
+remove, ref updates, merges) run under ``repo_lock``; work inside one task's
+worktree needs no lock because only that task touches it.
+
+The plain helpers at the top are used by other activities (make, verify).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities.git import GitError, git, git_ok, repo_lock
+from loop import contracts
+from loop.contracts import (
+    COMMIT,
+    MERGE,
+    PREPARE_WORKSPACE,
+    REMOVE_WORKSPACE,
+    CommitInput,
+    CommitResult,
+    MergeInput,
+    MergeResult,
+    PrepareInput,
+    RemoveInput,
+    RemoveResult,
+    Workspace,
+)
+from loop.errors import permanent
+from loop.settings import Settings
+
+MARKER = "workspace.json"
+
+# Byproducts of running Python and pytest in a tree: never the agent's work.
+BYPRODUCT_GLOBS = ("**/__pycache__/**", "**/*.pyc", "**/.pytest_cache/**")
+BYPRODUCT_EXCLUDES = tuple(f":(exclude,glob){g}" for g in BYPRODUCT_GLOBS)
+BYPRODUCTS_ONLY = tuple(f":(glob){g}" for g in BYPRODUCT_GLOBS)
+
+_MAX_LISTED = 10
+
+
+def _is_byproduct(path: str) -> bool:
+    parts = path.rstrip("/").split("/")
+    return "__pycache__" in parts or ".pytest_cache" in parts or path.endswith(".pyc")
+
+
+def _listing(paths: list[str]) -> str:
+    shown = ", ".join(paths[:_MAX_LISTED])
+    more = len(paths) - _MAX_LISTED
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def _split_z(out: str) -> list[str]:
+    return [p for p in out.split("\0") if p]
+
+
+def _status_paths(out: str) -> list[str]:
+    """Paths of ``git status --porcelain -z``: ``XY path``, renames followed by the old path."""
+    entries = out.split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC" and i < len(entries):
+            paths.append(entries[i])  # the old name of a staged rename changed too
+            i += 1
+    return paths
+
+
+def _exists(path: str | Path) -> bool:
+    """Also true for a dangling symlink: something is in the way either way."""
+    return os.path.lexists(path)
+
+
+def _is_dir(path: str | Path) -> bool:
+    return os.path.isdir(path)
+
+
+def _realpath(path: str | Path) -> str:
+    return os.path.realpath(path)
+
+
+def _same_path(a: str | Path, b: str | Path) -> bool:
+    return _realpath(a) == _realpath(b)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def repo_top(path: str) -> str:
+    """The main repository's top level, refusing inputs that no retry can fix."""
+    p = path
+    if not _exists(p):
+        raise permanent(f"repository {path} does not exist")
+    if not _is_dir(p):
+        raise permanent(f"repository {path} is not a directory")
+    try:
+        bare = await git(["rev-parse", "--is-bare-repository"], p)
+    except GitError as e:
+        raise permanent(f"{path} is not a git repository ({e.message})") from None
+    if bare == "true":
+        raise permanent(f"{path} is a bare git repository; a task needs one with a working tree")
+    try:
+        top = await git(["rev-parse", "--show-toplevel"], p)
+    except GitError as e:
+        raise permanent(f"{path} is not inside a git working tree ({e.message})") from None
+    if not top:
+        raise permanent(f"{path} is not inside a git working tree")
+    return _realpath(top)
+
+
+async def _rev(cwd: str | Path, rev: str) -> str | None:
+    out = await git(["rev-parse", "--verify", "-q", rev], cwd, check=False)
+    return out or None
+
+
+async def _is_ancestor(cwd: str | Path, ancestor: str, descendant: str) -> bool:
+    return await git_ok(["merge-base", "--is-ancestor", ancestor, descendant], cwd)
+
+
+async def wip_commit(ws: Workspace, attempt: int) -> str:
+    """Record the attempt's worktree as a commit: the artifact verify checks and a retry
+    restores. Running it twice for the same attempt must not stack empty commits."""
+    message = f"loop({ws.task_id}): attempt {attempt}"
+    await git(["add", "-A", "--", ".", *BYPRODUCT_EXCLUDES], ws.path)
+    staged = not await git_ok(["diff", "--cached", "--quiet"], ws.path)
+    if not staged and await git(["log", "-1", "--format=%s"], ws.path) == message:
+        return await git(["rev-parse", "HEAD"], ws.path)
+    await git(["commit", "-q", "--no-verify", "--allow-empty", "-m", message], ws.path)
+    return await git(["rev-parse", "HEAD"], ws.path)
+
+
+async def changed_files(ws: Workspace, commit: str) -> list[str]:
+    """The attempt's diff against base, by path: without rename detection a moved
+    protected file shows up under its old name too."""
+    out = await git(["diff", "--name-only", "--no-renames", "-z", ws.base_commit, commit], ws.path)
+    return sorted(_split_z(out))
+
+
+async def restore(ws: Workspace, commit: str) -> None:
+    """Put the worktree back at ``commit`` so a retry or the next attempt starts clean."""
+    await git(["reset", "-q", "--hard", commit], ws.path)
+    await git(["clean", "-q", "-fd"], ws.path)
+
+
+async def dirty_files(path: str) -> list[str]:
+    """Changes not yet committed: what a reset or a removal would destroy."""
+    out = await git(["status", "--porcelain", "-z", "-uall"], path)
+    return [p for p in _status_paths(out) if not _is_byproduct(p)]
+
+
+def _fingerprint(path: Path) -> str:
+    try:
+        if path.is_symlink():
+            target = os.readlink(path)
+            return "symlink:" + hashlib.sha256(os.fsencode(target)).hexdigest()
+        if path.is_dir():
+            return "directory"  # an untracked nested repository, listed as ``dir/``
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except FileNotFoundError:
+        return "deleted"
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+
+
+async def outside_snapshot(repo_top: str, exclude: list[str]) -> dict[str, str]:
+    """What the main repository's working tree holds beyond its HEAD, by content.
+
+    Comparing a snapshot from before an attempt with one from after shows writes an
+    agent made outside its worktree (an absolute path, ``../..``) into the main tree.
+    """
+    out = await git(["status", "--porcelain", "-z", "-uall"], repo_top)
+    return await asyncio.to_thread(_snapshot, repo_top, _status_paths(out), exclude)
+
+
+def _snapshot(repo_top: str, paths: list[str], exclude: list[str]) -> dict[str, str]:
+    skip = [_realpath(d) for d in exclude]
+    snapshot: dict[str, str] = {}
+    for p in paths:
+        full = os.path.join(repo_top, p)
+        if not any(_under(_realpath(full), d) for d in skip):
+            snapshot[p] = _fingerprint(Path(full))
+    return snapshot
+
+
+def outside_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+# --------------------------------------------------------------------------- worktree list
+
+
+async def _worktrees(top: str) -> list[dict[str, str]]:
+    """``git worktree list --porcelain -z`` as one dict per worktree (``worktree``,
+    ``HEAD``, ``branch``; flags such as ``bare`` map to "")."""
+    out = await git(["worktree", "list", "--porcelain", "-z"], top)
+    entries: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for field in out.split("\0"):
+        if not field:
+            if current:
+                entries.append(current)
+            current = {}
+            continue
+        key, _, value = field.partition(" ")
+        current[key] = value
+    if current:
+        entries.append(current)
+    return entries
+
+
+def _find_worktree(entries: list[dict[str, str]], path: str | Path) -> dict[str, str] | None:
+    for e in entries:
+        if "worktree" in e and _same_path(e["worktree"], path):
+            return e
+    return None
+
+
+# --------------------------------------------------------------------------- marker
+
+
+def _read_marker(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_marker(run_dir: Path, run_id: str, ws: Workspace) -> None:
+    """Written atomically: a torn marker would make a retry look like a rerun."""
+    target = run_dir / MARKER
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, **ws.model_dump()}, indent=2))
+    os.replace(tmp, target)
+
+
+# --------------------------------------------------------------------------- activities
+
+
+class WorkspaceActivities:
+    """Temporal activities for the worktree's life; all idempotent (see module docstring)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def _resolve_base(self, top: str, base: str | None) -> tuple[str, str, bool]:
+        """(base_ref, base_commit, base_is_branch) for the task's ``base``."""
+        if base is None:
+            head = await git(["symbolic-ref", "-q", "HEAD"], top, check=False)
+            if head.startswith("refs/heads/"):
+                base = head.removeprefix("refs/heads/")
+            else:
+                detached = await _rev(top, "HEAD^{commit}")
+                if detached is None:
+                    raise permanent(f"repository {top} has no commit to start from")
+                base = detached
+        elif base.startswith("refs/heads/"):
+            base = base.removeprefix("refs/heads/")
+        if not base or base.startswith("-"):
+            raise permanent(f"base {base!r} is not a branch or commit name")
+        commit = await _rev(top, f"{base}^{{commit}}")
+        if commit is None:
+            raise permanent(f"base {base!r} is not a branch or commit in {top}")
+        is_branch = await git_ok(["show-ref", "--verify", "--quiet", f"refs/heads/{base}"], top)
+        return base, commit, is_branch
+
+    @activity.defn(name=PREPARE_WORKSPACE.name)
+    async def prepare_workspace(self, inp: PrepareInput) -> Workspace:
+        """Give the task a worktree on its own branch, starting at base.
+
+        The same run gets back what it made (a retry after a crash); a new run of the
+        task reuses a clean leftover worktree from its base and refuses a dirty one.
+        """
+        top = await repo_top(inp.repo)
+        base_ref, base_commit, base_is_branch = await self._resolve_base(top, inp.base)
+        path = self.settings.worktrees.resolve() / inp.task_id
+        run_dir = self.settings.runs.resolve() / inp.task_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ws = Workspace(
+            task_id=inp.task_id,
+            repo=top,
+            path=str(path),
+            branch=contracts.branch_for(inp.task_id),
+            base_ref=base_ref,
+            base_commit=base_commit,
+            run_dir=str(run_dir),
+            base_is_branch=base_is_branch,
+        )
+        async with repo_lock(self.settings.locks, top):
+            await git(["worktree", "prune"], top)
+            entries = await _worktrees(top)
+            if _exists(path):
+                if _find_worktree(entries, path) is None:
+                    raise permanent(f"{path} exists but is not a worktree of {top}; move it away")
+                marker = _read_marker(run_dir)
+                if marker.get("run_id") == inp.run_id:
+                    try:
+                        return Workspace.model_validate(marker)
+                    except ValueError:
+                        pass  # an unreadable marker of our own run: prepare it afresh
+                dirty = await dirty_files(str(path))
+                if dirty:
+                    raise permanent(
+                        f"worktree {path} has uncommitted changes from an earlier run; "
+                        f"inspect it, then `git worktree remove --force {path}`"
+                    )
+                await self._keep_earlier_work(top, ws.branch, base_commit, delete=False)
+                await git(["checkout", "-q", "-B", ws.branch, base_commit], path)
+                await git(["clean", "-q", "-fd"], path)  # byproducts a dirty check ignores
+            else:
+                holder = next(
+                    (e for e in entries if e.get("branch") == f"refs/heads/{ws.branch}"), None
+                )
+                if holder is not None:
+                    raise permanent(
+                        f"branch {ws.branch} is checked out in {holder['worktree']}; "
+                        f"remove that worktree or check out another branch there"
+                    )
+                await self._keep_earlier_work(top, ws.branch, base_commit, delete=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                await git(["worktree", "add", "-q", "-b", ws.branch, str(path), base_commit], top)
+            _write_marker(run_dir, inp.run_id, ws)
+        return ws
+
+    async def _keep_earlier_work(
+        self, top: str, branch: str, base_commit: str, *, delete: bool
+    ) -> None:
+        """Before the task branch is pointed at base again: save a tip that base does not
+        contain as ``<branch>.prev-<sha>``; drop the branch when it holds nothing new."""
+        tip = await _rev(top, f"refs/heads/{branch}")
+        if tip is None:
+            return
+        if await _is_ancestor(top, tip, base_commit):
+            if delete:
+                await git(["branch", "-q", "-D", branch], top)
+            return
+        keep = f"{branch}.prev-{tip[:12]}"
+        if delete:
+            await git(["branch", "-q", "-M", branch, keep], top)
+        else:  # checked out in the worktree: copy the ref, the checkout moves the branch
+            await git(["branch", "-q", "-f", keep, tip], top)
+
+    @activity.defn(name=COMMIT.name)
+    async def commit_branch(self, inp: CommitInput) -> CommitResult:
+        """Leave one reviewable commit on the branch: base + the verified tree. The
+        attempt-by-attempt history stays in the trace, not in the repository."""
+        ws = inp.workspace
+        if await _rev(ws.path, f"{inp.artifact}^{{commit}}") is None:
+            raise permanent(f"artifact {inp.artifact!r} is not a commit in {ws.path}")
+        trailer = f"Loop-Task: {ws.task_id}"
+        head = await git(["rev-parse", "HEAD"], ws.path)
+        parents = (await git(["rev-parse", "HEAD^@"], ws.path)).split()
+        if parents == [ws.base_commit]:
+            head_tree = await git(["rev-parse", "HEAD^{tree}"], ws.path)
+            artifact_tree = await git(["rev-parse", f"{inp.artifact}^{{tree}}"], ws.path)
+            body = await git(["log", "-1", "--format=%B", "HEAD"], ws.path)
+            if head_tree == artifact_tree and trailer in body.splitlines():
+                return CommitResult(branch=ws.branch, commit=head)
+        message = (inp.message.strip() or f"loop({ws.task_id})") + f"\n\n{trailer}\n"
+        await git(["reset", "-q", "--hard", inp.artifact], ws.path)
+        await git(["reset", "-q", "--soft", ws.base_commit], ws.path)
+        await git(
+            ["commit", "-q", "--no-verify", "--allow-empty", "--cleanup=whitespace",
+             "-m", message],
+            ws.path,
+        )  # fmt: skip
+        return CommitResult(branch=ws.branch, commit=await git(["rev-parse", "HEAD"], ws.path))
+
+    @activity.defn(name=MERGE.name)
+    async def merge(self, inp: MergeInput) -> MergeResult:
+        """Bring the task's commit into base; anything a person must resolve (a dirty
+        checkout of base, a conflict) is a result with a reason, never a half-done merge."""
+        ws = inp.workspace
+        if not ws.base_is_branch:
+            return MergeResult(
+                merged=False,
+                reason=f"base {ws.base_ref} is a commit, not a branch; merge {ws.branch} by hand",
+            )
+        top = ws.repo
+        ref = f"refs/heads/{ws.base_ref}"
+        if await _rev(top, f"{inp.commit}^{{commit}}") is None:
+            raise permanent(f"commit {inp.commit!r} to merge is not in {top}")
+        async with repo_lock(self.settings.locks, top):
+            old = await _rev(top, ref)
+            if old is None:
+                return MergeResult(merged=False, reason=f"base branch {ws.base_ref} is gone")
+            if await _is_ancestor(top, inp.commit, ref):
+                return MergeResult(merged=True, commit=old, how="already-merged")
+            fast_forward = await _is_ancestor(top, old, inp.commit)
+            checkout = next(
+                (
+                    e["worktree"]
+                    for e in await _worktrees(top)
+                    if e.get("branch") == ref and _is_dir(e["worktree"])
+                ),
+                None,
+            )
+            if checkout is not None:
+                return await self._merge_in_checkout(checkout, ref, inp, fast_forward)
+            if fast_forward:
+                await git(["update-ref", ref, inp.commit, old], top)
+                return MergeResult(merged=True, commit=inp.commit, how="fast-forward")
+            try:
+                out = await git(
+                    ["merge-tree", "--write-tree", "--name-only", "--no-messages",
+                     old, inp.commit],
+                    top,
+                )  # fmt: skip
+            except GitError as e:
+                if e.exit_code != 1:
+                    raise
+                files = [ln for ln in e.stdout.splitlines()[1:] if ln]
+                return MergeResult(
+                    merged=False, reason=f"merge conflict in {_listing(files) or e.message}"
+                )
+            tree = out.splitlines()[0]
+            new = await git(
+                ["commit-tree", tree, "-p", old, "-p", inp.commit, "-m", inp.message], top
+            )
+            await git(["update-ref", ref, new, old], top)
+            return MergeResult(merged=True, commit=new, how="merge-commit")
+
+    async def _merge_in_checkout(
+        self, checkout: str, ref: str, inp: MergeInput, fast_forward: bool
+    ) -> MergeResult:
+        """Merge where base is checked out, so that tree shows the result; a person's
+        uncommitted edits there are left alone."""
+        tracked = _status_paths(
+            await git(["status", "--porcelain", "-z", "--untracked-files=no"], checkout)
+        )
+        if tracked:
+            return MergeResult(
+                merged=False,
+                reason=f"base checkout {checkout} has uncommitted changes: {_listing(tracked)}",
+            )
+        if fast_forward:
+            how = "fast-forward"
+            args = ["merge", "-q", "--ff-only", inp.commit]
+        else:
+            how = "merge-commit"
+            args = ["merge", "-q", "--no-ff", "--no-edit", "--no-verify", "-m", inp.message,
+                    inp.commit]  # fmt: skip
+        try:
+            await git(args, checkout)
+        except GitError as e:
+            conflicted = _split_z(
+                await git(["diff", "--name-only", "--diff-filter=U", "-z"], checkout, check=False)
+            )
+            await git(["merge", "--abort"], checkout, check=False)
+            if conflicted:
+                return MergeResult(
+                    merged=False, reason=f"merge conflict in {_listing(sorted(conflicted))}"
+                )
+            return MergeResult(merged=False, reason=f"merge failed in {checkout}: {e.message}")
+        return MergeResult(merged=True, commit=await git(["rev-parse", ref], checkout), how=how)
+
+    @activity.defn(name=REMOVE_WORKSPACE.name)
+    async def remove_workspace(self, inp: RemoveInput) -> RemoveResult:
+        """Remove a finished task's worktree unless it holds uncommitted work."""
+        ws = inp.workspace
+        path = ws.path
+        if not _is_dir(ws.repo):
+            return RemoveResult(removed=not _exists(path), reason="repository is gone")
+        async with repo_lock(self.settings.locks, ws.repo):
+            if not _exists(path):
+                await git(["worktree", "prune"], ws.repo)
+                # A crash between removing the tree and deleting the branch ends here too.
+                await self._drop_branch(ws, inp.delete_branch)
+                return RemoveResult(removed=True, reason="already removed")
+            if _find_worktree(await _worktrees(ws.repo), path) is None:
+                return RemoveResult(
+                    removed=False, reason=f"{path} is not a worktree of {ws.repo}; kept"
+                )
+            if await dirty_files(path):
+                return RemoveResult(removed=False, reason="worktree has uncommitted changes; kept")
+            # Byproducts are untracked files too, and `worktree remove` refuses those;
+            # anything else untracked appearing meanwhile still makes it refuse.
+            await git(["clean", "-q", "-fd", "--", *BYPRODUCTS_ONLY], path)
+            await git(["worktree", "remove", path], ws.repo)
+            kept = await self._drop_branch(ws, inp.delete_branch)
+        return RemoveResult(removed=True, reason=kept)
+
+    async def _drop_branch(self, ws: Workspace, delete: bool) -> str:
+        """Delete the task branch only when base already holds it; else say it was kept."""
+        if not delete or await _rev(ws.repo, f"refs/heads/{ws.branch}") is None:
+            return ""
+        base = f"refs/heads/{ws.base_ref}" if ws.base_is_branch else ws.base_commit
+        if await _is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):
+            await git(["branch", "-q", "-D", ws.branch], ws.repo)
+            return ""
+        return f"branch {ws.branch} kept: not merged into {ws.base_ref}"

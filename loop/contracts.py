@@ -1,0 +1,617 @@
+"""The public contracts of Loopwork: task file, wire names, payloads, results.
+
+Everything that crosses a process boundary (CLI -> server -> worker, workflow ->
+activity, person -> workflow) is one of the pydantic models below, sent through
+``temporalio.contrib.pydantic.pydantic_data_converter``. Workflows import only
+this module (and the pure helpers next to it), so nothing here performs I/O.
+
+Two strictness levels, on purpose: task files refuse unknown keys (a typo in a
+budget must not silently mean "no budget"), signal payloads ignore them (so a
+hand-typed ``temporal workflow signal --input`` with an extra field still works).
+
+New fields go last and carry defaults, so recorded histories still decode.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from temporalio.common import SearchAttributeKey
+
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+GATE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+MAX_GOAL_CHARS = 20_000
+OUTPUT_TAIL_CHARS = 4_000
+
+
+def workflow_id_for(task_id: str) -> str:
+    """The one place that maps a task id to its workflow id (DESIGN: ``task-<id>``)."""
+    return f"task-{task_id}"
+
+
+def branch_for(task_id: str) -> str:
+    return f"loop/{task_id}"
+
+
+class _TaskFileModel(BaseModel):
+    """Base of the task-file models: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Payload(BaseModel):
+    """Base of signal payloads: unknown keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Record(BaseModel):
+    """Base of results and records produced by Loopwork itself."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------- task file
+
+
+class Autonomy(StrEnum):
+    """What the loop may do with a verified result."""
+
+    REPORT = "report"
+    ASSISTED = "assisted"
+    UNATTENDED = "unattended"
+
+
+class AgentSpec(_TaskFileModel):
+    backend: Literal["command", "openai"] = "command"
+    """``command`` runs an external agent CLI in the worktree; ``openai`` drives a model."""
+    command: list[str] | None = None
+    """argv of the agent (command backend), run with cwd = the worktree."""
+    model: str | None = None
+    """Model name (openai backend)."""
+    max_steps: int = Field(default=40, ge=1, le=10_000)
+    """Model turns per attempt (openai backend)."""
+    timeout: int = Field(default=900, ge=1, le=7 * 86_400)
+    """Seconds one attempt may take before the agent is killed."""
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> AgentSpec:
+        if self.backend == "command":
+            if not self.command or not all(isinstance(a, str) and a for a in self.command):
+                raise ValueError("the command backend needs a non-empty 'command' argv list")
+        if self.backend == "openai":
+            raise ValueError(
+                "backend 'openai' is not available in this version; use backend: command"
+            )
+        return self
+
+
+class DiffScope(_TaskFileModel):
+    allow: list[str] = Field(default_factory=lambda: ["**"])
+    """Globs (gitignore style) the agent may change; others are a recoverable failure."""
+    protect: list[str] = Field(default_factory=list)
+    """Globs the agent must not change; touching one is a policy violation (BLOCKED)."""
+
+    @field_validator("allow", "protect")
+    @classmethod
+    def _no_empty_globs(cls, globs: list[str]) -> list[str]:
+        for g in globs:
+            if not g.strip():
+                raise ValueError("globs must not be empty strings")
+            if g.startswith("/") or ".." in g.split("/"):
+                raise ValueError(f"glob {g!r} must be relative to the repository root")
+        return globs
+
+
+class LlmReview(_TaskFileModel):
+    rubric: str
+    model: str | None = None
+
+
+GateKind = Literal["run", "diff_scope", "no_removed_tests", "contains", "llm_review"]
+
+
+class Gate(_TaskFileModel):
+    """One check in the task's ``verify`` list; exactly one kind per gate."""
+
+    name: str = Field(pattern=GATE_NAME_PATTERN)
+    run: str | None = None
+    """Shell command in the worktree; passes on exit 0."""
+    timeout: int = Field(default=300, ge=1, le=86_400)
+    """Seconds a ``run`` gate may take."""
+    diff_scope: DiffScope | None = None
+    no_removed_tests: bool | None = None
+    """Fails if a test function or file present at base is gone or newly skipped."""
+    contains: list[str] | None = None
+    """Strings the agent's final answer must contain."""
+    llm_review: LlmReview | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> Gate:
+        kinds = [k for k in ("run", "diff_scope", "no_removed_tests", "contains", "llm_review")
+                 if getattr(self, k) not in (None, False)]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) or "none"
+            raise ValueError(
+                "a gate needs exactly one of run, diff_scope, no_removed_tests, contains, "
+                f"llm_review (found: {found})"
+            )
+        if self.run is not None and not self.run.strip():
+            raise ValueError("'run' must be a non-empty shell command")
+        if self.contains is not None and not [s for s in self.contains if s]:
+            raise ValueError("'contains' needs at least one non-empty string")
+        if self.llm_review is not None:
+            raise ValueError("llm_review gates are not available in this version")
+        return self
+
+    @property
+    def kind(self) -> GateKind:
+        for k in ("run", "diff_scope", "no_removed_tests", "contains"):
+            if getattr(self, k) not in (None, False):
+                return k  # type: ignore[return-value]
+        return "llm_review"
+
+
+class Budget(_TaskFileModel):
+    """Limits enforced by workflow code, never by the prompt."""
+
+    max_attempts: int = Field(default=3, ge=1, le=1_000)
+    max_seconds: int | None = Field(default=None, ge=1)
+    """Wall clock for the task, excluding time spent waiting on a person."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    max_stalled_attempts: int = Field(default=2, ge=1, le=1_000)
+    """Consecutive attempts with the same failure fingerprint before escalating."""
+
+
+class TaskSpec(_TaskFileModel):
+    """A task file, validated. ``repo`` is absolute once the CLI has resolved it."""
+
+    id: str = Field(pattern=TASK_ID_PATTERN)
+    goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
+    repo: str = Field(min_length=1)
+    base: str | None = None
+    """Branch or commit to start from; the CLI fills in the repo's current branch."""
+    agent: AgentSpec
+    verify: list[Gate] = Field(min_length=1)
+    budget: Budget = Field(default_factory=Budget)
+    autonomy: Autonomy = Autonomy.REPORT
+    approval_timeout: int = Field(default=86_400, ge=1)
+    """Seconds a task waiting on a person waits for a signal."""
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_has_text(cls, goal: str) -> str:
+        if not goal.strip():
+            raise ValueError("goal must say what must be true when done")
+        return goal
+
+    @field_validator("verify")
+    @classmethod
+    def _unique_gate_names(cls, gates: list[Gate]) -> list[Gate]:
+        seen: set[str] = set()
+        for g in gates:
+            if g.name in seen:
+                raise ValueError(f"gate name {g.name!r} appears twice")
+            seen.add(g.name)
+        return gates
+
+    def protected_paths(self) -> list[str]:
+        return [p for g in self.verify if g.diff_scope for p in g.diff_scope.protect]
+
+
+# --------------------------------------------------------------------------- states
+
+
+class TaskState(StrEnum):
+    RUNNING = "RUNNING"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    NEEDS_HUMAN = "NEEDS_HUMAN"
+    DONE_WITH_EVIDENCE = "DONE_WITH_EVIDENCE"
+    BLOCKED = "BLOCKED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    REJECTED = "REJECTED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (TaskState.RUNNING, TaskState.AWAITING_APPROVAL)
+
+    @property
+    def waiting(self) -> bool:
+        return self in (TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN)
+
+
+class Phase(StrEnum):
+    EXPLORE = "explore"
+    MAKE = "make"
+    VERIFY = "verify"
+    FINALIZE = "finalize"
+    SUMMARIZE = "summarize"
+
+
+class FinalAction(StrEnum):
+    NONE = "none"
+    LEFT_IN_WORKTREE = "left_in_worktree"
+    BRANCH_READY = "branch_ready"
+    MERGED = "merged"
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+class Evidence(_Record):
+    """What a gate (or the agent run) saw."""
+
+    exit_code: int | None = None
+    output_tail: str = ""
+    files: list[str] = Field(default_factory=list)
+    detail: str = ""
+    duration_s: float = 0.0
+
+
+class GateResult(_Record):
+    name: str
+    kind: str
+    passed: bool
+    policy_violation: bool = False
+    """True when failing this gate is a policy violation (BLOCKED), not a recoverable failure."""
+    evidence: Evidence = Field(default_factory=Evidence)
+    requirement: str = ""
+    """What the gate demands, in words the agent can act on."""
+
+
+class Verdict(_Record):
+    passed: bool
+    gates: list[GateResult] = Field(default_factory=list)
+    artifact: str = ""
+    """The commit the gates ran on (the latest state of the worktree)."""
+    gates_changed_worktree: list[str] = Field(default_factory=list)
+    """Files the gates themselves changed; reset before the next attempt."""
+
+    @property
+    def failed(self) -> list[GateResult]:
+        return [g for g in self.gates if not g.passed]
+
+    @property
+    def policy_violations(self) -> list[GateResult]:
+        return [g for g in self.gates if not g.passed and g.policy_violation]
+
+    def summary(self) -> str:
+        if not self.gates:
+            return "no gates ran"
+        return ", ".join(f"{g.name} {'pass' if g.passed else 'FAIL'}" for g in self.gates)
+
+
+class FailedRequirement(_Record):
+    gate: str
+    requirement: str
+    evidence: Evidence
+    required_correction: str
+
+
+class Feedback(_Record):
+    """A failed verdict turned into structured input for the next attempt."""
+
+    after_attempt: int
+    previous_output: str = ""
+    failed: list[FailedRequirement] = Field(default_factory=list)
+    passing: list[str] = Field(default_factory=list)
+    human_feedback: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- activities I/O
+
+
+class PrepareInput(_Record):
+    task_id: str
+    repo: str
+    base: str | None = None
+    run_id: str
+    """The workflow run that owns the worktree; a new run resets a clean leftover."""
+
+
+class Workspace(_Record):
+    task_id: str
+    repo: str
+    """Top level of the main repository (absolute)."""
+    path: str
+    """The task's worktree (absolute)."""
+    branch: str
+    base_ref: str
+    """Branch name of base, or the commit when base is not a branch."""
+    base_commit: str
+    run_dir: str
+    """``LOOP_HOME/runs/<id>/``: prompts, logs, agent output, outside the worktree."""
+    base_is_branch: bool = True
+
+
+class ExploreInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+
+
+class ExploreResult(_Record):
+    brief: str
+    """Bounded read-only brief: file map and the reproducer's evidence."""
+    brief_path: str
+    files: int
+    reproducer: Verdict
+
+
+class PromptParts(_Record):
+    goal: str
+    brief: str = ""
+    gates: list[str] = Field(default_factory=list)
+    feedback: Feedback | None = None
+    human_feedback: list[str] = Field(default_factory=list)
+
+
+class MakeInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    prompt: PromptParts
+
+
+class MakeResult(_Record):
+    attempt: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    output_tail: str = ""
+    claim: str = ""
+    """The agent's final answer (LOOP_OUTPUT_FILE, else its stdout tail): recorded, never trusted."""
+    claim_path: str = ""
+    start_commit: str = ""
+    commit: str = ""
+    """Work-in-progress commit at the end of the attempt: the artifact that verify checks."""
+    changed_files: list[str] = Field(default_factory=list)
+    """Files the attempt's commit changes against base."""
+    outside_writes: list[str] = Field(default_factory=list)
+    """Paths the agent changed outside its worktree (a policy violation)."""
+    duration_s: float = 0.0
+    log_path: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+
+
+class VerifyInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    make: MakeResult
+
+
+class CommitInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    artifact: str
+    """The verified work-in-progress commit."""
+    message: str
+
+
+class CommitResult(_Record):
+    branch: str
+    commit: str
+
+
+class MergeInput(_Record):
+    workspace: Workspace
+    commit: str
+    message: str
+
+
+class MergeResult(_Record):
+    merged: bool
+    commit: str = ""
+    how: str = ""
+    """``fast-forward``, ``merge-commit`` or ``already-merged``."""
+    reason: str = ""
+    """Why it could not merge (dirty base tree, conflict, base is a commit)."""
+
+
+class RemoveInput(_Record):
+    workspace: Workspace
+    delete_branch: bool = False
+
+
+class RemoveResult(_Record):
+    removed: bool
+    reason: str = ""
+
+
+class EscalateInput(_Record):
+    task_id: str
+    goal: str
+    state: TaskState
+    reason: str
+    waiting_for: str
+    attempt: int
+    last_verdict: str = ""
+
+
+class EscalateResult(_Record):
+    notified: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- trace and result
+
+
+class Usage(_Record):
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+
+
+class AttemptRecord(_Record):
+    attempt: int
+    make: MakeResult | None = None
+    verdict: Verdict | None = None
+    fingerprint: str = ""
+    feedback: Feedback | None = None
+    """The feedback this attempt was given (None on attempt 1)."""
+    usage: Usage = Field(default_factory=Usage)
+
+
+class TraceEvent(_Record):
+    at: str
+    kind: str
+    detail: str = ""
+
+
+class Escalation(_Record):
+    at: str
+    reason: str
+    waiting_for: str
+    resolved_by: str = ""
+
+
+class TaskResult(_Record):
+    """The workflow's result, the ``trace`` query, and ``LOOP_HOME/runs/<id>.json``."""
+
+    task_id: str
+    state: TaskState
+    reason: str = ""
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    evidence: list[GateResult] = Field(default_factory=list)
+    branch: str = ""
+    commit: str = ""
+    worktree: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    execution_seconds: float = 0.0
+    human_escalation: list[Escalation] = Field(default_factory=list)
+    final_action: FinalAction = FinalAction.NONE
+    spec_hash: str = ""
+    events: list[TraceEvent] = Field(default_factory=list)
+    explore_brief: str = ""
+    trace_path: str = ""
+    notes_path: str = ""
+
+
+class SummarizeInput(_Record):
+    result: TaskResult
+    goal: str
+    repo: str
+
+
+class SummarizeResult(_Record):
+    trace_path: str
+    notes_path: str
+
+
+# --------------------------------------------------------------------------- signals / queries
+
+
+class ApproveSignal(_Payload):
+    note: str = ""
+
+
+class RejectSignal(_Payload):
+    reason: str = ""
+
+
+class FeedbackSignal(_Payload):
+    text: str = Field(min_length=1)
+
+
+class ExtendBudgetSignal(_Payload):
+    attempts: int = Field(default=0, ge=0)
+    seconds: int = Field(default=0, ge=0)
+    tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0)
+
+
+class BudgetFigures(_Record):
+    attempts: int | None = None
+    seconds: float | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    tool_calls: int | None = None
+
+
+class BudgetStatus(_Record):
+    used: BudgetFigures
+    left: BudgetFigures
+
+
+class TaskStatus(_Record):
+    """The ``status`` query."""
+
+    task_id: str
+    state: TaskState
+    phase: Phase | None = None
+    attempt: int = 0
+    waiting_for: str = ""
+    reason: str = ""
+    budget: BudgetStatus
+    last_verdict: str = ""
+
+
+# --------------------------------------------------------------------------- wire names
+
+TASK_WORKFLOW = "TaskWorkflow"
+
+SIGNAL_APPROVE = "approve"
+SIGNAL_REJECT = "reject"
+SIGNAL_FEEDBACK = "feedback"
+SIGNAL_EXTEND_BUDGET = "extend_budget"
+QUERY_STATUS = "status"
+QUERY_TRACE = "trace"
+
+WAITING_APPROVAL = "approve/reject"
+WAITING_DECISION = "feedback/extend_budget/reject"
+
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ActivityDef(Generic[In, Out]):
+    """A typed activity stub: the pinned wire name with its one input and one result."""
+
+    name: str
+    input: type[In]
+    output: type[Out]
+
+
+PREPARE_WORKSPACE = ActivityDef("prepare_workspace", PrepareInput, Workspace)
+EXPLORE = ActivityDef("explore", ExploreInput, ExploreResult)
+MAKE = ActivityDef("make", MakeInput, MakeResult)
+VERIFY = ActivityDef("verify", VerifyInput, Verdict)
+COMMIT = ActivityDef("commit_branch", CommitInput, CommitResult)
+MERGE = ActivityDef("merge", MergeInput, MergeResult)
+REMOVE_WORKSPACE = ActivityDef("remove_workspace", RemoveInput, RemoveResult)
+ESCALATE = ActivityDef("escalate", EscalateInput, EscalateResult)
+SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
+
+ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
+    PREPARE_WORKSPACE,
+    EXPLORE,
+    MAKE,
+    VERIFY,
+    COMMIT,
+    MERGE,
+    REMOVE_WORKSPACE,
+    ESCALATE,
+    SUMMARIZE,
+)
+
+# Search attributes (DESIGN: registered by the embedded server and by the worker).
+SA_STATE = SearchAttributeKey.for_keyword("LoopState")
+SA_ATTEMPTS = SearchAttributeKey.for_int("LoopAttempts")
+SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
+SA_REPO = SearchAttributeKey.for_keyword("LoopRepo")
+SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO)
+
+
+def is_valid_task_id(task_id: str) -> bool:
+    return re.fullmatch(TASK_ID_PATTERN, task_id) is not None

@@ -1,0 +1,109 @@
+"""``loop demo``: the whole loop, offline, in under a minute.
+
+A real bug in a small repository made under ``LOOP_HOME/demo``, a scripted
+(clearly labelled, not an AI) agent that gets it wrong on attempt 1 and right
+on attempt 2 after reading the feedback file, real gates, a real Temporal
+server and worker: started here unless they already run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from loop import taskfile
+from loop.client import connect, ensure_search_attributes
+from loop.contracts import TaskState
+from loop.devserver import ensure_running
+from loop.errors import LoopError
+from loop.render import print_result, status_line
+from loop.settings import Settings
+from loop.tasks import follow, has_worker, start_task
+
+TASK_ID = "demo-slugify"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
+
+
+def demo_task(repo: Path, agent: Path) -> dict[str, object]:
+    python = sys.executable
+    return {
+        "id": TASK_ID,
+        "goal": 'slugify("Hello, World!") must return "hello-world", and runs of spaces or '
+        "punctuation must become a single hyphen; the existing tests must pass.",
+        "repo": str(repo),
+        "base": "main",
+        "agent": {"backend": "command", "command": [python, str(agent)], "timeout": 60},
+        "verify": [
+            {"name": "tests", "run": f"{python} -m unittest discover -s tests -t .", "timeout": 60},
+            {
+                "name": "scope",
+                "diff_scope": {"allow": ["slugify.py", "tests/**"],
+                               "protect": ["tests/test_slugify.py"]},
+            },
+            {"name": "keep-tests", "no_removed_tests": True},
+        ],
+        "budget": {"max_attempts": 3, "max_seconds": 300},
+        "autonomy": "report",
+    }
+
+
+def make_repo(home: Path) -> Path:
+    """A fresh demo repository each run, so the demo always starts from the bug."""
+    if not (EXAMPLES / "repo").is_dir():
+        raise LoopError(f"demo files not found at {EXAMPLES}; run the demo from a source checkout")
+    folder = home / "demo"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(home / "worktrees" / TASK_ID, ignore_errors=True)
+    shutil.rmtree(home / "runs" / TASK_ID, ignore_errors=True)
+    repo = folder / "repo"
+    shutil.copytree(EXAMPLES / "repo", repo)
+    git = ["git", "-c", "user.name=Loopwork demo", "-c", "user.email=demo@localhost",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "slugify with a bug"], cwd=repo, check=True)
+    task_file = folder / "task.yaml"
+    task_file.write_text(yaml.safe_dump(demo_task(repo, EXAMPLES / "agent.py"), sort_keys=False))
+    return task_file
+
+
+async def run_demo(settings: Settings, address: str | None, out: Console) -> int:
+    import worker as worker_module  # the composition root; imported only when needed
+
+    started_at = time.monotonic()
+    task_file = make_repo(settings.home)
+    spec = taskfile.load(task_file)
+    out.print(f"demo repository: {spec.repo} (task file {task_file})", markup=False)
+    server = await ensure_running(settings, address)
+    if server is not None:
+        out.print(f"started the embedded Temporal server at {server.address}")
+    try:
+        client = await connect(server.address if server else address)
+        await ensure_search_attributes(client)
+        async with contextlib.AsyncExitStack() as stack:
+            if not await has_worker(client, settings.task_queue):
+                await stack.enter_async_context(worker_module.build_worker(client, settings))
+                out.print("started an in-process worker")
+            handle, fresh = await start_task(client, spec, settings.task_queue, rerun=True)
+            if not fresh:
+                await handle.terminate("a new demo run replaces it")
+                handle, _ = await start_task(client, spec, settings.task_queue, rerun=True)
+            out.print(f"started {handle.id}; the agent is a SCRIPTED stand-in, not an AI\n")
+            result = await follow(handle, lambda st: out.print(status_line(st), markup=False))
+        print_result(out, result)
+        ui = server.ui_url if server else "http://localhost:8233"
+        out.print(f"\nTemporal UI: {ui}/namespaces/default/workflows/{handle.id}", markup=False)
+        if server is not None:
+            out.print("(the server started by the demo stops now; `loop dev` keeps one running)")
+        out.print(f"demo took {time.monotonic() - started_at:.1f} s")
+        return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
+    finally:
+        if server is not None:
+            server.stop()

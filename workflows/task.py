@@ -1,0 +1,634 @@
+"""TaskWorkflow: one task, from its task file to a named terminal state.
+
+Read it top to bottom as DESIGN.md's diagram:
+
+    prepare workspace -> explore -> (make -> verify)xN -> finalize by autonomy -> summarize
+
+with the branches named where they happen: a policy violation ends BLOCKED, a
+spent budget or a stall escalates to NEEDS_HUMAN and waits for a signal, the
+wall-clock budget is a timer that cancels the running activity, and an
+``assisted`` task waits in AWAITING_APPROVAL for ``approve`` or ``reject``.
+
+Everything here is deterministic bookkeeping; side effects are activities named
+in ``loop.contracts``. Time spent waiting on a person is not charged to the
+wall-clock budget, so the timer runs only around the active segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
+    from loop import feedback as fb
+    from loop.contracts import (
+        COMMIT,
+        ESCALATE,
+        EXPLORE,
+        MAKE,
+        MERGE,
+        PREPARE_WORKSPACE,
+        QUERY_STATUS,
+        QUERY_TRACE,
+        REMOVE_WORKSPACE,
+        SA_ATTEMPTS,
+        SA_COST,
+        SA_REPO,
+        SA_STATE,
+        SIGNAL_APPROVE,
+        SIGNAL_EXTEND_BUDGET,
+        SIGNAL_FEEDBACK,
+        SIGNAL_REJECT,
+        SUMMARIZE,
+        TASK_WORKFLOW,
+        VERIFY,
+        WAITING_APPROVAL,
+        WAITING_DECISION,
+        ActivityDef,
+        ApproveSignal,
+        AttemptRecord,
+        Autonomy,
+        BudgetFigures,
+        BudgetStatus,
+        CommitInput,
+        Escalation,
+        EscalateInput,
+        ExploreInput,
+        ExtendBudgetSignal,
+        Feedback,
+        FeedbackSignal,
+        FinalAction,
+        MakeInput,
+        MergeInput,
+        Phase,
+        PrepareInput,
+        PromptParts,
+        RejectSignal,
+        RemoveInput,
+        SummarizeInput,
+        TaskResult,
+        TaskSpec,
+        TaskState,
+        TaskStatus,
+        TraceEvent,
+        Usage,
+        Verdict,
+        VerifyInput,
+        Workspace,
+    )
+    from loop.errors import PERMANENT, POLICY_VIOLATION
+    from loop.fingerprint import fingerprint
+
+Out = TypeVar("Out", bound=BaseModel)
+
+# Fast recovery (DESIGN): a short first retry, heartbeats of a few seconds.
+RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=6,
+    non_retryable_error_types=[PERMANENT, POLICY_VIOLATION],
+)
+NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+HEARTBEAT = timedelta(seconds=5)
+SHORT = timedelta(seconds=120)
+
+
+@dataclass
+class _Stop:
+    """Why an active segment ended without a verified result."""
+
+    state: TaskState  # BLOCKED, BUDGET_EXCEEDED or NEEDS_HUMAN (escalate)
+    reason: str
+    budget: bool = False
+    """A spent budget or a stall: an unanswered escalation ends BUDGET_EXCEEDED."""
+
+
+@dataclass
+class _Decision:
+    kind: str  # approve | reject | feedback | extend
+    text: str = ""
+
+
+@workflow.defn(name=TASK_WORKFLOW)
+class TaskWorkflow:
+    @workflow.init
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.state = TaskState.RUNNING
+        self.phase: Phase | None = Phase.EXPLORE
+        self.reason = ""
+        self.waiting_for = ""
+        self.ws: Workspace | None = None
+        self.brief = ""
+        self.max_attempts = spec.budget.max_attempts
+        self.max_seconds: float | None = spec.budget.max_seconds
+        self.max_tokens = spec.budget.max_tokens
+        self.max_cost = spec.budget.max_cost_usd
+        self.seconds_used = 0.0
+        self.segment_started: Any = None
+        self.stalled = 0
+        self.last_fingerprint = ""
+        self.human_feedback: list[str] = []
+        self.next_feedback: Feedback | None = None
+        self.last_verdict: Verdict | None = None
+        self.decision: _Decision | None = None
+        self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
+
+    # ------------------------------------------------------------------ the process
+
+    @workflow.run
+    async def run(self, spec: TaskSpec) -> TaskResult:
+        self.result.spec_hash = _spec_hash(spec)
+        self._event("started", f"autonomy={spec.autonomy} base={spec.base or 'HEAD'}")
+        self._publish()
+        try:
+            await self._process()
+        except _Blocked as e:
+            self._end(TaskState.BLOCKED, str(e))
+        except asyncio.CancelledError:
+            self._end(TaskState.CANCELLED, "cancelled by request")
+        self.phase = Phase.SUMMARIZE
+        await self._summarize()
+        return self.result
+
+    async def _process(self) -> None:
+        while True:
+            stop = await self._timed(self._attempts())
+            if stop is None:
+                await self._finalize()
+                return
+            if stop.state != TaskState.NEEDS_HUMAN:
+                self._end(stop.state, stop.reason)
+                return
+            decision = await self._wait_for_person(stop.reason, WAITING_DECISION)
+            if decision is None:
+                timeout_state = TaskState.BUDGET_EXCEEDED if stop.budget else TaskState.NEEDS_HUMAN
+                self._end(timeout_state, f"{stop.reason}; no answer within approval_timeout")
+                return
+            if decision.kind == "reject":
+                self._end(TaskState.REJECTED, decision.text or "rejected")
+                return
+            # feedback or extend_budget: the loop goes on from where it stopped.
+            self.stalled = 0
+            self.last_fingerprint = ""
+
+    async def _attempts(self) -> _Stop | None:
+        """Prepare and explore once, then make -> verify until pass or a reason to stop."""
+        if self.ws is None:
+            self.phase = Phase.EXPLORE
+            self.ws = await self._act(
+                PREPARE_WORKSPACE,
+                PrepareInput(
+                    task_id=self.spec.id,
+                    repo=self.spec.repo,
+                    base=self.spec.base,
+                    run_id=workflow.info().run_id,
+                ),
+                summary="prepare worktree",
+            )
+            self.result.worktree = self.ws.path
+            self.result.branch = self.ws.branch
+            explored = await self._act(
+                EXPLORE, ExploreInput(task=self.spec, workspace=self.ws), summary="explore",
+                heartbeat=True, seconds=sum(g.timeout for g in self.spec.verify) + 60,
+            )
+            self.brief = explored.brief
+            self.result.explore_brief = explored.brief_path
+            self._event("explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}")
+
+        while True:
+            if self.result.attempts and len(self.result.attempts) >= self.max_attempts:
+                return _Stop(TaskState.NEEDS_HUMAN, "attempts exhausted", budget=True)
+            spent = self._spent_budget()
+            if spent:
+                return _Stop(TaskState.NEEDS_HUMAN, spent, budget=True)
+            stop = await self._attempt(len(self.result.attempts) + 1)
+            if stop is not None or (self.last_verdict is not None and self.last_verdict.passed):
+                return stop
+
+    async def _attempt(self, n: int) -> _Stop | None:
+        assert self.ws is not None
+        record = AttemptRecord(attempt=n, feedback=self.next_feedback)
+        self.result.attempts.append(record)
+        self.last_verdict = None
+        self._event("attempt", f"attempt {n} of {self.max_attempts}")
+        self._publish()
+
+        self.phase = Phase.MAKE
+        prompt = PromptParts(
+            goal=self.spec.goal,
+            brief=self.brief,
+            gates=[fb.describe_gate(g) for g in self.spec.verify],
+            feedback=self.next_feedback,
+            human_feedback=list(self.human_feedback),
+        )
+        made = await self._act(
+            MAKE,
+            MakeInput(task=self.spec, workspace=self.ws, attempt=n, prompt=prompt),
+            summary=f"make: attempt {n}",
+            heartbeat=True,
+            seconds=self.spec.agent.timeout + 120,
+        )
+        record.make = made
+        record.usage = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
+        self.result.tokens += made.tokens
+        self.result.cost_usd += made.cost_usd
+        self.result.tool_calls += made.tool_calls
+        self.result.commit = made.commit
+        if made.outside_writes:
+            return _Stop(
+                TaskState.BLOCKED, f"write outside the worktree: {', '.join(made.outside_writes)}"
+            )
+
+        self.phase = Phase.VERIFY
+        verdict = await self._act(
+            VERIFY,
+            VerifyInput(task=self.spec, workspace=self.ws, attempt=n, make=made),
+            summary=f"verify: attempt {n}",
+            heartbeat=True,
+            seconds=sum(g.timeout for g in self.spec.verify) + 120,
+        )
+        record.verdict = verdict
+        self.last_verdict = verdict
+        self.result.evidence = verdict.gates
+        self._event("verdict", f"attempt {n}: {verdict.summary()}")
+        violations = verdict.policy_violations
+        if violations:
+            return _Stop(TaskState.BLOCKED, "; ".join(g.evidence.detail for g in violations))
+        if verdict.passed:
+            return None
+
+        record.fingerprint = fingerprint(verdict.gates)
+        if record.fingerprint == self.last_fingerprint:
+            self.stalled += 1
+        else:
+            self.stalled, self.last_fingerprint = 1, record.fingerprint
+        self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
+        if self.stalled >= self.spec.budget.max_stalled_attempts:
+            return _Stop(TaskState.NEEDS_HUMAN, "no new evidence", budget=True)
+        return None
+
+    async def _finalize(self) -> None:
+        """What the loop may do with a verified result, by autonomy."""
+        assert self.ws is not None and self.last_verdict is not None
+        self.phase = Phase.FINALIZE
+        artifact = self.last_verdict.artifact
+        if self.spec.autonomy == Autonomy.REPORT:
+            self.result.final_action = FinalAction.LEFT_IN_WORKTREE
+            self._end(TaskState.DONE_WITH_EVIDENCE, "verified; change left in the worktree")
+            return
+        committed = await self._act(
+            COMMIT,
+            CommitInput(
+                task=self.spec,
+                workspace=self.ws,
+                artifact=artifact,
+                message=_commit_message(self.spec, self.last_verdict),
+            ),
+            summary="commit on branch",
+        )
+        self.result.branch, self.result.commit = committed.branch, committed.commit
+        self._event("committed", f"{committed.branch} at {committed.commit[:12]}")
+
+        if self.spec.autonomy == Autonomy.ASSISTED:
+            decision = await self._wait_for_person(
+                f"verified; {committed.branch} is ready to merge",
+                WAITING_APPROVAL,
+                state=TaskState.AWAITING_APPROVAL,
+            )
+            if decision is None:
+                self.result.final_action = FinalAction.BRANCH_READY
+                self._end(
+                    TaskState.DONE_WITH_EVIDENCE,
+                    "verified; no approval within approval_timeout, branch kept for review",
+                )
+                return
+            if decision.kind == "reject":
+                self._end(TaskState.REJECTED, decision.text or "rejected")
+                return
+
+        while True:
+            self.phase = Phase.FINALIZE
+            merged = await self._act(
+                MERGE,
+                MergeInput(
+                    workspace=self.ws,
+                    commit=committed.commit,
+                    message=f"Merge {committed.branch}: {_first_line(self.spec.goal)}",
+                ),
+                summary="merge into base",
+            )
+            if merged.merged:
+                self.result.final_action = FinalAction.MERGED
+                self.result.commit = merged.commit
+                self._event("merged", f"{merged.how} into {self.ws.base_ref}")
+                removed = await self._act(
+                    REMOVE_WORKSPACE,
+                    RemoveInput(workspace=self.ws, delete_branch=True),
+                    summary="remove worktree",
+                )
+                self._event("worktree", "removed" if removed.removed else removed.reason)
+                self._end(TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}")
+                return
+            # A merge a person must sort out: approve retries it, reject ends the task.
+            decision = await self._wait_for_person(f"cannot merge: {merged.reason}", WAITING_APPROVAL)
+            if decision is None:
+                self.result.final_action = FinalAction.BRANCH_READY
+                self._end(TaskState.NEEDS_HUMAN, f"cannot merge: {merged.reason}")
+                return
+            if decision.kind == "reject":
+                self._end(TaskState.REJECTED, decision.text or "rejected")
+                return
+
+    async def _summarize(self) -> None:
+        self.result.execution_seconds = round(self.seconds_used, 3)
+        try:
+            written = await self._act(
+                SUMMARIZE,
+                SummarizeInput(result=self.result, goal=self.spec.goal, repo=self.spec.repo),
+                summary="write trace and notes",
+            )
+        except ActivityError as e:
+            self._event("summarize-failed", _cause(e))
+            return
+        self.result.trace_path, self.result.notes_path = written.trace_path, written.notes_path
+
+    # ------------------------------------------------------------------ people
+
+    async def _wait_for_person(
+        self, reason: str, waiting_for: str, state: TaskState = TaskState.NEEDS_HUMAN
+    ) -> _Decision | None:
+        """Park on a person until a signal that applies, or ``approval_timeout`` (None)."""
+        self.state, self.reason, self.waiting_for = state, reason, waiting_for
+        self.phase = None
+        escalation = Escalation(at=_now(), reason=reason, waiting_for=waiting_for)
+        self.result.human_escalation.append(escalation)
+        self._event("waiting", f"{state}: {reason} (send {waiting_for})")
+        self._publish()
+        await self._notify(reason, waiting_for)
+        self.decision = None
+        try:
+            await workflow.wait_condition(
+                lambda: self.decision is not None,
+                timeout=timedelta(seconds=self.spec.approval_timeout),
+                timeout_summary="approval_timeout",
+            )
+        except TimeoutError:
+            escalation.resolved_by = "timeout"
+            return None
+        decision, self.decision = self.decision, None
+        assert decision is not None
+        escalation.resolved_by = decision.kind
+        self.state, self.reason, self.waiting_for = TaskState.RUNNING, "", ""
+        self._publish()
+        return decision
+
+    async def _notify(self, reason: str, waiting_for: str) -> None:
+        """Escalation messages must never hold the task up: failures are only recorded."""
+        try:
+            sent = await workflow.execute_activity(
+                ESCALATE.name,
+                EscalateInput(
+                    task_id=self.spec.id,
+                    goal=self.spec.goal,
+                    state=self.state,
+                    reason=reason,
+                    waiting_for=waiting_for,
+                    attempt=len(self.result.attempts),
+                    last_verdict=self.last_verdict.summary() if self.last_verdict else "",
+                ),
+                result_type=ESCALATE.output,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=NOTIFY_RETRY,
+                summary="escalate",
+            )
+        except ActivityError as e:
+            self._event("notify-failed", _cause(e))
+            return
+        for err in sent.errors:
+            self._event("notify-failed", err)
+
+    @workflow.signal(name=SIGNAL_APPROVE)
+    def approve(self, payload: ApproveSignal) -> None:
+        if self.waiting_for == WAITING_APPROVAL:
+            self._decide(_Decision("approve", payload.note), f"approve: {payload.note}")
+        else:
+            self._ignored("approve")
+
+    @workflow.signal(name=SIGNAL_REJECT)
+    def reject(self, payload: RejectSignal) -> None:
+        if self.state.waiting:
+            self._decide(_Decision("reject", payload.reason), f"reject: {payload.reason}")
+        else:
+            self._ignored("reject")
+
+    @workflow.signal(name=SIGNAL_FEEDBACK)
+    def feedback(self, payload: FeedbackSignal) -> None:
+        if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
+            self.human_feedback.append(payload.text)
+            self._grant_attempt_if_waiting()
+            self._decide(_Decision("feedback", payload.text), f"feedback: {payload.text}")
+        else:
+            self._ignored("feedback")
+
+    @workflow.signal(name=SIGNAL_EXTEND_BUDGET)
+    def extend_budget(self, payload: ExtendBudgetSignal) -> None:
+        if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
+            self.max_attempts += payload.attempts
+            if payload.seconds:
+                self.max_seconds = (self.max_seconds or self.seconds_used) + payload.seconds
+            if payload.tokens:
+                self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
+            if payload.cost_usd:
+                self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
+            self._decide(_Decision("extend"), f"extend_budget: {payload.model_dump_json()}")
+        else:
+            self._ignored("extend_budget")
+
+    def _grant_attempt_if_waiting(self) -> None:
+        """Feedback to a parked task grants one more attempt carrying that text."""
+        if self.state == TaskState.NEEDS_HUMAN:
+            self.max_attempts = max(self.max_attempts, len(self.result.attempts) + 1)
+
+    def _decide(self, decision: _Decision, detail: str) -> None:
+        self._event("signal", detail)
+        if self.state.waiting:
+            self.decision = decision
+
+    def _ignored(self, name: str) -> None:
+        self._event("signal-ignored", f"{name} does not apply while {self.state}")
+
+    @workflow.query(name=QUERY_STATUS)
+    def status(self) -> TaskStatus:
+        return TaskStatus(
+            task_id=self.spec.id,
+            state=self.state,
+            phase=self.phase if self.state == TaskState.RUNNING else None,
+            attempt=len(self.result.attempts),
+            waiting_for=self.waiting_for,
+            reason=self.reason,
+            budget=self._budget(),
+            last_verdict=self.last_verdict.summary() if self.last_verdict else "",
+        )
+
+    @workflow.query(name=QUERY_TRACE)
+    def trace(self) -> TaskResult:
+        self.result.execution_seconds = round(self._seconds_now(), 3)
+        return self.result
+
+    # ------------------------------------------------------------------ budgets
+
+    async def _timed(self, segment: Any) -> _Stop | None:
+        """Run an active segment under what is left of the wall-clock budget.
+
+        The budget is a durable timer: when it fires, ``wait_for`` cancels the
+        segment, which cancels the running activity and waits until it is dead.
+        """
+        self.segment_started = workflow.now()
+        try:
+            if self.max_seconds is None:
+                return await segment
+            left = self.max_seconds - self.seconds_used
+            if left <= 0:
+                segment.close()
+                return _Stop(TaskState.BUDGET_EXCEEDED, "wall-clock budget spent")
+            try:
+                return await asyncio.wait_for(segment, timeout=left)
+            except TimeoutError:
+                return _Stop(
+                    TaskState.BUDGET_EXCEEDED,
+                    f"wall-clock budget of {self.max_seconds:g} s spent",
+                )
+        finally:
+            self.seconds_used = self._seconds_now()
+            self.segment_started = None
+
+    def _seconds_now(self) -> float:
+        if self.segment_started is None:
+            return self.seconds_used
+        return self.seconds_used + (workflow.now() - self.segment_started).total_seconds()
+
+    def _spent_budget(self) -> str:
+        if self.max_tokens is not None and self.result.tokens >= self.max_tokens:
+            return "token budget spent"
+        if self.max_cost is not None and self.result.cost_usd >= self.max_cost:
+            return "cost budget spent"
+        limit = self.spec.budget.max_tool_calls
+        if limit is not None and self.result.tool_calls >= limit:
+            return "tool-call budget spent"
+        return ""
+
+    def _budget(self) -> BudgetStatus:
+        used = BudgetFigures(
+            attempts=len(self.result.attempts),
+            seconds=round(self._seconds_now(), 3),
+            tokens=self.result.tokens,
+            cost_usd=round(self.result.cost_usd, 6),
+            tool_calls=self.result.tool_calls,
+        )
+
+        def left(limit: float | None, spent: float) -> Any:
+            return None if limit is None else max(limit - spent, 0)
+
+        return BudgetStatus(
+            used=used,
+            left=BudgetFigures(
+                attempts=left(self.max_attempts, used.attempts or 0),
+                seconds=left(self.max_seconds, used.seconds or 0.0),
+                tokens=left(self.max_tokens, used.tokens or 0),
+                cost_usd=left(self.max_cost, used.cost_usd or 0.0),
+                tool_calls=left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
+            ),
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _act(
+        self,
+        d: ActivityDef[Any, Out],
+        inp: BaseModel,
+        *,
+        summary: str,
+        heartbeat: bool = False,
+        seconds: float | None = None,
+    ) -> Out:
+        """Run one activity; a permanent failure becomes BLOCKED with its one-line reason."""
+        try:
+            return await workflow.execute_activity(
+                d.name,
+                inp,
+                result_type=d.output,
+                start_to_close_timeout=timedelta(seconds=seconds) if seconds else SHORT,
+                heartbeat_timeout=HEARTBEAT if heartbeat else None,
+                retry_policy=RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=summary,
+            )
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                # Cancelled by the wall-clock timer or a cancel request, not a failure.
+                raise asyncio.CancelledError from e
+            raise _Blocked(f"{d.name} failed: {_cause(e)}") from e
+
+    def _end(self, state: TaskState, reason: str) -> None:
+        self.state, self.reason, self.waiting_for, self.phase = state, reason, "", None
+        self.result.state, self.result.reason = state, reason
+        self._event("ended", f"{state}: {reason}")
+        self._publish()
+
+    def _event(self, kind: str, detail: str = "") -> None:
+        self.result.events.append(TraceEvent(at=_now(), kind=kind, detail=detail))
+        if not workflow.unsafe.is_replaying():
+            workflow.logger.info("%s %s", kind, detail, extra={"task_id": self.spec.id})
+
+    def _publish(self) -> None:
+        """Search attributes for the Temporal UI and `loop status`/`loop inbox` queries."""
+        self.result.state = self.state
+        workflow.upsert_search_attributes(
+            [
+                SA_STATE.value_set(str(self.state)),
+                SA_ATTEMPTS.value_set(len(self.result.attempts)),
+                SA_COST.value_set(round(self.result.cost_usd, 6)),
+                SA_REPO.value_set(self.spec.repo),
+            ]
+        )
+
+
+class _Blocked(Exception):
+    """An activity failed for good: the task cannot go on by itself (ends BLOCKED)."""
+
+
+def _cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _now() -> str:
+    return workflow.now().isoformat(timespec="seconds")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:72]
+
+
+def _spec_hash(spec: TaskSpec) -> str:
+    """Gates, budget and protected paths are hashed into the trace (DESIGN)."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _commit_message(spec: TaskSpec, verdict: Verdict) -> str:
+    gates = "\n".join(f"- {g.name}: pass" for g in verdict.gates)
+    return f"{_first_line(spec.goal)}\n\nVerified by Loopwork ({spec.id}):\n{gates}"
