@@ -16,15 +16,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import SEARCH_ATTRIBUTES
-from loop.devserver import temporal_binary
+from loop.devserver import DYNAMIC_CONFIG, temporal_binary
 from loop.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@localhost", "-c", "commit.gpgsign=false"]
-FAST = [
-    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-    "--dynamic-config-value", "history.timerProcessorMaxPollRPS=1000",
-]
+FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -231,3 +231,22 @@ async def test_two_tasks_on_one_repo_do_not_disturb_each_other(
     assert sorted(ra.attempts[0].make.changed_files) == ["notes/a.txt", "slugify.py"]
     assert sorted(rb.attempts[0].make.changed_files) == ["notes/b.txt", "slugify.py"]
     assert ra.worktree != rb.worktree
+
+
+async def test_max_seconds_timer_cancels_the_running_agent(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, SLOW)
+    spec = task(demo_repo, agent, budget={"max_attempts": 3, "max_seconds": 3})
+    started = time.monotonic()
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        result = await handle.result()
+    took = time.monotonic() - started
+    assert result.state == TaskState.BUDGET_EXCEEDED
+    assert result.reason == "wall-clock budget of 3 s spent"
+    assert took < 15  # the 60 s agent was cut short, not waited for
+    pid = int((settings.runs / spec["id"] / "attempt-1" / "output.md.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+    assert 3 <= result.execution_seconds < 10
+    assert len(result.attempts) == 1 and result.attempts[0].verdict is None

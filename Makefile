@@ -1,0 +1,38 @@
+# The one place to look for how to do things. Works on a machine with only
+# Python >= 3.11, git and make: the first target creates .venv and installs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all lint format dev worker clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)        ## the offline demo: a real bug fixed after one round of feedback
+	$(BIN)/loop demo
+
+test: $(STAMP)        ## every test: unit, time-skipping, real dev server, crash
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+dev: $(STAMP)         ## the embedded Temporal server with its UI on :8233
+	$(BIN)/loop dev
+
+worker: $(STAMP)
+	$(BIN)/loop worker
+
+clean:
+	rm -rf $(VENV) .loop .pytest_cache .ruff_cache *.egg-info
