@@ -14,7 +14,13 @@ from pathlib import Path
 import httpx
 from temporalio import activity
 
-from loop.contracts import ESCALATE, EscalateInput, EscalateResult, workflow_id_for
+from loop.contracts import (
+    ESCALATE,
+    WAITING_APPROVAL,
+    EscalateInput,
+    EscalateResult,
+    workflow_id_for,
+)
 from loop.logs import log_for
 from loop.settings import Settings
 
@@ -51,10 +57,14 @@ class EscalateActivities:
     @staticmethod
     def message(inp: EscalateInput) -> dict[str, object]:
         wid = workflow_id_for(inp.task_id)
-        answer = {
-            "approve/reject": f"loop approve {inp.task_id}  |  loop reject {inp.task_id} --reason …",
-        }.get(inp.waiting_for, f"loop feedback {inp.task_id} '…'  |  loop extend {inp.task_id} "
-                               f"--attempts 1  |  loop reject {inp.task_id} --reason …")
+        tid = inp.task_id
+        if inp.waiting_for == WAITING_APPROVAL:
+            answer = f"loop approve {tid}  |  loop reject {tid} --reason …"
+        else:
+            answer = (
+                f"loop feedback {tid} '…'  |  loop extend {tid} --attempts 1  |  "
+                f"loop reject {tid} --reason …"
+            )
         return {
             "text": f"Loopwork task {inp.task_id} is {inp.state}: {inp.reason}. Answer: {answer}",
             "task_id": inp.task_id,

@@ -103,7 +103,7 @@ async def run_gate(gate: Gate, ws: Workspace, log_dir: Path) -> GateResult:
         ["bash", "-c", gate.run],
         cwd=Path(ws.path),
         env=gate_env(),
-        timeout=gate.timeout,
+        limit_s=gate.timeout,
         log_path=log_path,
         pid_file=pid_file,
     )
@@ -347,8 +347,9 @@ class LostTests:
 
     @property
     def ok(self) -> bool:
-        return not (self.removed_files or self.unparsable or self.removed_tests
-                    or self.skipped_tests)
+        return not (
+            self.removed_files or self.unparsable or self.removed_tests or self.skipped_tests
+        )
 
 
 async def compare_tests(cwd: str, base: str, artifact: str) -> LostTests:

@@ -18,8 +18,8 @@ from activities.git import git
 from activities.proc import kill_stale, run_process
 from activities.workspace import (
     changed_files,
-    outside_snapshot,
     outside_changes,
+    outside_snapshot,
     restore,
     wip_commit,
 )
@@ -81,15 +81,21 @@ class MakeActivities:
             argv,
             cwd=Path(ws.path),
             env=env,
-            timeout=inp.task.agent.timeout,
+            limit_s=inp.task.agent.timeout,
             log_path=folder / "agent.log",
             pid_file=folder / "agent.pid",
         )
-        log.info("agent finished", exit_code=ran.exit_code, timed_out=ran.timed_out,
-                 seconds=ran.duration_s)
+        log.info(
+            "agent finished",
+            exit_code=ran.exit_code,
+            timed_out=ran.timed_out,
+            seconds=ran.duration_s,
+        )
         if not Path(ws.path, ".git").exists():
             raise permanent(f"the agent deleted its worktree {ws.path}")
-        outside = outside_changes(before, await outside_snapshot(ws.repo, [str(self.settings.home)]))
+        outside = outside_changes(
+            before, await outside_snapshot(ws.repo, [str(self.settings.home)])
+        )
 
         if output_file.exists():
             claim = output_file.read_bytes()[:CLAIM_CHARS].decode("utf-8", errors="replace")

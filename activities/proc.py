@@ -109,12 +109,12 @@ async def run_process(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    timeout: float,
+    limit_s: float,
     log_path: Path,
     pid_file: Path | None = None,
     tail_chars: int = OUTPUT_TAIL_CHARS,
 ) -> ProcResult:
-    """Run ``argv`` to completion or ``timeout``; kill its group on timeout or cancellation.
+    """Run ``argv`` for at most ``limit_s`` seconds; kill its group on timeout or cancel.
 
     A command that cannot be started (missing, not executable) is reported as exit
     code 127/126 with the reason in the tail, like a shell would, because for an
@@ -142,7 +142,7 @@ async def run_process(
             pid_file.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid)}))
         timed_out = False
         try:
-            deadline = started + timeout
+            deadline = started + limit_s
             while True:
                 heartbeat()
                 left = deadline - time.monotonic()
@@ -151,7 +151,9 @@ async def run_process(
                     await _terminate(proc)
                     break
                 try:
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), min(HEARTBEAT_EVERY_S, left))
+                    await asyncio.wait_for(
+                        asyncio.shield(proc.wait()), min(HEARTBEAT_EVERY_S, left)
+                    )
                     break
                 except TimeoutError:
                     continue

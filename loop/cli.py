@@ -56,7 +56,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
-from loop.render import print_result, status_line
+from loop.render import event_line, print_result, status_line
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 
@@ -115,14 +115,14 @@ def _check_id(task_id: str) -> str:
 
 
 async def _handle(client: Client, task_id: str) -> tuple[WorkflowHandle, Any]:
-    handle = client.get_workflow_handle(
-        workflow_id_for(_check_id(task_id)), result_type=TaskResult
-    )
+    handle = client.get_workflow_handle(workflow_id_for(_check_id(task_id)), result_type=TaskResult)
     try:
         desc = await handle.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise UnknownTask(f"no task {task_id!r} (workflow {handle.id}) on this server") from None
+            raise UnknownTask(
+                f"no task {task_id!r} (workflow {handle.id}) on this server"
+            ) from None
         raise
     return handle, desc
 
@@ -214,7 +214,7 @@ def start(
             )
         if not wait:
             return 0
-        result = await follow(handle, lambda st: out.print(status_line(st), markup=False))
+        result = await follow(handle, lambda ev: out.print(event_line(spec.id, ev), markup=False))
         print_result(out, result)
         return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
 
@@ -231,7 +231,9 @@ def _load(file: Path) -> TaskSpec:
 
 @app.command()
 def status(
-    task_id: Annotated[str | None, typer.Argument(metavar="ID", help="task id; all if omitted")] = None,
+    task_id: Annotated[
+        str | None, typer.Argument(metavar="ID", help="task id; all if omitted")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """One task's state, phase, attempt, budget and last verdict; or a table of all tasks."""
@@ -303,7 +305,13 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
     cols += ["reason", "answer with"] if inbox else ["repo"]
     table = Table(*cols)
     for r in rows:
-        cells = [r["task_id"], r["state"], str(r["attempts"]), f"${r['cost_usd']:.4f}", r["started"]]
+        cells = [
+            r["task_id"],
+            r["state"],
+            str(r["attempts"]),
+            f"${r['cost_usd']:.4f}",
+            r["started"],
+        ]
         cells += [r.get("reason", ""), r.get("answer", "")] if inbox else [r["repo"]]
         table.add_row(*cells)
     out.print(table)
@@ -313,8 +321,10 @@ def _answer_hint(st: TaskStatus) -> str:
     if st.waiting_for == WAITING_APPROVAL:
         return f"loop approve {st.task_id} | loop reject {st.task_id} --reason …"
     if st.waiting_for == WAITING_DECISION:
-        return (f"loop feedback {st.task_id} '…' | loop extend {st.task_id} --attempts 1 | "
-                f"loop reject {st.task_id} --reason …")
+        return (
+            f"loop feedback {st.task_id} '…' | loop extend {st.task_id} --attempts 1 | "
+            f"loop reject {st.task_id} --reason …"
+        )
     return ""
 
 
@@ -411,7 +421,9 @@ def extend(
     cost_usd: Annotated[float, typer.Option(min=0, help="more dollars")] = 0.0,
 ) -> None:
     """Add budget to a running task or one waiting in NEEDS_HUMAN; the loop goes on."""
-    payload = ExtendBudgetSignal(attempts=attempts, seconds=seconds, tokens=tokens, cost_usd=cost_usd)
+    payload = ExtendBudgetSignal(
+        attempts=attempts, seconds=seconds, tokens=tokens, cost_usd=cost_usd
+    )
     if payload == ExtendBudgetSignal():
         err.print("error: nothing to add; give --attempts, --seconds, --tokens or --cost-usd")
         raise typer.Exit(2)
@@ -452,7 +464,7 @@ def trace(
         if desc.status == WorkflowExecutionStatus.RUNNING:
             result = await handle.query(QUERY_TRACE, result_type=TaskResult)
         else:
-            result = (await _status(handle, desc))  # type: ignore[assignment]
+            result = await _status(handle, desc)  # type: ignore[assignment]
         assert isinstance(result, TaskResult)
         if as_json:
             out.print_json(result.model_dump_json())

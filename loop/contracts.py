@@ -132,8 +132,11 @@ class Gate(_TaskFileModel):
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> Gate:
-        kinds = [k for k in ("run", "diff_scope", "no_removed_tests", "contains", "llm_review")
-                 if getattr(self, k) not in (None, False)]
+        kinds = [
+            k
+            for k in ("run", "diff_scope", "no_removed_tests", "contains", "llm_review")
+            if getattr(self, k) not in (None, False)
+        ]
         if len(kinds) != 1:
             found = ", ".join(kinds) or "none"
             raise ValueError(
@@ -365,7 +368,7 @@ class MakeResult(_Record):
     timed_out: bool = False
     output_tail: str = ""
     claim: str = ""
-    """The agent's final answer (LOOP_OUTPUT_FILE, else its stdout tail): recorded, never trusted."""
+    """The final answer (LOOP_OUTPUT_FILE, else the stdout tail): recorded, never trusted."""
     claim_path: str = ""
     start_commit: str = ""
     commit: str = ""

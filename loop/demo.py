@@ -23,7 +23,7 @@ from loop.client import connect, ensure_search_attributes
 from loop.contracts import TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
-from loop.render import print_result, status_line
+from loop.render import event_line, print_result
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 
@@ -44,8 +44,10 @@ def demo_task(repo: Path, agent: Path) -> dict[str, object]:
             {"name": "tests", "run": f"{python} -m unittest discover -s tests -t .", "timeout": 60},
             {
                 "name": "scope",
-                "diff_scope": {"allow": ["slugify.py", "tests/**"],
-                               "protect": ["tests/test_slugify.py"]},
+                "diff_scope": {
+                    "allow": ["slugify.py", "tests/**"],
+                    "protect": ["tests/test_slugify.py"],
+                },
             },
             {"name": "keep-tests", "no_removed_tests": True},
         ],
@@ -64,8 +66,15 @@ def make_repo(home: Path) -> Path:
     shutil.rmtree(home / "runs" / TASK_ID, ignore_errors=True)
     repo = folder / "repo"
     shutil.copytree(EXAMPLES / "repo", repo)
-    git = ["git", "-c", "user.name=Loopwork demo", "-c", "user.email=demo@localhost",
-           "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-c",
+        "user.name=Loopwork demo",
+        "-c",
+        "user.email=demo@localhost",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "slugify with a bug"], cwd=repo, check=True)
@@ -96,7 +105,9 @@ async def run_demo(settings: Settings, address: str | None, out: Console) -> int
                 await handle.terminate("a new demo run replaces it")
                 handle, _ = await start_task(client, spec, settings.task_queue, rerun=True)
             out.print(f"started {handle.id}; the agent is a SCRIPTED stand-in, not an AI\n")
-            result = await follow(handle, lambda st: out.print(status_line(st), markup=False))
+            result = await follow(
+                handle, lambda ev: out.print(event_line(spec.id, ev), markup=False)
+            )
         print_result(out, result)
         ui = server.ui_url if server else "http://localhost:8233"
         out.print(f"\nTemporal UI: {ui}/namespaces/default/workflows/{handle.id}", markup=False)

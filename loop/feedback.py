@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 from loop.contracts import (
-    Feedback,
     FailedRequirement,
+    Feedback,
     Gate,
     GateResult,
     MakeResult,
@@ -114,7 +114,14 @@ def render_prompt(parts: PromptParts, attempt: int) -> str:
                 out += ["", "```", f.evidence.output_tail.strip(), "```"]
             out.append("")
         if fb.previous_output:
-            out += ["### Your previous output (tail)", "", "```", fb.previous_output.strip(), "```", ""]
+            out += [
+                "### Your previous output (tail)",
+                "",
+                "```",
+                fb.previous_output.strip(),
+                "```",
+                "",
+            ]
     if parts.human_feedback:
         out += ["## From a person", ""]
         out += [f"- {t}" for t in parts.human_feedback]

@@ -29,9 +29,7 @@ _TRUNCATED = re.compile(r"\A\[… \d+ earlier bytes in the log\]\n[^\n]*(?:\n|\Z
 _RULES: list[tuple[re.Pattern[str], str]] = [
     # timestamps and clock times: 2024-05-01T12:00:03.123Z, 12:00:03, (0:01:01)
     (
-        re.compile(
-            r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
-        ),
+        re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"),
         "<time>",
     ),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),

@@ -35,5 +35,7 @@ def configure(level: str = "INFO", *, json: bool | None = None) -> None:
     )
 
 
-def log_for(task_id: str, attempt: int | None, activity: str) -> structlog.typing.FilteringBoundLogger:
+def log_for(
+    task_id: str, attempt: int | None, activity: str
+) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger("loop").bind(task_id=task_id, attempt=attempt, activity=activity)

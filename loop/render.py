@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from loop.contracts import GateResult, TaskResult, TaskState, TaskStatus
+from loop.contracts import GateResult, TaskResult, TaskState, TaskStatus, TraceEvent
 
 
 def status_line(st: TaskStatus) -> str:
@@ -21,10 +21,14 @@ def status_line(st: TaskStatus) -> str:
     return text
 
 
+def event_line(task_id: str, ev: TraceEvent) -> str:
+    return f"{ev.at[11:19]}  [{task_id}] {ev.kind:<9} {ev.detail}"
+
+
 def evidence(g: GateResult) -> str:
     ev = g.evidence
     parts = []
-    if ev.exit_code is not None:
+    if ev.exit_code is not None and "exit code" not in ev.detail:
         parts.append(f"exit {ev.exit_code}")
     if ev.detail:
         parts.append(ev.detail)

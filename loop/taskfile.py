@@ -73,7 +73,11 @@ def describe(e: ValidationError) -> str:
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["git", *args], cwd=repo, capture_output=True, text=True, check=False,
+        ["git", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
     )
 

@@ -15,14 +15,14 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from loop.contracts import (
-    QUERY_STATUS,
+    QUERY_TRACE,
     SA_REPO,
     SA_STATE,
     TASK_WORKFLOW,
     TaskResult,
     TaskSpec,
     TaskState,
-    TaskStatus,
+    TraceEvent,
     workflow_id_for,
 )
 from loop.errors import BadInput
@@ -80,21 +80,27 @@ async def has_worker(client: Client, task_queue: str) -> bool:
 
 
 async def follow(
-    handle: WorkflowHandle, on_change: Callable[[TaskStatus], None], *, every: float = 0.5
+    handle: WorkflowHandle, on_event: Callable[[TraceEvent], None], *, every: float = 0.5
 ) -> TaskResult:
-    """Report each state change until the task ends; return its result."""
-    last: tuple[object, ...] = ()
+    """Report each trace event (state changes, attempts, verdicts) until the task ends.
+
+    Events come from the ``trace`` query while the task runs and from the result at
+    the end, so a task faster than the polling interval still shows every step.
+    """
+    seen = 0
     result_task = asyncio.ensure_future(handle.result())
     try:
         while not result_task.done():
             with contextlib.suppress(RPCError, TimeoutError):
-                st = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 5)
-                key = (st.state, st.phase, st.attempt, st.waiting_for, st.last_verdict)
-                if key != last:
-                    on_change(st)
-                    last = key
+                trace = await asyncio.wait_for(handle.query(QUERY_TRACE, result_type=TaskResult), 5)
+                for event in trace.events[seen:]:
+                    on_event(event)
+                seen = max(seen, len(trace.events))
             await asyncio.wait([result_task], timeout=every)
     finally:
         if not result_task.done():
             result_task.cancel()
-    return result_task.result()
+    result: TaskResult = result_task.result()
+    for event in result.events[seen:]:
+        on_event(event)
+    return result

@@ -20,7 +20,15 @@ from loop.devserver import DYNAMIC_CONFIG, temporal_binary
 from loop.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@localhost", "-c", "commit.gpgsign=false"]
+GIT = [
+    "git",
+    "-c",
+    "user.name=Test",
+    "-c",
+    "user.email=test@localhost",
+    "-c",
+    "commit.gpgsign=false",
+]
 FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
 
 
@@ -63,19 +71,20 @@ def demo_repo(tmp_path: Path) -> Path:
     return repo
 
 
-COMPLETE_FIX = '''import re
+COMPLETE_FIX = """import re
 
 
 def slugify(text: str) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
-'''
+"""
 
 
 def write_agent(folder: Path, body: str) -> list[str]:
     """A scripted agent (a Python script) with the protocol's variables at hand."""
     script = folder / f"agent_{uuid.uuid4().hex[:6]}.py"
-    prelude = textwrap.dedent(
-        """
+    prelude = (
+        textwrap.dedent(
+            """
         import json, os, pathlib, sys, time
         attempt = int(os.environ["LOOP_ATTEMPT"])
         out = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"])
@@ -85,7 +94,9 @@ def write_agent(folder: Path, body: str) -> list[str]:
                                 "feedback": os.environ.get("LOOP_FEEDBACK_FILE")}) + "\\n")
         COMPLETE = %r
         """
-    ) % COMPLETE_FIX
+        )
+        % COMPLETE_FIX
+    )
     script.write_text(prelude + textwrap.dedent(body))
     return [sys.executable, str(script)]
 
@@ -107,10 +118,18 @@ def task(repo: Path, agent: list[str], **overrides: object) -> dict:
         "base": "main",
         "agent": {"backend": "command", "command": agent, "timeout": 60},
         "verify": [
-            {"name": "tests", "run": f"{sys.executable} -m unittest discover -s tests -t .",
-             "timeout": 60},
-            {"name": "scope", "diff_scope": {"allow": ["slugify.py", "tests/**", "notes/**"],
-                                             "protect": ["tests/test_slugify.py"]}},
+            {
+                "name": "tests",
+                "run": f"{sys.executable} -m unittest discover -s tests -t .",
+                "timeout": 60,
+            },
+            {
+                "name": "scope",
+                "diff_scope": {
+                    "allow": ["slugify.py", "tests/**", "notes/**"],
+                    "protect": ["tests/test_slugify.py"],
+                },
+            },
             {"name": "keep-tests", "no_removed_tests": True},
         ],
         "budget": {"max_attempts": 3, "max_stalled_attempts": 3},

@@ -42,8 +42,12 @@ async def spawn_worker(client: Client, settings: Settings, log: Path) -> asyncio
         "LOOP_TASK_QUEUE": settings.task_queue,
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "worker.py"), env=env, cwd=ROOT,
-        stdout=log.open("ab"), stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        str(ROOT / "worker.py"),
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("ab"),
+        stderr=asyncio.subprocess.STDOUT,
     )
 
 

@@ -105,7 +105,10 @@ def repo(tmp_path: Path) -> Repo:
 
 def task(*gates: Gate) -> TaskSpec:
     return TaskSpec(
-        id="t", goal="make it so", repo="/nowhere", agent=AgentSpec(command=["true"]),
+        id="t",
+        goal="make it so",
+        repo="/nowhere",
+        agent=AgentSpec(command=["true"]),
         verify=list(gates),
     )
 
@@ -114,8 +117,7 @@ def task(*gates: Gate) -> TaskSpec:
 
 
 async def test_run_gate_passes_with_evidence(repo: Repo) -> None:
-    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace,
-                            repo.run_dir)
+    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace, repo.run_dir)
     assert result.passed
     assert result.kind == "run"
     assert result.evidence.exit_code == 0
@@ -135,15 +137,17 @@ async def test_run_gate_fails_with_exit_code_and_tail(repo: Repo) -> None:
 
 
 async def test_run_gate_runs_in_the_worktree(repo: Repo) -> None:
-    result = await run_gate(Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace,
-                            repo.run_dir)
+    result = await run_gate(
+        Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace, repo.run_dir
+    )
     assert result.passed
     assert result.evidence.output_tail.strip() == str(repo.path)
 
 
 async def test_run_gate_times_out(repo: Repo) -> None:
-    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo.workspace,
-                            repo.run_dir)
+    result = await run_gate(
+        Gate(name="slow", run="sleep 5", timeout=1), repo.workspace, repo.run_dir
+    )
     assert not result.passed
     assert result.evidence.exit_code is None
     assert result.evidence.detail == "timed out after 1 s"
@@ -190,8 +194,9 @@ def test_diff_scope_inside_allow_passes(repo: Repo) -> None:
 
 
 def test_diff_scope_outside_allow_is_recoverable(repo: Repo) -> None:
-    make = repo.agent_commit({"src/app.py": APP + "\n# more\n", "README.md": "hi\n",
-                              "docs/x.md": "x\n"})
+    make = repo.agent_commit(
+        {"src/app.py": APP + "\n# more\n", "README.md": "hi\n", "docs/x.md": "x\n"}
+    )
     result = diff_scope_gate(scope_gate(["src/**", "tests/**"]), make.changed_files)
     assert not result.passed
     assert not result.policy_violation
@@ -304,7 +309,8 @@ async def test_newly_skipped_by_module_pytestmark_fails(repo: Repo) -> None:
     result = await keep_tests(repo, {"tests/test_app.py": text})
     assert not result.passed
     assert sorted(result.evidence.files) == [
-        "tests/test_app.py::test_one", "tests/test_app.py::test_two"
+        "tests/test_app.py::test_one",
+        "tests/test_app.py::test_two",
     ]
 
 
@@ -320,7 +326,8 @@ async def test_unparsable_test_file_counts_as_removing_its_tests(repo: Repo) -> 
     result = await keep_tests(repo, {"tests/test_app.py": TESTS + "\ndef broken(:\n"})
     assert not result.passed
     assert sorted(result.evidence.files) == [
-        "tests/test_app.py::test_one", "tests/test_app.py::test_two"
+        "tests/test_app.py::test_one",
+        "tests/test_app.py::test_two",
     ]
     assert "no longer parses: tests/test_app.py: SyntaxError" in result.evidence.detail
 
@@ -391,8 +398,9 @@ def test_contains_reports_missing_case_sensitively() -> None:
 
 
 async def test_evaluate_runs_every_gate_in_order(repo: Repo) -> None:
-    make = repo.agent_commit({"src/app.py": APP + "\n# edit\n", "tests/test_app.py": None},
-                             claim="done with Flask")
+    make = repo.agent_commit(
+        {"src/app.py": APP + "\n# edit\n", "tests/test_app.py": None}, claim="done with Flask"
+    )
     spec = task(
         Gate(name="first", run="echo boom; exit 2"),
         Gate(name="scope", diff_scope=DiffScope(allow=["src/**"])),
@@ -402,8 +410,7 @@ async def test_evaluate_runs_every_gate_in_order(repo: Repo) -> None:
     )
     results = await evaluate(spec, repo.workspace, make, repo.run_dir / "logs")
     assert [r.name for r in results] == ["first", "scope", "answer", "keep-tests", "last"]
-    assert [r.kind for r in results] == ["run", "diff_scope", "contains", "no_removed_tests",
-                                         "run"]
+    assert [r.kind for r in results] == ["run", "diff_scope", "contains", "no_removed_tests", "run"]
     assert [r.passed for r in results] == [False, False, True, False, True]
     assert results[1].evidence.files == ["tests/test_app.py"]
     assert results[3].evidence.files == ["tests/test_app.py"]
@@ -417,9 +424,12 @@ async def test_evaluate_runs_every_gate_in_order(repo: Repo) -> None:
 
 def failed(tail: str, name: str = "tests", exit_code: int = 1, detail: str = "") -> GateResult:
     return GateResult(
-        name=name, kind="run", passed=False,
-        evidence=Evidence(exit_code=exit_code, output_tail=tail, detail=detail,
-                          duration_s=exit_code * 0.1),
+        name=name,
+        kind="run",
+        passed=False,
+        evidence=Evidence(
+            exit_code=exit_code, output_tail=tail, detail=detail, duration_s=exit_code * 0.1
+        ),
     )
 
 

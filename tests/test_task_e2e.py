@@ -37,8 +37,8 @@ async def start(client: Client, settings: Settings, spec: dict) -> WorkflowHandl
     return handle
 
 
-async def wait_for(handle: WorkflowHandle, pred, timeout: float = 60) -> TaskStatus:
-    deadline = time.monotonic() + timeout
+async def wait_for(handle: WorkflowHandle, pred, within: float = 60) -> TaskStatus:
+    deadline = time.monotonic() + within
     while True:
         st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
         if pred(st):
@@ -80,7 +80,9 @@ async def test_pass_after_feedback(client: Client, settings: Settings, demo_repo
     assert "findall" in Path(result.worktree, "slugify.py").read_text()
     assert "findall" not in (demo_repo / "slugify.py").read_text()
     trace = Path(result.trace_path)
-    assert trace.exists() and TaskResult.model_validate_json(trace.read_text()).state == result.state
+    assert (
+        trace.exists() and TaskResult.model_validate_json(trace.read_text()).state == result.state
+    )
     assert f"## {spec['id']}: DONE_WITH_EVIDENCE" in settings.notes.read_text()
 
 
@@ -215,18 +217,22 @@ async def test_cancel_during_make_kills_agent_and_keeps_worktree(
 async def test_two_tasks_on_one_repo_do_not_disturb_each_other(
     client: Client, settings: Settings, demo_repo: Path, tmp_path
 ):
-    a = write_agent(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
-                              'pathlib.Path("notes").mkdir(exist_ok=True)\n'
-                              'pathlib.Path("notes/a.txt").write_text("a")\n')
-    b = write_agent(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
-                              'pathlib.Path("notes").mkdir(exist_ok=True)\n'
-                              'pathlib.Path("notes/b.txt").write_text("b")\n')
+    a = write_agent(
+        tmp_path,
+        'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+        'pathlib.Path("notes").mkdir(exist_ok=True)\n'
+        'pathlib.Path("notes/a.txt").write_text("a")\n',
+    )
+    b = write_agent(
+        tmp_path,
+        'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+        'pathlib.Path("notes").mkdir(exist_ok=True)\n'
+        'pathlib.Path("notes/b.txt").write_text("b")\n',
+    )
     async with build_worker(client, settings):
         ha = await start(client, settings, task(demo_repo, a))
         hb = await start(client, settings, task(demo_repo, b))
-        ra, rb = await asyncio.gather(
-            ha.result(), hb.result()
-        )
+        ra, rb = await asyncio.gather(ha.result(), hb.result())
     assert ra.state == rb.state == TaskState.DONE_WITH_EVIDENCE
     assert sorted(ra.attempts[0].make.changed_files) == ["notes/a.txt", "slugify.py"]
     assert sorted(rb.attempts[0].make.changed_files) == ["notes/b.txt", "slugify.py"]

@@ -74,8 +74,14 @@ TEST_SERVER = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "temporal-
 class Fakes:
     """Scripted activities: verify passes from attempt ``pass_from``; make may hang."""
 
-    def __init__(self, *, pass_from: int = 1, hang: bool = False, merge_ok: bool = True,
-                 same_failure: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        pass_from: int = 1,
+        hang: bool = False,
+        merge_ok: bool = True,
+        same_failure: bool = False,
+    ) -> None:
         self.pass_from, self.hang, self.merge_ok = pass_from, hang, merge_ok
         self.same_failure = same_failure
         self.make_started = False
@@ -84,13 +90,21 @@ class Fakes:
 
     @activity.defn(name=PREPARE_WORKSPACE.name)
     async def prepare(self, inp: PrepareInput) -> Workspace:
-        return Workspace(task_id=inp.task_id, repo=inp.repo, path="/wt", branch="loop/x",
-                         base_ref="main", base_commit="b" * 40, run_dir="/runs/x")
+        return Workspace(
+            task_id=inp.task_id,
+            repo=inp.repo,
+            path="/wt",
+            branch="loop/x",
+            base_ref="main",
+            base_commit="b" * 40,
+            run_dir="/runs/x",
+        )
 
     @activity.defn(name=EXPLORE.name)
     async def explore(self, inp: ExploreInput) -> ExploreResult:
-        return ExploreResult(brief="brief", brief_path="/runs/x/brief.md", files=1,
-                             reproducer=Verdict(passed=False))
+        return ExploreResult(
+            brief="brief", brief_path="/runs/x/brief.md", files=1, reproducer=Verdict(passed=False)
+        )
 
     @activity.defn(name=MAKE.name)
     async def make(self, inp: MakeInput) -> MakeResult:
@@ -109,8 +123,12 @@ class Fakes:
     async def verify(self, inp: VerifyInput) -> Verdict:
         ok = inp.attempt >= self.pass_from
         tail = "FAILED test_x" if self.same_failure else f"FAILED test_{inp.attempt}"
-        gate = GateResult(name="tests", kind="run", passed=ok,
-                          evidence=Evidence(exit_code=0 if ok else 1, output_tail=tail))
+        gate = GateResult(
+            name="tests",
+            kind="run",
+            passed=ok,
+            evidence=Evidence(exit_code=0 if ok else 1, output_tail=tail),
+        )
         return Verdict(passed=ok, gates=[gate], artifact=inp.make.commit)
 
     @activity.defn(name=COMMIT.name)
@@ -137,8 +155,17 @@ class Fakes:
         return SummarizeResult(trace_path="/runs/x.json", notes_path="/notes.md")
 
     def all(self) -> list:
-        return [self.prepare, self.explore, self.make, self.verify, self.commit, self.merge,
-                self.remove, self.escalate, self.summarize]
+        return [
+            self.prepare,
+            self.explore,
+            self.make,
+            self.verify,
+            self.commit,
+            self.merge,
+            self.remove,
+            self.escalate,
+            self.summarize,
+        ]
 
 
 @pytest.fixture(autouse=True)
@@ -176,8 +203,13 @@ def spec(**overrides: object) -> TaskSpec:
 
 
 def worker(client: Client, queue: str, fakes: Fakes) -> Worker:
-    return Worker(client, task_queue=queue, workflows=[TaskWorkflow], activities=fakes.all(),
-                  workflow_runner=UnsandboxedWorkflowRunner())
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[TaskWorkflow],
+        activities=fakes.all(),
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
 
 
 async def run(client: Client, fakes: Fakes, s: TaskSpec) -> tuple[WorkflowHandle, TaskResult]:

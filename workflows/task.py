@@ -61,8 +61,8 @@ with workflow.unsafe.imports_passed_through():
         BudgetFigures,
         BudgetStatus,
         CommitInput,
-        Escalation,
         EscalateInput,
+        Escalation,
         ExploreInput,
         ExtendBudgetSignal,
         Feedback,
@@ -200,12 +200,17 @@ class TaskWorkflow:
             self.result.worktree = self.ws.path
             self.result.branch = self.ws.branch
             explored = await self._act(
-                EXPLORE, ExploreInput(task=self.spec, workspace=self.ws), summary="explore",
-                heartbeat=True, seconds=sum(g.timeout for g in self.spec.verify) + 60,
+                EXPLORE,
+                ExploreInput(task=self.spec, workspace=self.ws),
+                summary="explore",
+                heartbeat=True,
+                seconds=sum(g.timeout for g in self.spec.verify) + 60,
             )
             self.brief = explored.brief
             self.result.explore_brief = explored.brief_path
-            self._event("explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}")
+            self._event(
+                "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
+            )
 
         while True:
             if self.result.attempts and len(self.result.attempts) >= self.max_attempts:
@@ -339,10 +344,14 @@ class TaskWorkflow:
                     summary="remove worktree",
                 )
                 self._event("worktree", "removed" if removed.removed else removed.reason)
-                self._end(TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}")
+                self._end(
+                    TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}"
+                )
                 return
             # A merge a person must sort out: approve retries it, reject ends the task.
-            decision = await self._wait_for_person(f"cannot merge: {merged.reason}", WAITING_APPROVAL)
+            decision = await self._wait_for_person(
+                f"cannot merge: {merged.reason}", WAITING_APPROVAL
+            )
             if decision is None:
                 self.result.final_action = FinalAction.BRANCH_READY
                 self._end(TaskState.NEEDS_HUMAN, f"cannot merge: {merged.reason}")

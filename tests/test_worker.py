@@ -1,0 +1,36 @@
+"""The composition root registers every declared activity stub; examples validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio import activity
+
+from loop.contracts import ALL_ACTIVITIES, TaskSpec
+from loop.settings import Settings
+from worker import WORKFLOWS, activities_for
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_worker_registers_every_declared_activity(tmp_path: Path):
+    registered = {
+        activity._Definition.must_from_callable(a).name
+        for a in activities_for(Settings(home=tmp_path))
+    }
+    assert registered == {d.name for d in ALL_ACTIVITIES}
+
+
+def test_worker_registers_the_task_workflow():
+    from temporalio import workflow
+
+    names = {workflow._Definition.must_from_class(w).name for w in WORKFLOWS}
+    assert "TaskWorkflow" in names
+
+
+@pytest.mark.parametrize("name", ["claude-code.yaml", "codex.yaml", "aider.yaml"])
+def test_example_task_files_are_valid(name: str):
+    spec = TaskSpec.model_validate(yaml.safe_load((EXAMPLES / name).read_text()))
+    assert spec.agent.command and "LOOP_PROMPT_FILE" in " ".join(spec.agent.command)
