@@ -490,21 +490,21 @@ def main() -> None:
     """Entry point; exits explicitly after flushing (sdk-python #300: teardown crashes)."""
     code = 0
     try:
-        app(standalone_mode=False)
+        returned = app(standalone_mode=False)
+        if isinstance(returned, int):
+            code = returned  # typer returns, not raises, the code of a command's Exit
     except typer.Exit as e:
         code = e.exit_code
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-    except Exception as e:  # click usage errors and aborts
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
-            e.show()
-            code = 2
-        elif isinstance(e, click.exceptions.Abort):
-            code = 130
-        else:
+    except typer.Abort:
+        code = 130
+    except Exception as e:
+        # click's usage errors (typer vendors click and does not export their base class)
+        if not hasattr(e, "show") or not isinstance(getattr(e, "exit_code", None), int):
             raise
+        e.show()
+        code = e.exit_code
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

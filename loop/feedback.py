@@ -38,7 +38,8 @@ def required_correction(g: GateResult) -> str:
         case "no_removed_tests":
             return f"restore the removed or skipped tests: {files}"
         case "contains":
-            return f"write a final answer to LOOP_OUTPUT_FILE that includes {g.evidence.detail}"
+            missing = g.evidence.detail.removeprefix("missing: ")
+            return f"write a final answer to LOOP_OUTPUT_FILE that includes: {missing}"
         case _:
             return g.evidence.detail or "satisfy the gate"
 

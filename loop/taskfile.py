@@ -88,27 +88,26 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
     repo = (folder / repo).resolve() if not repo.is_absolute() else repo.resolve()
     if not repo.is_dir():
         raise TaskFileError(f"{source}: repo: {repo} does not exist")
-    inside = _git(repo, "rev-parse", "--is-bare-repository", "--show-toplevel")
-    if inside.returncode != 0:
+    bare = _git(repo, "rev-parse", "--is-bare-repository")
+    if bare.returncode != 0:
         raise TaskFileError(f"{source}: repo: {repo} is not a git repository (run `git init`)")
-    if inside.stdout.split()[0] == "true":
+    if bare.stdout.strip() == "true":
         raise TaskFileError(f"{source}: repo: {repo} is a bare repository; point at a clone")
-    top = Path(inside.stdout.split("\n")[1].strip())
+    top = Path(_git(repo, "rev-parse", "--show-toplevel").stdout.strip())
+    if _git(top, "rev-parse", "--verify", "-q", "HEAD").returncode != 0:
+        raise TaskFileError(f"{source}: repo: {top} has no commits yet; commit first")
     base = spec.base
     if base is None:
         branch = _git(top, "symbolic-ref", "--short", "-q", "HEAD")
         base = branch.stdout.strip() if branch.returncode == 0 else None
         if base is None:
-            head = _git(top, "rev-parse", "--verify", "HEAD")
-            if head.returncode != 0:
-                raise TaskFileError(f"{source}: repo: {top} has no commits yet; commit first")
-            base = head.stdout.strip()
+            base = _git(top, "rev-parse", "--verify", "HEAD").stdout.strip()
     if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").returncode != 0:
         raise TaskFileError(f"{source}: base: {base!r} is not a branch or commit in {top}")
     command = spec.agent.command or []
     if command:
         exe = command[0]
-        findable = shutil.which(exe) is not None or (top / exe).exists() or Path(exe).is_file()
+        findable = shutil.which(exe) is not None or (top / exe).exists() or (folder / exe).is_file()
         if not findable:
             raise TaskFileError(
                 f"{source}: agent.command: {exe!r} is not on PATH, not a file, and not in the repo"

@@ -77,11 +77,15 @@ def test_passing_gates_are_listed(make, verdict) -> None:
 
 def test_several_failures_keep_gate_order(make) -> None:
     scope_fail = GateResult(
-        name="scope", kind="diff_scope", passed=False,
+        name="scope",
+        kind="diff_scope",
+        passed=False,
         evidence=Evidence(files=["setup.py"]),
     )
-    v = Verdict(passed=False, gates=[scope_fail, failed_run(), passing_scope().model_copy(
-        update={"name": "keep"})])
+    v = Verdict(
+        passed=False,
+        gates=[scope_fail, failed_run(), passing_scope().model_copy(update={"name": "keep"})],
+    )
     fb = build(2, make, v, [])
     assert [f.gate for f in fb.failed] == ["scope", "tests"]
     assert fb.passing == ["keep"]
@@ -131,31 +135,44 @@ def test_correction_for_run_timeout_differs_from_exit() -> None:
 
 
 def test_correction_for_diff_scope_lists_the_files() -> None:
-    g = GateResult(name="scope", kind="diff_scope", passed=False,
-                   evidence=Evidence(files=["setup.py", "docs/x.md"]))
+    g = GateResult(
+        name="scope",
+        kind="diff_scope",
+        passed=False,
+        evidence=Evidence(files=["setup.py", "docs/x.md"]),
+    )
     text = required_correction(g)
     assert "setup.py" in text and "docs/x.md" in text
     assert "revert" in text
 
 
 def test_correction_for_no_removed_tests_lists_the_tests() -> None:
-    g = GateResult(name="keep", kind="no_removed_tests", passed=False,
-                   evidence=Evidence(files=["tests/test_a.py::test_one"]))
+    g = GateResult(
+        name="keep",
+        kind="no_removed_tests",
+        passed=False,
+        evidence=Evidence(files=["tests/test_a.py::test_one"]),
+    )
     text = required_correction(g)
     assert "restore" in text and "tests/test_a.py::test_one" in text
 
 
 def test_correction_for_contains_names_the_output_file_and_missing_strings() -> None:
-    g = GateResult(name="answer", kind="contains", passed=False,
-                   evidence=Evidence(detail="missing: Django, FastAPI"))
+    g = GateResult(
+        name="answer",
+        kind="contains",
+        passed=False,
+        evidence=Evidence(detail="missing: Django, FastAPI"),
+    )
     text = required_correction(g)
     assert "LOOP_OUTPUT_FILE" in text
     assert "Django" in text and "FastAPI" in text
 
 
 def test_correction_for_unknown_kind_falls_back_to_detail() -> None:
-    g = GateResult(name="review", kind="llm_review", passed=False,
-                   evidence=Evidence(detail="not evaluated"))
+    g = GateResult(
+        name="review", kind="llm_review", passed=False, evidence=Evidence(detail="not evaluated")
+    )
     assert required_correction(g) == "not evaluated"
     assert required_correction(g.model_copy(update={"evidence": Evidence()})) == "satisfy the gate"
 
@@ -169,8 +186,10 @@ def test_describe_run_gate() -> None:
 
 
 def test_describe_diff_scope_gate() -> None:
-    g = Gate(name="scope", diff_scope=DiffScope(allow=["src/**", "tests/**"],
-                                                protect=["tests/test_x.py"]))
+    g = Gate(
+        name="scope",
+        diff_scope=DiffScope(allow=["src/**", "tests/**"], protect=["tests/test_x.py"]),
+    )
     text = describe_gate(g)
     assert text.startswith("scope: change only src/**, tests/**")
     assert "never touch tests/test_x.py" in text and "blocks" in text
@@ -190,9 +209,15 @@ def test_describe_contains_gate() -> None:
 
 def test_describe_llm_review_gate_falls_back_to_its_name() -> None:
     # llm_review gates are refused by the task file in this version; build one anyway.
-    g = Gate.model_construct(name="review", llm_review=LlmReview(rubric="cite evidence"),
-                             run=None, diff_scope=None, no_removed_tests=None, contains=None,
-                             timeout=300)
+    g = Gate.model_construct(
+        name="review",
+        llm_review=LlmReview(rubric="cite evidence"),
+        run=None,
+        diff_scope=None,
+        no_removed_tests=None,
+        contains=None,
+        timeout=300,
+    )
     assert g.kind == "llm_review"
     assert describe_gate(g) == "review"
 
@@ -234,16 +259,27 @@ def test_second_attempt_prompt_carries_feedback(make, verdict) -> None:
     assert "I fixed slugify" in text  # the previous output
     assert "## From a person" in text and "- use re.findall" in text
     # Sections come in a readable order: goal, gates, feedback, person, protocol.
-    order = [text.index(s) for s in
-             ("## Goal", "## How the result is checked", "## Feedback from attempt 1",
-              "## From a person", "## Protocol")]
+    order = [
+        text.index(s)
+        for s in (
+            "## Goal",
+            "## How the result is checked",
+            "## Feedback from attempt 1",
+            "## From a person",
+            "## Protocol",
+        )
+    ]
     assert order == sorted(order)
 
 
 def test_feedback_section_lists_files_and_detail() -> None:
-    scope_fail = GateResult(name="scope", kind="diff_scope", passed=False,
-                            requirement="changes stay within slugify.py",
-                            evidence=Evidence(files=["setup.py"], detail="outside: setup.py"))
+    scope_fail = GateResult(
+        name="scope",
+        kind="diff_scope",
+        passed=False,
+        requirement="changes stay within slugify.py",
+        evidence=Evidence(files=["setup.py"], detail="outside: setup.py"),
+    )
     fb = build(3, MakeResult(attempt=3), Verdict(passed=False, gates=[scope_fail]), [])
     text = render_prompt(PromptParts(goal=GOAL, feedback=fb), 4)
     assert "## Feedback from attempt 3" in text

@@ -98,32 +98,71 @@ def repo(tmp_path: Path) -> Path:
         ({"agent": {"backend": "command", "command": []}}, "agent", "command"),
         ({"verify": []}, "verify", "at least 1"),
         ({"verify": [{"name": "g"}]}, "verify.0", "found: none"),
-        ({"verify": [{"name": "g", "run": "true", "contains": ["x"]}]}, "verify.0",
-         "found: run, contains"),
-        ({"verify": [{"name": "g", "run": "true"}, {"name": "g", "no_removed_tests": True}]},
-         "verify", "appears twice"),
+        (
+            {"verify": [{"name": "g", "run": "true", "contains": ["x"]}]},
+            "verify.0",
+            "found: run, contains",
+        ),
+        (
+            {"verify": [{"name": "g", "run": "true"}, {"name": "g", "no_removed_tests": True}]},
+            "verify",
+            "appears twice",
+        ),
         ({"budget": {"max_attempts": "three"}}, "budget.max_attempts", "valid integer"),
         ({"budget": {"max_attempts": 0}}, "budget.max_attempts", "greater than or equal to 1"),
-        ({"agent": {"command": ["python"], "timeout": -1}}, "agent.timeout",
-         "greater than or equal to 1"),
-        ({"verify": [{"name": "t", "run": "true", "timeout": -1}]}, "verify.0.timeout",
-         "greater than or equal to 1"),
+        (
+            {"agent": {"command": ["python"], "timeout": -1}},
+            "agent.timeout",
+            "greater than or equal to 1",
+        ),
+        (
+            {"verify": [{"name": "t", "run": "true", "timeout": -1}]},
+            "verify.0.timeout",
+            "greater than or equal to 1",
+        ),
         ({"approval_timeout": 0}, "approval_timeout", "greater than or equal to 1"),
         ({"autonomy": "yolo"}, "autonomy", "report"),
-        ({"verify": [{"name": "s", "diff_scope": {"allow": ["../outside/**"]}}]},
-         "verify.0.diff_scope.allow", "relative to the repository root"),
-        ({"verify": [{"name": "s", "diff_scope": {"allow": ["src/../../x"]}}]},
-         "verify.0.diff_scope.allow", "relative to the repository root"),
-        ({"verify": [{"name": "s", "diff_scope": {"protect": ["/etc/passwd"]}}]},
-         "verify.0.diff_scope.protect", "relative to the repository root"),
+        (
+            {"verify": [{"name": "s", "diff_scope": {"allow": ["../outside/**"]}}]},
+            "verify.0.diff_scope.allow",
+            "relative to the repository root",
+        ),
+        (
+            {"verify": [{"name": "s", "diff_scope": {"allow": ["src/../../x"]}}]},
+            "verify.0.diff_scope.allow",
+            "relative to the repository root",
+        ),
+        (
+            {"verify": [{"name": "s", "diff_scope": {"protect": ["/etc/passwd"]}}]},
+            "verify.0.diff_scope.protect",
+            "relative to the repository root",
+        ),
     ],
     ids=[
-        "unknown-top-key", "unknown-nested-key", "unknown-agent-key", "empty-goal",
-        "blank-goal", "enormous-goal", "id-uppercase", "id-too-long", "id-leading-dash",
-        "id-space", "command-backend-without-command", "command-empty-argv", "verify-empty",
-        "gate-no-kind", "gate-two-kinds", "duplicate-gate-names", "max-attempts-string",
-        "max-attempts-zero", "agent-timeout-negative", "gate-timeout-negative",
-        "approval-timeout-zero", "bad-autonomy", "glob-dotdot", "glob-dotdot-inside",
+        "unknown-top-key",
+        "unknown-nested-key",
+        "unknown-agent-key",
+        "empty-goal",
+        "blank-goal",
+        "enormous-goal",
+        "id-uppercase",
+        "id-too-long",
+        "id-leading-dash",
+        "id-space",
+        "command-backend-without-command",
+        "command-empty-argv",
+        "verify-empty",
+        "gate-no-kind",
+        "gate-two-kinds",
+        "duplicate-gate-names",
+        "max-attempts-string",
+        "max-attempts-zero",
+        "agent-timeout-negative",
+        "gate-timeout-negative",
+        "approval-timeout-zero",
+        "bad-autonomy",
+        "glob-dotdot",
+        "glob-dotdot-inside",
         "glob-absolute",
     ],
 )
@@ -161,13 +200,6 @@ def test_repo_that_is_not_git(tmp_path: Path) -> None:
     assert "repo: " in msg and "not a git repository" in msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: loop/taskfile.py resolve() runs `git rev-parse --is-bare-repository "
-    "--show-toplevel` in one call; in a bare repo --show-toplevel exits 128, so the "
-    "'is a bare repository' branch is unreachable and the message says 'not a git "
-    "repository (run `git init`)'",
-)
 def test_bare_repo(tmp_path: Path) -> None:
     bare = tmp_path / "bare.git"
     git(tmp_path, "init", "-q", "--bare", str(bare))
@@ -176,12 +208,6 @@ def test_bare_repo(tmp_path: Path) -> None:
     assert "bare repository" in msg, msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: loop/taskfile.py resolve(): in a repo with no commits `git symbolic-ref "
-    "HEAD` still succeeds (unborn branch), so the 'has no commits yet' branch is "
-    "unreachable and the error blames base: 'main' is not a branch or commit",
-)
 def test_repo_with_no_commits(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -339,13 +365,21 @@ def test_full_example_loads(tmp_path: Path, repo: Path) -> None:
         base="main",
         verify=[
             {"name": "tests", "run": "python -m pytest -q", "timeout": 30},
-            {"name": "scope", "diff_scope": {"allow": ["src/**", "tests/**"],
-                                             "protect": ["tests/test_x.py"]}},
+            {
+                "name": "scope",
+                "diff_scope": {"allow": ["src/**", "tests/**"], "protect": ["tests/test_x.py"]},
+            },
             {"name": "keep-tests", "no_removed_tests": True},
             {"name": "answer", "contains": ["Flask", "Django"]},
         ],
-        budget={"max_attempts": 5, "max_seconds": 1800, "max_tokens": 200000,
-                "max_cost_usd": 2.0, "max_tool_calls": 200, "max_stalled_attempts": 3},
+        budget={
+            "max_attempts": 5,
+            "max_seconds": 1800,
+            "max_tokens": 200000,
+            "max_cost_usd": 2.0,
+            "max_tool_calls": 200,
+            "max_stalled_attempts": 3,
+        },
         autonomy="unattended",
         approval_timeout=600,
     )
@@ -359,17 +393,22 @@ def test_full_example_loads(tmp_path: Path, repo: Path) -> None:
 
 
 def test_taskspec_round_trip_through_the_data_converter(tmp_path: Path, repo: Path) -> None:
-    spec = load(write(tmp_path, spec_dict(
-        repo,
-        verify=[
-            {"name": "tests", "run": "true", "timeout": 7},
-            {"name": "scope", "diff_scope": {"allow": ["src/**"], "protect": ["t.py"]}},
-            {"name": "keep", "no_removed_tests": True},
-            {"name": "answer", "contains": ["ok"]},
-        ],
-        budget={"max_attempts": 4, "max_cost_usd": 1.5},
-        autonomy="assisted",
-    )))
+    spec = load(
+        write(
+            tmp_path,
+            spec_dict(
+                repo,
+                verify=[
+                    {"name": "tests", "run": "true", "timeout": 7},
+                    {"name": "scope", "diff_scope": {"allow": ["src/**"], "protect": ["t.py"]}},
+                    {"name": "keep", "no_removed_tests": True},
+                    {"name": "answer", "contains": ["ok"]},
+                ],
+                budget={"max_attempts": 4, "max_cost_usd": 1.5},
+                autonomy="assisted",
+            ),
+        )
+    )
     converter = pydantic_data_converter.payload_converter
     payloads = converter.to_payloads([spec])
     assert len(payloads) == 1
