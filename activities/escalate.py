@@ -16,12 +16,12 @@ from temporalio import activity
 
 from loop.contracts import (
     ESCALATE,
-    WAITING_APPROVAL,
     EscalateInput,
     EscalateResult,
     workflow_id_for,
 )
 from loop.logs import log_for
+from loop.render import answer_with
 from loop.settings import Settings
 
 
@@ -57,14 +57,7 @@ class EscalateActivities:
     @staticmethod
     def message(inp: EscalateInput) -> dict[str, object]:
         wid = workflow_id_for(inp.task_id)
-        tid = inp.task_id
-        if inp.waiting_for == WAITING_APPROVAL:
-            answer = f"loop approve {tid}  |  loop reject {tid} --reason …"
-        else:
-            answer = (
-                f"loop feedback {tid} '…'  |  loop extend {tid} --attempts 1  |  "
-                f"loop reject {tid} --reason …"
-            )
+        answer = answer_with(inp.task_id, inp.waiting_for)
         return {
             "text": f"Loopwork task {inp.task_id} is {inp.state}: {inp.reason}. Answer: {answer}",
             "task_id": inp.task_id,

@@ -56,7 +56,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
-from loop.render import event_line, print_result, status_line
+from loop.render import answer_with, event_line, print_result, status_line
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 
@@ -294,7 +294,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 st = await _status(handle, desc)
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
-                    row["answer"] = _answer_hint(st)
+                    row["answer"] = answer_with(st.task_id, st.waiting_for)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -315,17 +315,6 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
         cells += [r.get("reason", ""), r.get("answer", "")] if inbox else [r["repo"]]
         table.add_row(*cells)
     out.print(table)
-
-
-def _answer_hint(st: TaskStatus) -> str:
-    if st.waiting_for == WAITING_APPROVAL:
-        return f"loop approve {st.task_id} | loop reject {st.task_id} --reason …"
-    if st.waiting_for == WAITING_DECISION:
-        return (
-            f"loop feedback {st.task_id} '…' | loop extend {st.task_id} --attempts 1 | "
-            f"loop reject {st.task_id} --reason …"
-        )
-    return ""
 
 
 @app.command()
