@@ -301,19 +301,25 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
     if not rows:
         out.print("no tasks waiting for a person" if inbox else "no tasks")
         return
-    cols = ["task", "state", "attempts", "cost", "started"]
-    cols += ["reason", "answer with"] if inbox else ["repo"]
-    table = Table(*cols)
+    if inbox:
+        # One block per task: the answer commands must stay copy-pasteable on any width.
+        for r in rows:
+            out.print(
+                f"{r['task_id']}  {r['state']}  attempt {r['attempts']}  {r.get('reason', '')}",
+                markup=False,
+            )
+            out.print(f"    answer with: {r.get('answer', '')}", markup=False)
+        return
+    table = Table("task", "state", "attempts", "cost", "started", "repo")
     for r in rows:
-        cells = [
+        table.add_row(
             r["task_id"],
             r["state"],
             str(r["attempts"]),
             f"${r['cost_usd']:.4f}",
             r["started"],
-        ]
-        cells += [r.get("reason", ""), r.get("answer", "")] if inbox else [r["repo"]]
-        table.add_row(*cells)
+            r["repo"],
+        )
     out.print(table)
 
 
