@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -166,13 +167,14 @@ def dev(
             if not headless:
                 out.print(f"Temporal UI: {server.ui_url}")
             out.print("Ctrl-C stops it.")
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.Event().wait()
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            await stop.wait()
         finally:
-            server.stop()
+            server.stop()  # the server runs in its own session: it must be stopped explicitly
 
-    with contextlib.suppress(KeyboardInterrupt):
-        _run(main)
+    _run(main)
 
 
 @app.command()

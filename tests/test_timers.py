@@ -35,6 +35,7 @@ from loop.contracts import (
     PREPARE_WORKSPACE,
     QUERY_STATUS,
     REMOVE_WORKSPACE,
+    SIGNAL_REJECT,
     SUMMARIZE,
     TASK_WORKFLOW,
     VERIFY,
@@ -52,6 +53,7 @@ from loop.contracts import (
     MergeInput,
     MergeResult,
     PrepareInput,
+    RejectSignal,
     RemoveInput,
     RemoveResult,
     SummarizeInput,
@@ -84,6 +86,7 @@ class Fakes:
     ) -> None:
         self.pass_from, self.hang, self.merge_ok = pass_from, hang, merge_ok
         self.same_failure = same_failure
+        self.escalate_delay = 0.0
         self.make_started = False
         self.make_cancelled = False
         self.escalations: list[EscalateInput] = []
@@ -148,6 +151,7 @@ class Fakes:
     @activity.defn(name=ESCALATE.name)
     async def escalate(self, inp: EscalateInput) -> EscalateResult:
         self.escalations.append(inp)
+        await asyncio.sleep(self.escalate_delay)  # a slow webhook
         return EscalateResult()
 
     @activity.defn(name=SUMMARIZE.name)
@@ -283,3 +287,24 @@ async def test_status_while_waiting(skipping: WorkflowEnvironment):
         await skipping.sleep(timedelta(days=11))
         result = await handle.result()
     assert result.state == TaskState.BUDGET_EXCEEDED
+
+
+async def test_answer_sent_while_the_escalation_is_sent_is_not_lost(skipping: WorkflowEnvironment):
+    fakes = Fakes(pass_from=99)
+    fakes.escalate_delay = 1.0
+    s = spec(approval_timeout=10 * 86400)
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    client = skipping.client
+    async with worker(client, queue, fakes):
+        handle = await client.start_workflow(
+            TASK_WORKFLOW, s, id=f"task-{s.id}", task_queue=queue, result_type=TaskResult
+        )
+        with skipping.auto_time_skipping_disabled():
+            for _ in range(100):
+                if fakes.escalations:
+                    break
+                await asyncio.sleep(0.02)
+            assert fakes.escalations  # escalate is running, its webhook still busy
+            await handle.signal(SIGNAL_REJECT, RejectSignal(reason="stop"))
+            result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state == TaskState.REJECTED and result.reason == "stop"

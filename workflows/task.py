@@ -379,6 +379,8 @@ class TaskWorkflow:
         self, reason: str, waiting_for: str, state: TaskState = TaskState.NEEDS_HUMAN
     ) -> _Decision | None:
         """Park on a person until a signal that applies, or ``approval_timeout`` (None)."""
+        # Cleared before the state says "waiting": an answer may arrive while we notify.
+        self.decision = None
         self.state, self.reason, self.waiting_for = state, reason, waiting_for
         self.phase = None
         escalation = Escalation(at=_now(), reason=reason, waiting_for=waiting_for)
@@ -386,7 +388,6 @@ class TaskWorkflow:
         self._event("waiting", f"{state}: {reason} (send {waiting_for})")
         self._publish()
         await self._notify(reason, waiting_for)
-        self.decision = None
         try:
             await workflow.wait_condition(
                 lambda: self.decision is not None,
