@@ -18,10 +18,14 @@ import structlog
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.budget import BudgetActivities
 from activities.escalate import EscalateActivities
 from activities.explore import ExploreActivities
 from activities.make import MakeActivities
+from activities.model import ModelActivities
+from activities.review import ReviewActivities
 from activities.summarize import SummarizeActivities
+from activities.tools import ToolActivities
 from activities.verify import VerifyActivities
 from activities.workspace import WorkspaceActivities
 from loop import logs
@@ -29,6 +33,8 @@ from loop.client import connect, ensure_search_attributes
 from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.settings import Settings
+from workflows.agent import AgentWorkflow
+from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
 
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -38,20 +44,29 @@ DRAIN = timedelta(seconds=10)
 def activities_for(settings: Settings) -> list[Callable]:
     """Every activity implementation, bound to the worker's settings."""
     ws = WorkspaceActivities(settings)
+    budget = BudgetActivities()
+    make = MakeActivities(settings)
     return [
         ws.prepare_workspace,
         ws.commit_branch,
         ws.merge,
         ws.remove_workspace,
         ExploreActivities(settings).explore,
-        MakeActivities(settings).make,
+        make.make,
+        make.begin_attempt,
+        make.end_attempt,
         VerifyActivities(settings).verify,
         SummarizeActivities(settings).summarize,
         EscalateActivities(settings).escalate,
+        budget.reserve_budget,
+        budget.report_usage,
+        ModelActivities(settings).model_step,
+        ToolActivities(settings).tool_step,
+        ReviewActivities(settings).review,
     ]
 
 
-WORKFLOWS: list[type] = [TaskWorkflow]
+WORKFLOWS: list[type] = [TaskWorkflow, AgentWorkflow, PeriodBudgetWorkflow]
 
 
 def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:

@@ -1,14 +1,20 @@
-"""make: one attempt of the ``command`` agent backend (DESIGN's agent protocol).
+"""make: one attempt of an agent, framed the same way for both backends.
 
-The agent is an external program (Claude Code, Codex CLI, aider, a script) run
-in the worktree with the LOOP_* variables. The activity is built to be retried
-after a worker crash: the orphaned agent group is killed first, the worktree is
-reset to the attempt's start commit, and the attempt ends in a work-in-progress
-commit, the artifact that ``verify`` checks.
+An attempt opens (prompt and feedback files, the start commit recorded, the
+main checkout snapshotted) and closes (a work-in-progress commit, the files it
+changed, writes outside the worktree detected). Everything is keyed by task and
+attempt so a retry after a crash is safe: a retried opening kills the agent
+group a crashed worker left behind and resets the worktree to the start commit.
+
+The ``command`` backend does all three in one activity (``make``): the external
+agent runs in the worktree with the LOOP_* variables. The ``openai`` backend
+opens with ``begin_attempt``, runs the model loop as a child workflow, and
+closes with ``end_attempt``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -24,7 +30,16 @@ from activities.workspace import (
     wip_commit,
 )
 from loop import feedback as fb
-from loop.contracts import MAKE, MakeInput, MakeResult
+from loop.contracts import (
+    BEGIN_ATTEMPT,
+    END_ATTEMPT,
+    MAKE,
+    AttemptStart,
+    EndAttemptInput,
+    MakeInput,
+    MakeResult,
+    Workspace,
+)
 from loop.errors import permanent
 from loop.logs import log_for
 from loop.settings import Settings
@@ -40,41 +55,22 @@ class MakeActivities:
     async def make(self, inp: MakeInput) -> MakeResult:
         ws, n = inp.workspace, inp.attempt
         log = log_for(inp.task.id, n, "make")
-        folder = Path(ws.run_dir) / f"attempt-{n}"
-        folder.mkdir(parents=True, exist_ok=True)
-        if not Path(ws.path).is_dir():
-            raise permanent(f"the worktree {ws.path} is gone; start the task again with --rerun")
-
-        if kill_stale(folder / "agent.pid"):
-            log.warning("killed the agent left over from a crashed try")
-        start_file = folder / "start_commit"
-        if start_file.exists():
-            start = start_file.read_text().strip()
-            await restore(ws, start)
-            log.info("retry: worktree reset to the attempt's start", commit=start[:12])
-        else:
-            start = await git(["rev-parse", "HEAD"], ws.path)
-            start_file.write_text(start)
-
-        prompt_file = folder / "prompt.md"
-        prompt_file.write_text(fb.render_prompt(inp.prompt, n))
+        start = await self._open(inp)
+        folder = Path(start.attempt_dir)
         output_file = folder / "output.md"
         output_file.unlink(missing_ok=True)
         env = {
             **os.environ,
             "LOOP_TASK_ID": inp.task.id,
             "LOOP_ATTEMPT": str(n),
-            "LOOP_PROMPT_FILE": str(prompt_file),
+            "LOOP_PROMPT_FILE": str(folder / "prompt.md"),
             "LOOP_OUTPUT_FILE": str(output_file),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         env.pop("LOOP_FEEDBACK_FILE", None)
         if inp.prompt.feedback is not None:
-            feedback_file = folder / "feedback.json"
-            feedback_file.write_text(fb.feedback_json(inp.prompt.feedback))
-            env["LOOP_FEEDBACK_FILE"] = str(feedback_file)
+            env["LOOP_FEEDBACK_FILE"] = str(folder / "feedback.json")
 
-        before = await outside_snapshot(ws.repo, [str(self.settings.home)])
         argv = list(inp.task.agent.command or [])
         log.info("agent starting", argv=argv)
         ran = await run_process(
@@ -91,29 +87,90 @@ class MakeActivities:
             timed_out=ran.timed_out,
             seconds=ran.duration_s,
         )
-        if not Path(ws.path, ".git").exists():
-            raise permanent(f"the agent deleted its worktree {ws.path}")
-        outside = outside_changes(
-            before, await outside_snapshot(ws.repo, [str(self.settings.home)])
-        )
-
         if output_file.exists():
             claim = output_file.read_bytes()[:CLAIM_CHARS].decode("utf-8", errors="replace")
             claim_path = str(output_file)
         else:
             claim, claim_path = ran.output_tail, ran.log_path
+        closed = await self._close(ws, n, start)
+        return closed.model_copy(
+            update={
+                "exit_code": ran.exit_code,
+                "timed_out": ran.timed_out,
+                "output_tail": ran.output_tail,
+                "claim": claim,
+                "claim_path": claim_path,
+                "duration_s": ran.duration_s,
+                "log_path": ran.log_path,
+            }
+        )
+
+    @activity.defn(name=BEGIN_ATTEMPT.name)
+    async def begin_attempt(self, inp: MakeInput) -> AttemptStart:
+        return await self._open(inp)
+
+    @activity.defn(name=END_ATTEMPT.name)
+    async def end_attempt(self, inp: EndAttemptInput) -> MakeResult:
+        folder = self._folder(inp.workspace, inp.attempt)
+        start = AttemptStart(
+            attempt_dir=str(folder), start_commit=(folder / "start_commit").read_text().strip()
+        )
+        closed = await self._close(inp.workspace, inp.attempt, start)
+        agent = inp.agent
+        (folder / "answer.md").write_text(agent.answer)
+        return closed.model_copy(
+            update={
+                "output_tail": f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
+                "claim": agent.answer[:CLAIM_CHARS],
+                "claim_path": str(folder / "answer.md"),
+                "timed_out": agent.ended == "timeout",
+                "tokens": agent.usage.tokens,
+                "cost_usd": agent.usage.cost_usd,
+                "tool_calls": agent.usage.tool_calls,
+            }
+        )
+
+    def _folder(self, ws: Workspace, attempt: int) -> Path:
+        return Path(ws.run_dir) / f"attempt-{attempt}"
+
+    async def _open(self, inp: MakeInput) -> AttemptStart:
+        """Files for the agent, the start commit, a snapshot of the main checkout."""
+        ws, n = inp.workspace, inp.attempt
+        folder = self._folder(ws, n)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not Path(ws.path).is_dir():
+            raise permanent(f"the worktree {ws.path} is gone; start the task again with --rerun")
+        log = log_for(inp.task.id, n, "make")
+        if kill_stale(folder / "agent.pid"):
+            log.warning("killed the agent left over from a crashed try")
+        start_file = folder / "start_commit"
+        if start_file.exists():
+            start = start_file.read_text().strip()
+            await restore(ws, start)
+            log.info("retry: worktree reset to the attempt's start", commit=start[:12])
+        else:
+            start = await git(["rev-parse", "HEAD"], ws.path)
+            start_file.write_text(start)
+        (folder / "prompt.md").write_text(fb.render_prompt(inp.prompt, n))
+        if inp.prompt.feedback is not None:
+            (folder / "feedback.json").write_text(fb.feedback_json(inp.prompt.feedback))
+        snapshot = await outside_snapshot(ws.repo, [str(self.settings.home)])
+        (folder / "outside.json").write_text(json.dumps(snapshot))
+        return AttemptStart(attempt_dir=str(folder), start_commit=start)
+
+    async def _close(self, ws: Workspace, n: int, start: AttemptStart) -> MakeResult:
+        """The work-in-progress commit verify checks, and what the attempt changed."""
+        if not Path(ws.path, ".git").exists():
+            raise permanent(f"the agent deleted its worktree {ws.path}")
+        before = json.loads(Path(start.attempt_dir, "outside.json").read_text())
+        outside = outside_changes(
+            before, await outside_snapshot(ws.repo, [str(self.settings.home)])
+        )
         commit = await wip_commit(ws, n)
         return MakeResult(
             attempt=n,
-            exit_code=ran.exit_code,
-            timed_out=ran.timed_out,
-            output_tail=ran.output_tail,
-            claim=claim,
-            claim_path=claim_path,
-            start_commit=start,
+            start_commit=start.start_commit,
             commit=commit,
             changed_files=await changed_files(ws, commit),
             outside_writes=outside,
-            duration_s=ran.duration_s,
-            log_path=ran.log_path,
         )

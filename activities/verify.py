@@ -27,7 +27,11 @@ class VerifyActivities:
         # A retry after a crash must judge the artifact, not a half-run gate's leftovers.
         await restore(ws, made.commit)
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
-        results = await gates.evaluate(inp.task, ws, made, log_dir)
+        # llm_review gates are model calls of their own (the ``review`` activity).
+        checks = [g for g in inp.task.verify if g.kind != "llm_review"]
+        results = await gates.evaluate(
+            inp.task.model_copy(update={"verify": checks}), ws, made, log_dir
+        )
         changed_by_gates = await dirty_files(ws.path)
         if changed_by_gates:
             await restore(ws, made.commit)

@@ -14,8 +14,10 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -24,14 +26,18 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop import logs, taskfile
 from loop.client import connect
 from loop.contracts import (
+    LEDGER_WORKFLOW,
+    QUERY_LEDGER,
     QUERY_STATUS,
     QUERY_TRACE,
     SA_ATTEMPTS,
@@ -43,17 +49,22 @@ from loop.contracts import (
     SIGNAL_FEEDBACK,
     SIGNAL_REJECT,
     TASK_WORKFLOW,
+    UPDATE_SET_LIMITS,
     WAITING_APPROVAL,
     WAITING_DECISION,
     ApproveSignal,
+    DaySpend,
     ExtendBudgetSignal,
     FeedbackSignal,
+    LedgerState,
+    PeriodLimits,
     RejectSignal,
     TaskResult,
     TaskSpec,
     TaskState,
     TaskStatus,
     is_valid_task_id,
+    ledger_id_for,
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
@@ -472,6 +483,116 @@ def trace(
             out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)
 
     _run(main)
+
+
+# ---------------------------------------------------------------------- period budgets
+
+budget_app = typer.Typer(
+    help="Per-repository period budgets: cost and tokens per UTC day, across all tasks.",
+    no_args_is_help=True,
+)
+app.add_typer(budget_app, name="budget")
+
+
+@budget_app.command("set")
+def budget_set(
+    repo: Annotated[Path, typer.Argument(help="the repository (any folder inside it)")],
+    cost_per_day: Annotated[float | None, typer.Option(min=0, help="dollars per UTC day")] = None,
+    tokens_per_day: Annotated[int | None, typer.Option(min=0, help="tokens per UTC day")] = None,
+) -> None:
+    """Set a repository's daily limits; new attempts wait in NEEDS_HUMAN once one is spent."""
+    top = _repo_top(repo)
+    settings = Settings.from_env()
+
+    async def main() -> None:
+        client = await _client()
+        state = await client.execute_update_with_start_workflow(
+            UPDATE_SET_LIMITS,
+            PeriodLimits(cost_per_day=cost_per_day, tokens_per_day=tokens_per_day),
+            start_workflow_operation=WithStartWorkflowOperation(
+                LEDGER_WORKFLOW,
+                LedgerState(repo=top),
+                id=ledger_id_for(top),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"period budget of {top}",
+            ),
+            result_type=LedgerState,
+        )
+        _print_ledger(state)
+
+    _run(main)
+
+
+@budget_app.command("show")
+def budget_show(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Every repository's limits, today's spend, and what running attempts hold."""
+
+    async def main() -> None:
+        client = await _client()
+        states = []
+        queue = Settings.from_env().task_queue
+        query = (
+            f'WorkflowType="{LEDGER_WORKFLOW}" AND ExecutionStatus="Running" '
+            f'AND TaskQueue="{queue}"'
+        )
+        async for wf in client.list_workflows(query):
+            handle = client.get_workflow_handle(wf.id)
+            try:
+                ledger = handle.query(QUERY_LEDGER, result_type=LedgerState)
+                states.append(await asyncio.wait_for(ledger, timeout=10))
+            except TimeoutError:
+                raise LoopError(
+                    f"ledger {wf.id} did not answer: is a worker serving {queue!r} running?"
+                ) from None
+        if as_json:
+            out.print_json(json.dumps([st.model_dump(mode="json") for st in states]))
+            return
+        if not states:
+            out.print("no period budgets; set one with `loop budget set REPO --cost-per-day X`")
+        for st in states:
+            _print_ledger(st)
+
+    _run(main)
+
+
+def _repo_top(repo: Path) -> str:
+    if not repo.is_dir():
+        err.print(f"error: {repo} is not a folder inside a git repository")
+        raise typer.Exit(2)
+    found = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        err.print(f"error: {repo} is not a folder inside a git repository")
+        raise typer.Exit(2)
+    return str(Path(found.stdout.strip()).resolve())
+
+
+def _print_ledger(st: LedgerState) -> None:
+    today = datetime.now(UTC).date().isoformat()
+    day = st.days.get(today, DaySpend())
+    lim = st.limits
+    out.print(st.repo, markup=False)
+    out.print(
+        f"  limits per day: cost {_fmt(lim.cost_per_day, '$')}, tokens {_fmt(lim.tokens_per_day)}",
+        markup=False,
+    )
+    out.print(
+        f"  today ({today}): spent ${day.cost_usd:.4f} and {day.tokens} tokens; held by running "
+        f"attempts ${day.reserved_cost_usd:.4f} and {day.reserved_tokens} tokens",
+        markup=False,
+    )
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    return "unlimited" if value is None else f"{unit}{value:g}"
 
 
 @app.command()

@@ -14,6 +14,7 @@ New fields go last and carry defaults, so recorded histories still decode.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -66,6 +67,19 @@ class Autonomy(StrEnum):
     UNATTENDED = "unattended"
 
 
+class ToolPolicy(_TaskFileModel):
+    """What the model loop's tools may do (openai backend)."""
+
+    run_allow: list[str] | None = None
+    """First words of commands the ``run`` tool may start (None: any not denied)."""
+    run_deny: list[str] = Field(default_factory=list)
+    """First words of commands the ``run`` tool refuses."""
+    run_timeout: int = Field(default=120, ge=1, le=3_600)
+    """Seconds one ``run`` tool call may take."""
+    output_limit: int = Field(default=16_384, ge=256, le=1_000_000)
+    """Characters of a tool's output shown to the model; the rest is cut, with a note."""
+
+
 class AgentSpec(_TaskFileModel):
     backend: Literal["command", "openai"] = "command"
     """``command`` runs an external agent CLI in the worktree; ``openai`` drives a model."""
@@ -76,17 +90,20 @@ class AgentSpec(_TaskFileModel):
     max_steps: int = Field(default=40, ge=1, le=10_000)
     """Model turns per attempt (openai backend)."""
     timeout: int = Field(default=900, ge=1, le=7 * 86_400)
-    """Seconds one attempt may take before the agent is killed."""
+    """Seconds one attempt may take before the agent is stopped."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint (openai backend); default OPENAI_BASE_URL, else OpenAI."""
+    tools: ToolPolicy = Field(default_factory=ToolPolicy)
+    max_tokens_per_call: int = Field(default=4_096, ge=16, le=1_000_000)
+    """Upper bound of one model call's output tokens (lowered to what the budget has left)."""
 
     @model_validator(mode="after")
     def _backend_needs(self) -> AgentSpec:
         if self.backend == "command":
             if not self.command or not all(isinstance(a, str) and a for a in self.command):
                 raise ValueError("the command backend needs a non-empty 'command' argv list")
-        if self.backend == "openai":
-            raise ValueError(
-                "backend 'openai' is not available in this version; use backend: command"
-            )
+        if self.backend == "openai" and not self.model:
+            raise ValueError("the openai backend needs 'model' (e.g. gpt-4o-mini)")
         return self
 
 
@@ -108,8 +125,13 @@ class DiffScope(_TaskFileModel):
 
 
 class LlmReview(_TaskFileModel):
-    rubric: str
+    """A checker in a fresh context: goal, rubric, diff and the other gates' evidence."""
+
+    rubric: str = Field(min_length=1)
     model: str | None = None
+    """Default: the agent's model."""
+    base_url: str | None = None
+    """Default: the agent's endpoint, else OPENAI_BASE_URL."""
 
 
 GateKind = Literal["run", "diff_scope", "no_removed_tests", "contains", "llm_review"]
@@ -147,8 +169,6 @@ class Gate(_TaskFileModel):
             raise ValueError("'run' must be a non-empty shell command")
         if self.contains is not None and not [s for s in self.contains if s]:
             raise ValueError("'contains' needs at least one non-empty string")
-        if self.llm_review is not None:
-            raise ValueError("llm_review gates are not available in this version")
         return self
 
     @property
@@ -267,6 +287,8 @@ class GateResult(_Record):
     evidence: Evidence = Field(default_factory=Evidence)
     requirement: str = ""
     """What the gate demands, in words the agent can act on."""
+    uncertain: bool = False
+    """The checker could not decide (an LLM review that did not validate): escalate."""
 
 
 class Verdict(_Record):
@@ -353,6 +375,8 @@ class PromptParts(_Record):
     gates: list[str] = Field(default_factory=list)
     feedback: Feedback | None = None
     human_feedback: list[str] = Field(default_factory=list)
+    backend: Literal["command", "openai"] = "command"
+    """Which protocol the prompt explains: LOOP_OUTPUT_FILE, or the finish tool."""
 
 
 class MakeInput(_Record):
@@ -442,6 +466,189 @@ class EscalateInput(_Record):
 class EscalateResult(_Record):
     notified: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the model loop
+
+
+class AgentLimits(_Record):
+    """What this attempt may still spend (None: no limit)."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    tool_calls: int | None = None
+
+
+class AgentInput(_Record):
+    """AgentWorkflow's input; ``step`` and ``usage`` carry over a continue-as-new."""
+
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    step: int = 0
+    usage: Usage = Field(default_factory=lambda: Usage())
+
+
+class AgentResult(_Record):
+    ended: Literal["finish", "no_tool_calls", "max_steps", "budget", "policy_violation", "timeout"]
+    reason: str = ""
+    answer: str = ""
+    steps: int = 0
+    usage: Usage = Field(default_factory=lambda: Usage())
+    policy_violation: str = ""
+    attempt_dir: str = ""
+
+
+class ToolCallRef(_Record):
+    """One tool call of a model step; its arguments stay in the step's artifact file."""
+
+    index: int
+    id: str
+    name: str
+
+
+class ModelStepInput(_Record):
+    task_id: str
+    attempt: int
+    step: int
+    attempt_dir: str
+    """Holds prompt.md and the step artifacts the conversation is rebuilt from."""
+    model: str
+    base_url: str | None = None
+    max_tokens: int
+    """This call's output cap: the agent's per-call limit, lowered to the budget left."""
+
+
+class ModelStepResult(_Record):
+    step: int
+    tool_calls: list[ToolCallRef] = Field(default_factory=list)
+    content: str = ""
+    """The assistant's text, cut to a preview (the whole is in the artifact)."""
+    finish_reason: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    artifact: str = ""
+    artifact_sha256: str = ""
+
+
+class ToolStepInput(_Record):
+    task_id: str
+    attempt: int
+    step: int
+    call: ToolCallRef
+    attempt_dir: str
+    workspace: Workspace
+    policy: ToolPolicy
+    protected: list[str] = Field(default_factory=list)
+
+
+class ToolStepResult(_Record):
+    name: str
+    ok: bool
+    error: str = ""
+    policy_violation: str = ""
+    """Set when the call tried to leave the worktree, touch .git or a protected path."""
+    finished: bool = False
+    answer: str = ""
+    output_chars: int = 0
+    artifact: str = ""
+
+
+class AttemptStart(_Record):
+    attempt_dir: str
+    start_commit: str
+
+
+class EndAttemptInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    agent: AgentResult
+
+
+class ReviewInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    gate: Gate
+    artifact: str
+    """The commit under review."""
+    evidence: list[GateResult] = Field(default_factory=list)
+    """The other gates' results, which the reviewer may cite."""
+    claim: str = ""
+
+
+# --------------------------------------------------------------------------- period budget
+
+
+class PeriodLimits(_Payload):
+    """A repository's budget per UTC day, across all its tasks (None: no limit)."""
+
+    cost_per_day: float | None = Field(default=None, ge=0)
+    tokens_per_day: int | None = Field(default=None, ge=0)
+
+
+class DaySpend(_Record):
+    cost_usd: float = 0.0
+    tokens: int = 0
+    reserved_cost_usd: float = 0.0
+    reserved_tokens: int = 0
+
+
+class Reservation(_Record):
+    day: str
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+
+class LedgerState(_Record):
+    """Everything the ledger knows; carried whole across continue-as-new."""
+
+    repo: str
+    limits: PeriodLimits = Field(default_factory=PeriodLimits)
+    days: dict[str, DaySpend] = Field(default_factory=dict)
+    open: dict[str, Reservation] = Field(default_factory=dict)
+    """Reservations not yet settled, by key (task id, run and attempt)."""
+    settled: list[str] = Field(default_factory=list)
+    """Recently settled keys, so a retried report is not counted twice."""
+
+
+class ReserveRequest(_Payload):
+    key: str
+    day: str
+    cost_usd: float | None = None
+    """What the attempt may spend at most; None: whatever the day has left."""
+    tokens: int | None = None
+
+
+class ReserveReply(_Record):
+    granted: bool
+    reason: str = ""
+    cost_usd: float | None = None
+    """What the attempt may spend (None: unlimited)."""
+    tokens: int | None = None
+
+
+class UsageReport(_Payload):
+    key: str
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+class ReserveBudgetInput(_Record):
+    repo: str
+    request: ReserveRequest
+
+
+class ReportUsageInput(_Record):
+    repo: str
+    report: UsageReport
+
+
+class ReportUsageResult(_Record):
+    counted: bool
 
 
 # --------------------------------------------------------------------------- trace and result
@@ -562,6 +769,12 @@ class TaskStatus(_Record):
 # --------------------------------------------------------------------------- wire names
 
 TASK_WORKFLOW = "TaskWorkflow"
+AGENT_WORKFLOW = "AgentWorkflow"
+LEDGER_WORKFLOW = "PeriodBudgetWorkflow"
+UPDATE_RESERVE = "reserve"
+UPDATE_REPORT = "report"
+UPDATE_SET_LIMITS = "set_limits"
+QUERY_LEDGER = "ledger"
 
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
@@ -589,22 +802,36 @@ class ActivityDef(Generic[In, Out]):
 PREPARE_WORKSPACE = ActivityDef("prepare_workspace", PrepareInput, Workspace)
 EXPLORE = ActivityDef("explore", ExploreInput, ExploreResult)
 MAKE = ActivityDef("make", MakeInput, MakeResult)
+BEGIN_ATTEMPT = ActivityDef("begin_attempt", MakeInput, AttemptStart)
+END_ATTEMPT = ActivityDef("end_attempt", EndAttemptInput, MakeResult)
+MODEL_STEP = ActivityDef("model_step", ModelStepInput, ModelStepResult)
+TOOL_STEP = ActivityDef("tool_step", ToolStepInput, ToolStepResult)
 VERIFY = ActivityDef("verify", VerifyInput, Verdict)
+REVIEW = ActivityDef("review", ReviewInput, GateResult)
 COMMIT = ActivityDef("commit_branch", CommitInput, CommitResult)
 MERGE = ActivityDef("merge", MergeInput, MergeResult)
 REMOVE_WORKSPACE = ActivityDef("remove_workspace", RemoveInput, RemoveResult)
 ESCALATE = ActivityDef("escalate", EscalateInput, EscalateResult)
+RESERVE_BUDGET = ActivityDef("reserve_budget", ReserveBudgetInput, ReserveReply)
+REPORT_USAGE = ActivityDef("report_usage", ReportUsageInput, ReportUsageResult)
 SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
     PREPARE_WORKSPACE,
     EXPLORE,
     MAKE,
+    BEGIN_ATTEMPT,
+    END_ATTEMPT,
+    MODEL_STEP,
+    TOOL_STEP,
     VERIFY,
+    REVIEW,
     COMMIT,
     MERGE,
     REMOVE_WORKSPACE,
     ESCALATE,
+    RESERVE_BUDGET,
+    REPORT_USAGE,
     SUMMARIZE,
 )
 
@@ -614,6 +841,11 @@ SA_ATTEMPTS = SearchAttributeKey.for_int("LoopAttempts")
 SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
 SA_REPO = SearchAttributeKey.for_keyword("LoopRepo")
 SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO)
+
+
+def ledger_id_for(repo: str) -> str:
+    """One period-budget ledger per repository, found again from the repository's path."""
+    return "budget-" + hashlib.sha1(repo.encode()).hexdigest()[:16]
 
 
 def is_valid_task_id(task_id: str) -> bool:

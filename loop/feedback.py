@@ -127,14 +127,19 @@ def render_prompt(parts: PromptParts, attempt: int) -> str:
         out += ["## From a person", ""]
         out += [f"- {t}" for t in parts.human_feedback]
         out.append("")
-    out += [
-        "## Protocol",
-        "",
-        "Work in the current directory (your git worktree). Write your final answer or claim",
-        "to the file named by LOOP_OUTPUT_FILE. Your claim is recorded, not trusted: the gates",
-        "above decide.",
-        "",
-    ]
+    if parts.backend == "openai":
+        protocol = [
+            "Work only through the tools, inside your git worktree. When you are done, call",
+            "finish(answer) with your final answer. Your claim is recorded, not trusted: the",
+            "gates above decide.",
+        ]
+    else:
+        protocol = [
+            "Work in the current directory (your git worktree). Write your final answer or claim",
+            "to the file named by LOOP_OUTPUT_FILE. Your claim is recorded, not trusted: the gates",
+            "above decide.",
+        ]
+    out += ["## Protocol", "", *protocol, ""]
     return "\n".join(out)
 
 

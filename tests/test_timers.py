@@ -35,6 +35,8 @@ from loop.contracts import (
     PREPARE_WORKSPACE,
     QUERY_STATUS,
     REMOVE_WORKSPACE,
+    REPORT_USAGE,
+    RESERVE_BUDGET,
     SIGNAL_REJECT,
     SUMMARIZE,
     TASK_WORKFLOW,
@@ -56,6 +58,10 @@ from loop.contracts import (
     RejectSignal,
     RemoveInput,
     RemoveResult,
+    ReportUsageInput,
+    ReportUsageResult,
+    ReserveBudgetInput,
+    ReserveReply,
     SummarizeInput,
     SummarizeResult,
     TaskResult,
@@ -158,6 +164,14 @@ class Fakes:
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
         return SummarizeResult(trace_path="/runs/x.json", notes_path="/notes.md")
 
+    @activity.defn(name=RESERVE_BUDGET.name)
+    async def reserve(self, inp: ReserveBudgetInput) -> ReserveReply:
+        return ReserveReply(granted=True)
+
+    @activity.defn(name=REPORT_USAGE.name)
+    async def report(self, inp: ReportUsageInput) -> ReportUsageResult:
+        return ReportUsageResult(counted=False)
+
     def all(self) -> list:
         return [
             self.prepare,
@@ -169,6 +183,8 @@ class Fakes:
             self.remove,
             self.escalate,
             self.summarize,
+            self.reserve,
+            self.report,
         ]
 
 

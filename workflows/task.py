@@ -25,14 +25,18 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from loop import feedback as fb
+    from loop import ledger
     from loop.contracts import (
+        AGENT_WORKFLOW,
+        BEGIN_ATTEMPT,
         COMMIT,
+        END_ATTEMPT,
         ESCALATE,
         EXPLORE,
         MAKE,
@@ -41,6 +45,9 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATUS,
         QUERY_TRACE,
         REMOVE_WORKSPACE,
+        REPORT_USAGE,
+        RESERVE_BUDGET,
+        REVIEW,
         SA_ATTEMPTS,
         SA_COST,
         SA_REPO,
@@ -55,12 +62,16 @@ with workflow.unsafe.imports_passed_through():
         WAITING_APPROVAL,
         WAITING_DECISION,
         ActivityDef,
+        AgentInput,
+        AgentLimits,
+        AgentResult,
         ApproveSignal,
         AttemptRecord,
         Autonomy,
         BudgetFigures,
         BudgetStatus,
         CommitInput,
+        EndAttemptInput,
         EscalateInput,
         Escalation,
         ExploreInput,
@@ -69,12 +80,18 @@ with workflow.unsafe.imports_passed_through():
         FeedbackSignal,
         FinalAction,
         MakeInput,
+        MakeResult,
         MergeInput,
         Phase,
         PrepareInput,
         PromptParts,
         RejectSignal,
         RemoveInput,
+        ReportUsageInput,
+        ReserveBudgetInput,
+        ReserveReply,
+        ReserveRequest,
+        ReviewInput,
         SummarizeInput,
         TaskResult,
         TaskSpec,
@@ -82,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
         TraceEvent,
         Usage,
+        UsageReport,
         Verdict,
         VerifyInput,
         Workspace,
@@ -218,11 +236,27 @@ class TaskWorkflow:
             spent = self._spent_budget()
             if spent:
                 return _Stop(TaskState.NEEDS_HUMAN, spent, budget=True)
-            stop = await self._attempt(len(self.result.attempts) + 1)
+            n = len(self.result.attempts) + 1
+            grant = await self._act(
+                RESERVE_BUDGET,
+                ReserveBudgetInput(
+                    repo=self.spec.repo,
+                    request=ReserveRequest(
+                        key=self._budget_key(n),
+                        day=workflow.now().date().isoformat(),
+                        cost_usd=_left(self.max_cost, self.result.cost_usd),
+                        tokens=_left(self.max_tokens, self.result.tokens),
+                    ),
+                ),
+                summary="reserve from the period budget",
+            )
+            if not grant.granted:
+                return _Stop(TaskState.NEEDS_HUMAN, grant.reason, budget=True)
+            stop = await self._attempt(n, grant)
             if stop is not None or (self.last_verdict is not None and self.last_verdict.passed):
                 return stop
 
-    async def _attempt(self, n: int) -> _Stop | None:
+    async def _attempt(self, n: int, grant: ReserveReply) -> _Stop | None:
         assert self.ws is not None
         record = AttemptRecord(attempt=n, feedback=self.next_feedback)
         self.result.attempts.append(record)
@@ -237,13 +271,28 @@ class TaskWorkflow:
             gates=[fb.describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
+            backend=self.spec.agent.backend,
         )
-        made = await self._act(
-            MAKE,
-            MakeInput(task=self.spec, workspace=self.ws, attempt=n, prompt=prompt),
-            summary=f"make: attempt {n}",
-            heartbeat=True,
-            seconds=self.spec.agent.timeout + 120,
+        make_input = MakeInput(task=self.spec, workspace=self.ws, attempt=n, prompt=prompt)
+        try:
+            if self.spec.agent.backend == "openai":
+                made, violation = await self._model_attempt(make_input, grant)
+            else:
+                made, violation = (
+                    await self._act(
+                        MAKE,
+                        make_input,
+                        summary=f"make: attempt {n}",
+                        heartbeat=True,
+                        seconds=self.spec.agent.timeout + 120,
+                    ),
+                    "",
+                )
+        except _Blocked:
+            await self._report_usage(n, Usage())  # release what the attempt held
+            raise
+        await self._report_usage(
+            n, Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
         )
         record.make = made
         record.usage = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
@@ -251,6 +300,8 @@ class TaskWorkflow:
         self.result.cost_usd += made.cost_usd
         self.result.tool_calls += made.tool_calls
         self.result.commit = made.commit
+        if violation:
+            return _Stop(TaskState.BLOCKED, f"policy violation: {violation}")
         if made.outside_writes:
             return _Stop(
                 TaskState.BLOCKED, f"write outside the worktree: {', '.join(made.outside_writes)}"
@@ -264,6 +315,7 @@ class TaskWorkflow:
             heartbeat=True,
             seconds=sum(g.timeout for g in self.spec.verify) + 120,
         )
+        verdict = await self._review(n, made, verdict)
         record.verdict = verdict
         self.last_verdict = verdict
         self.result.evidence = verdict.gates
@@ -271,6 +323,9 @@ class TaskWorkflow:
         violations = verdict.policy_violations
         if violations:
             return _Stop(TaskState.BLOCKED, "; ".join(g.evidence.detail for g in violations))
+        uncertain = [g.name for g in verdict.gates if g.uncertain]
+        if uncertain:
+            return _Stop(TaskState.NEEDS_HUMAN, f"uncertain checker: {', '.join(uncertain)}")
         if verdict.passed:
             return None
 
@@ -283,6 +338,95 @@ class TaskWorkflow:
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, "no new evidence", budget=True)
         return None
+
+    async def _review(self, n: int, made: MakeResult, verdict: Verdict) -> Verdict:
+        """Run the llm_review gates after the others, so they can cite their evidence."""
+        assert self.ws is not None
+        reviews = [g for g in self.spec.verify if g.kind == "llm_review"]
+        if not reviews:
+            return verdict
+        by_name = {g.name: g for g in verdict.gates}
+        for gate in reviews:
+            by_name[gate.name] = await self._act(
+                REVIEW,
+                ReviewInput(
+                    task=self.spec,
+                    workspace=self.ws,
+                    attempt=n,
+                    gate=gate,
+                    artifact=made.commit,
+                    evidence=verdict.gates,
+                    claim=made.claim,
+                ),
+                summary=f"review: {gate.name}",
+                heartbeat=True,
+                seconds=360,
+            )
+        ordered = [by_name[g.name] for g in self.spec.verify if g.name in by_name]
+        return verdict.model_copy(
+            update={"gates": ordered, "passed": all(g.passed for g in ordered)}
+        )
+
+    def _budget_key(self, n: int) -> str:
+        return f"{self.spec.id}:{workflow.info().run_id}:{n}"
+
+    async def _report_usage(self, n: int, used: Usage) -> None:
+        await self._act(
+            REPORT_USAGE,
+            ReportUsageInput(
+                repo=self.spec.repo,
+                report=UsageReport(
+                    key=self._budget_key(n), cost_usd=used.cost_usd, tokens=used.tokens
+                ),
+            ),
+            summary="report usage to the period budget",
+        )
+
+    async def _model_attempt(
+        self, make_input: MakeInput, grant: ReserveReply
+    ) -> tuple[MakeResult, str]:
+        """The openai backend: the model loop as a child workflow between open and close."""
+        assert self.ws is not None
+        n = make_input.attempt
+        await self._act(BEGIN_ATTEMPT, make_input, summary=f"begin attempt {n}")
+        used = self.result
+        limit = self.spec.budget.max_tool_calls
+        agent_input = AgentInput(
+            task=self.spec,
+            workspace=self.ws,
+            attempt=n,
+            limits=AgentLimits(  # the task's own budget, within what the period granted
+                tokens=_smaller(_left(self.max_tokens, used.tokens), grant.tokens),
+                cost_usd=_smaller(_left(self.max_cost, used.cost_usd), grant.cost_usd),
+                tool_calls=_left(limit, used.tool_calls),
+            ),
+        )
+
+        async def model_loop() -> AgentResult:
+            try:
+                return await workflow.execute_child_workflow(
+                    AGENT_WORKFLOW,
+                    agent_input,
+                    id=f"{workflow.info().workflow_id}-attempt-{n}",
+                    result_type=AgentResult,
+                    static_summary=f"model loop, attempt {n}",
+                )
+            except ChildWorkflowError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise asyncio.CancelledError from e  # our own timeout or cancel request
+                raise _Blocked(f"model loop failed: {_cause(e)}") from e
+
+        try:
+            agent = await asyncio.wait_for(model_loop(), timeout=self.spec.agent.timeout)
+        except TimeoutError:
+            agent = AgentResult(ended="timeout", reason=f"{self.spec.agent.timeout} s passed")
+        made = await self._act(
+            END_ATTEMPT,
+            EndAttemptInput(task=self.spec, workspace=self.ws, attempt=n, agent=agent),
+            summary=f"end attempt {n}",
+        )
+        self._event("agent", f"attempt {n}: {agent.ended}: {agent.reason}")
+        return made, agent.policy_violation
 
     async def _finalize(self) -> None:
         """What the loop may do with a verified result, by autonomy."""
@@ -530,14 +674,12 @@ class TaskWorkflow:
         return self.seconds_used + (workflow.now() - self.segment_started).total_seconds()
 
     def _spent_budget(self) -> str:
-        if self.max_tokens is not None and self.result.tokens >= self.max_tokens:
-            return "token budget spent"
-        if self.max_cost is not None and self.result.cost_usd >= self.max_cost:
-            return "cost budget spent"
-        limit = self.spec.budget.max_tool_calls
-        if limit is not None and self.result.tool_calls >= limit:
-            return "tool-call budget spent"
-        return ""
+        used = Usage(
+            tokens=self.result.tokens,
+            cost_usd=self.result.cost_usd,
+            tool_calls=self.result.tool_calls,
+        )
+        return ledger.spent(used, self.max_tokens, self.max_cost, self.spec.budget.max_tool_calls)
 
     def _budget(self) -> BudgetStatus:
         used = BudgetFigures(
@@ -548,17 +690,14 @@ class TaskWorkflow:
             tool_calls=self.result.tool_calls,
         )
 
-        def left(limit: float | None, spent: float) -> Any:
-            return None if limit is None else max(limit - spent, 0)
-
         return BudgetStatus(
             used=used,
             left=BudgetFigures(
-                attempts=left(self.max_attempts, used.attempts or 0),
-                seconds=left(self.max_seconds, used.seconds or 0.0),
-                tokens=left(self.max_tokens, used.tokens or 0),
-                cost_usd=left(self.max_cost, used.cost_usd or 0.0),
-                tool_calls=left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
+                attempts=_left(self.max_attempts, used.attempts or 0),
+                seconds=_left(self.max_seconds, used.seconds or 0.0),
+                tokens=_left(self.max_tokens, used.tokens or 0),
+                cost_usd=_left(self.max_cost, used.cost_usd or 0.0),
+                tool_calls=_left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
             ),
         )
 
@@ -617,6 +756,14 @@ class TaskWorkflow:
 
 class _Blocked(Exception):
     """An activity failed for good: the task cannot go on by itself (ends BLOCKED)."""
+
+
+def _left(limit: Any, spent: Any) -> Any:
+    return None if limit is None else max(limit - spent, 0)
+
+
+def _smaller(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _cause(e: BaseException) -> str:

@@ -1,0 +1,139 @@
+"""AgentWorkflow: the model loop of one attempt, each model call and tool call a step.
+
+    model_step -> tool_step per tool call -> model_step -> ... until finish(answer),
+    a reply without tool calls, max_steps, a spent budget, or a policy violation.
+
+Each model call is one activity whose result is in history, so after a crash no
+call that already answered is sent again; each tool call is one activity, so a
+write or a command is applied once. Inputs and results carry references to the
+conversation's artifacts (under the attempt's run folder), never the
+conversation itself, so a step's history bytes do not grow with the step
+number. Budgets are a ledger: before each call the workflow caps the call's
+``max_tokens`` to what is left, and counts the provider's reported usage after.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from loop import ledger
+    from loop.contracts import (
+        AGENT_WORKFLOW,
+        MODEL_STEP,
+        TOOL_STEP,
+        AgentInput,
+        AgentResult,
+        ModelStepInput,
+        ToolStepInput,
+        Usage,
+    )
+    from loop.errors import PERMANENT, POLICY_VIOLATION
+
+RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=8,
+    non_retryable_error_types=[PERMANENT, POLICY_VIOLATION],
+)
+HEARTBEAT = timedelta(seconds=5)
+MODEL_CALL_TIMEOUT = timedelta(minutes=10)
+
+
+@workflow.defn(name=AGENT_WORKFLOW)
+class AgentWorkflow:
+    @workflow.run
+    async def run(self, inp: AgentInput) -> AgentResult:
+        agent, limits = inp.task.agent, inp.limits
+        assert agent.model is not None
+        attempt_dir = f"{inp.workspace.run_dir}/attempt-{inp.attempt}"
+        usage = inp.usage.model_copy()
+        step = inp.step
+        protected = inp.task.protected_paths()
+
+        def end(ended: str, reason: str, **kw: object) -> AgentResult:
+            return AgentResult.model_validate(
+                {
+                    "ended": ended,
+                    "reason": reason,
+                    "steps": step,
+                    "usage": usage,
+                    "attempt_dir": attempt_dir,
+                    **kw,
+                }
+            )
+
+        while True:
+            if step >= agent.max_steps:
+                return end("max_steps", f"{agent.max_steps} model steps used")
+            cap = agent.max_tokens_per_call
+            spent = ledger.spent(usage, limits.tokens, limits.cost_usd, limits.tool_calls)
+            if spent:
+                return end("budget", spent)
+            if limits.tokens is not None:
+                cap = min(cap, limits.tokens - usage.tokens)
+            step += 1
+            reply = await workflow.execute_activity(
+                MODEL_STEP.name,
+                ModelStepInput(
+                    task_id=inp.task.id,
+                    attempt=inp.attempt,
+                    step=step,
+                    attempt_dir=attempt_dir,
+                    model=agent.model,
+                    base_url=agent.base_url,
+                    max_tokens=cap,
+                ),
+                result_type=MODEL_STEP.output,
+                start_to_close_timeout=MODEL_CALL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"model: step {step}",
+            )
+            usage = Usage(
+                tokens=usage.tokens + reply.tokens_in + reply.tokens_out,
+                cost_usd=usage.cost_usd + reply.cost_usd,
+                tool_calls=usage.tool_calls,
+            )
+            if not reply.tool_calls:
+                return end("no_tool_calls", "the model stopped calling tools", answer=reply.content)
+
+            for call in reply.tool_calls:
+                if limits.tool_calls is not None and usage.tool_calls >= limits.tool_calls:
+                    return end("budget", "tool-call budget spent")
+                done = await workflow.execute_activity(
+                    TOOL_STEP.name,
+                    ToolStepInput(
+                        task_id=inp.task.id,
+                        attempt=inp.attempt,
+                        step=step,
+                        call=call,
+                        attempt_dir=attempt_dir,
+                        workspace=inp.workspace,
+                        policy=agent.tools,
+                        protected=protected,
+                    ),
+                    result_type=TOOL_STEP.output,
+                    start_to_close_timeout=timedelta(seconds=agent.tools.run_timeout + 60),
+                    heartbeat_timeout=HEARTBEAT,
+                    retry_policy=RETRY,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"tool: {call.name} (step {step})",
+                )
+                usage = usage.model_copy(update={"tool_calls": usage.tool_calls + 1})
+                if done.policy_violation:
+                    return end(
+                        "policy_violation",
+                        done.policy_violation,
+                        policy_violation=done.policy_violation,
+                    )
+                if done.finished:
+                    return end("finish", "the model called finish", answer=done.answer)
+
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(inp.model_copy(update={"step": step, "usage": usage}))
