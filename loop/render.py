@@ -83,7 +83,13 @@ def print_result(out: Console, r: TaskResult) -> None:
         markup=False,
     )
     if r.tokens or r.cost_usd or r.tool_calls:
-        out.print(f"tokens: {r.tokens} · cost: ${r.cost_usd:.4f} · tool calls: {r.tool_calls}")
+        for a in r.attempts:
+            u = a.usage
+            out.print(
+                f"attempt {a.attempt}: {u.tokens} tokens · ${u.cost_usd:.4f} · "
+                f"{u.tool_calls} tool calls"
+            )
+        out.print(f"total: {r.tokens} tokens · ${r.cost_usd:.4f} · {r.tool_calls} tool calls")
     if r.worktree:
         out.print(f"worktree: {r.worktree}", markup=False)
     if r.trace_path:

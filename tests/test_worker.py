@@ -30,7 +30,10 @@ def test_worker_registers_the_task_workflow():
     assert "TaskWorkflow" in names
 
 
-@pytest.mark.parametrize("name", ["claude-code.yaml", "codex.yaml", "aider.yaml"])
+@pytest.mark.parametrize("name", ["claude-code.yaml", "codex.yaml", "aider.yaml", "openai.yaml"])
 def test_example_task_files_are_valid(name: str):
     spec = TaskSpec.model_validate(yaml.safe_load((EXAMPLES / name).read_text()))
-    assert spec.agent.command and "LOOP_PROMPT_FILE" in " ".join(spec.agent.command)
+    if spec.agent.backend == "command":
+        assert spec.agent.command and "LOOP_PROMPT_FILE" in " ".join(spec.agent.command)
+    else:
+        assert spec.agent.model and any(g.kind == "llm_review" for g in spec.verify)
