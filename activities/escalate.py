@@ -2,8 +2,9 @@
 
 Every escalation is logged, appended to ``LOOP_HOME/inbox.jsonl`` and, when a
 webhook is configured, POSTed as JSON (with a Slack-compatible ``text``). A
-webhook that fails is reported in the result rather than raised: a person not
-being pinged must never stop the task from waiting for them.
+person not being pinged must never stop the task from waiting for them: the
+workflow sends the message alongside the wait, and Temporal retries a failing
+webhook while the inbox line is written once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from loop.contracts import (
     ESCALATE,
@@ -49,9 +51,13 @@ class EscalateActivities:
                 async with httpx.AsyncClient(timeout=10) as client:
                     response = await client.post(url, json=message)
                     response.raise_for_status()
-                result.notified.append(url)
             except httpx.HTTPError as e:
-                result.errors.append(f"webhook {url}: {type(e).__name__}: {e}")
+                # Retried by Temporal; the inbox line above is not written twice.
+                raise ApplicationError(
+                    f"webhook {url}: {type(e).__name__}: {e}".splitlines()[0],
+                    type="WebhookFailed",
+                ) from None
+            result.notified.append(url)
         return result
 
     @staticmethod

@@ -465,7 +465,6 @@ class EscalateInput(_Record):
 
 class EscalateResult(_Record):
     notified: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- the model loop

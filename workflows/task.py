@@ -117,7 +117,11 @@ RETRY = RetryPolicy(
     maximum_attempts=6,
     non_retryable_error_types=[PERMANENT, POLICY_VIOLATION],
 )
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+NOTIFY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=6,
+)
 HEARTBEAT = timedelta(seconds=5)
 SHORT = timedelta(seconds=120)
 
@@ -162,6 +166,7 @@ class TaskWorkflow:
         self.last_verdict: Verdict | None = None
         self.decision: _Decision | None = None
         self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
+        self.notifications: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ the process
 
@@ -178,6 +183,8 @@ class TaskWorkflow:
             self._end(TaskState.CANCELLED, "cancelled by request")
         self.phase = Phase.SUMMARIZE
         await self._summarize()
+        # Messages still being retried are delivered before the task closes.
+        await asyncio.gather(*self.notifications)
         return self.result
 
     async def _process(self) -> None:
@@ -531,7 +538,9 @@ class TaskWorkflow:
         self.result.human_escalation.append(escalation)
         self._event("waiting", f"{state}: {reason} (send {waiting_for})")
         self._publish()
-        await self._notify(reason, waiting_for)
+        # Sent alongside the wait, not before it: a slow or failing sink never holds it up.
+        notifying = asyncio.create_task(self._notify(reason, waiting_for))
+        self.notifications.append(notifying)
         try:
             await workflow.wait_condition(
                 lambda: self.decision is not None,
@@ -549,9 +558,9 @@ class TaskWorkflow:
         return decision
 
     async def _notify(self, reason: str, waiting_for: str) -> None:
-        """Escalation messages must never hold the task up: failures are only recorded."""
+        """Tell people; a sink that keeps failing is retried, then recorded, never fatal."""
         try:
-            sent = await workflow.execute_activity(
+            await workflow.execute_activity(
                 ESCALATE.name,
                 EscalateInput(
                     task_id=self.spec.id,
@@ -569,9 +578,6 @@ class TaskWorkflow:
             )
         except ActivityError as e:
             self._event("notify-failed", _cause(e))
-            return
-        for err in sent.errors:
-            self._event("notify-failed", err)
 
     @workflow.signal(name=SIGNAL_APPROVE)
     def approve(self, payload: ApproveSignal) -> None:
