@@ -7,6 +7,7 @@ The full brief is an artifact in the run folder; history carries a bounded copy.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from temporalio import activity
@@ -14,6 +15,7 @@ from temporalio import activity
 from activities import gates
 from activities.git import git
 from activities.workspace import dirty_files, restore
+from loop import memory
 from loop.contracts import EXPLORE, ExploreInput, ExploreResult, MakeResult, TaskSpec, Verdict
 from loop.settings import Settings
 
@@ -34,6 +36,9 @@ class ExploreActivities:
         lines = ["### Files", "", *[f"- {f}" for f in shown]]
         if len(files) > len(shown):
             lines.append(f"- … and {len(files) - len(shown)} more (git ls-files)")
+        learned = memory.digest(await asyncio.to_thread(_read, self.settings.memory), ws.repo)
+        if learned:
+            lines += ["", "### What earlier runs on this repository learned", "", learned]
         lines += ["", "### Gates at base (the reproducer)", ""]
         for g in reproducer.gates:
             lines.append(f"- {g.name}: {'pass' if g.passed else 'FAIL'} — {g.requirement}")
@@ -63,3 +68,7 @@ class ExploreActivities:
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""

@@ -1,9 +1,17 @@
-"""Atomic file writes: a crash mid-write leaves the previous version, never half a file."""
+"""Atomic file writes and file locks: a crash mid-write leaves the previous version.
+
+Files that several workers update (``notes.md``, ``memory.json``) are read,
+changed and replaced under an exclusive ``flock`` of a lock file next to them,
+so two tasks summarizing at once never lose each other's update.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -19,3 +27,24 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (via ``<path>.lock``) across threads and processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_atomic(path: Path, change: Callable[[str], str], default: str = "") -> str:
+    """Read, change and atomically replace a shared file under its lock."""
+    with locked(path):
+        current = path.read_text() if path.exists() else default
+        updated = change(current)
+        write_atomic(path, updated)
+        return updated

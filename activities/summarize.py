@@ -1,6 +1,7 @@
 """summarize: the trace a machine reads and the progress file a person reads.
 
-``runs/<id>.json`` is the task's full record; ``notes.md`` keeps one section per
+``runs/<id>.json`` is the task's full record; ``memory.json`` learns what the
+task taught about its repository (see ``loop.memory``); ``notes.md`` keeps one section per
 task (rewritten in place, so a retried or re-run summarize never duplicates it)
 with what was done, what failed, the test results, the limits and the last
 stable commit — what the next run, or the next person, needs first.
@@ -8,12 +9,15 @@ stable commit — what the next run, or the next person, needs first.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.files import write_atomic
+from activities.files import update_atomic, write_atomic
+from loop import memory
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
 from loop.settings import Settings
 
@@ -30,9 +34,17 @@ class SummarizeActivities:
             update={"trace_path": str(trace_path), "notes_path": str(self.settings.notes)}
         )
         write_atomic(trace_path, json.dumps(result.model_dump(mode="json"), indent=2))
-        notes = self.settings.notes
-        existing = notes.read_text() if notes.exists() else "# Loopwork progress notes\n"
-        write_atomic(notes, merge_section(existing, result.task_id, section(inp, result)))
+        notes, text = self.settings.notes, section(inp, result)
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        await asyncio.to_thread(
+            update_atomic,
+            notes,
+            lambda old: merge_section(old, result.task_id, text),
+            "# Loopwork progress notes\n",
+        )
+        await asyncio.to_thread(
+            update_atomic, self.settings.memory, lambda old: memory.fold(old, inp.repo, result, at)
+        )
         return SummarizeResult(trace_path=str(trace_path), notes_path=str(notes))
 
 

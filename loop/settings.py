@@ -47,5 +47,9 @@ class Settings(BaseModel):
         return self.home / "notes.md"
 
     @property
+    def memory(self) -> Path:
+        return self.home / "memory.json"
+
+    @property
     def db(self) -> Path:
         return self.home / "temporal.db"
