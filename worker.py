@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.budget import BudgetActivities
 from activities.escalate import EscalateActivities
+from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
 from activities.make import MakeActivities
 from activities.model import ModelActivities
@@ -34,6 +35,7 @@ from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.settings import Settings
 from workflows.agent import AgentWorkflow
+from workflows.eval import EvalWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
 
@@ -63,10 +65,11 @@ def activities_for(settings: Settings) -> list[Callable]:
         ModelActivities(settings).model_step,
         ToolActivities(settings).tool_step,
         ReviewActivities(settings).review,
+        EvalActivities(settings).write_eval_results,
     ]
 
 
-WORKFLOWS: list[type] = [TaskWorkflow, AgentWorkflow, PeriodBudgetWorkflow]
+WORKFLOWS: list[type] = [TaskWorkflow, AgentWorkflow, PeriodBudgetWorkflow, EvalWorkflow]
 
 
 def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:

@@ -595,6 +595,36 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return "unlimited" if value is None else f"{unit}{value:g}"
 
 
+@app.command("eval")
+def eval_(
+    suite_file: Annotated[Path, typer.Argument(metavar="SUITE", help="suite file (YAML/JSON)")],
+    harness: Annotated[Path, typer.Option(help="harness file (model, prompt, agent, budgets)")],
+    vs: Annotated[Path | None, typer.Option(help="a second harness to compare with")] = None,
+) -> None:
+    """Run every case of a suite under one or two harnesses and compare them."""
+    from loop.evalrun import load_harness, load_suite, print_report, run_eval
+
+    settings = Settings.from_env()
+    try:
+        harnesses = [load_harness(harness)] + ([load_harness(vs)] if vs else [])
+        suite = load_suite(suite_file, settings.home)
+    except LoopError as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(2) from None
+
+    async def main() -> None:
+        client = await _client()
+        if not await has_worker(client, settings.task_queue):
+            err.print(f"note: no worker polls {settings.task_queue!r}; start `loop worker`")
+        out.print(
+            f"running {len(suite.cases)} cases x {len(harnesses)} harness(es), "
+            f"{suite.max_parallel} at a time …"
+        )
+        print_report(out, await run_eval(client, suite, harnesses, settings.task_queue))
+
+    _run(main)
+
+
 @app.command()
 def demo() -> None:
     """Run the offline demo: a real bug, a scripted agent that needs one round of feedback."""

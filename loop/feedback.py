@@ -88,6 +88,8 @@ def describe_gate(g: Gate) -> str:
 def render_prompt(parts: PromptParts, attempt: int) -> str:
     """The markdown the agent reads from LOOP_PROMPT_FILE."""
     out = [f"# Task (attempt {attempt})", "", "## Goal", "", parts.goal.strip(), ""]
+    if parts.instructions.strip():
+        out += ["## Guidance", "", parts.instructions.strip(), ""]
     if parts.gates:
         out += ["## How the result is checked (fixed; you cannot change these)", ""]
         out += [f"- {line}" for line in parts.gates]

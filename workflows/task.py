@@ -279,6 +279,7 @@ class TaskWorkflow:
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
             backend=self.spec.agent.backend,
+            instructions=self.spec.instructions,
         )
         make_input = MakeInput(task=self.spec, workspace=self.ws, attempt=n, prompt=prompt)
         try:

@@ -1,0 +1,84 @@
+"""Harness evaluation on the example suite: the table matches the runs; harnesses can't cheat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from temporalio.client import Client
+
+from loop.contracts import TaskResult, TaskState, workflow_id_for
+from loop.errors import TaskFileError
+from loop.evalrun import load_harness, load_suite, print_report, run_eval, snapshot
+from loop.settings import Settings
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(180)
+EVAL = Path(__file__).resolve().parents[1] / "examples" / "eval"
+
+
+async def test_two_harnesses_on_the_example_suite(client: Client, settings: Settings):
+    suite = load_suite(EVAL / "suite.yaml", settings.home)
+    careful, hasty = load_harness(EVAL / "careful.yaml"), load_harness(EVAL / "hasty.yaml")
+    async with build_worker(client, settings):
+        report = await run_eval(client, suite, [careful, hasty], settings.task_queue)
+    by = {h.harness: h for h in report.harnesses}
+    assert (by["careful"].accepted, by["hasty"].accepted) == (3, 1)
+    assert by["careful"].pass_rate == 1.0 and by["hasty"].pass_rate == pytest.approx(1 / 3)
+    assert by["careful"].mean_attempts == pytest.approx((2 + 1 + 2) / 3)
+    assert by["hasty"].escalations == 2  # the two stalled cases asked for a person
+    assert sorted(f.case for f in report.flipped) == ["slugify", "wordcount"]
+    # The table is computed from the runs: every outcome is its child task's result.
+    for o in report.outcomes:
+        result = await client.get_workflow_handle(
+            workflow_id_for(o.task_id), result_type=TaskResult
+        ).result()
+        assert (o.state, o.attempts) == (result.state, len(result.attempts))
+        assert (result.spec_hash and result.final_action == "left_in_worktree") or not o.accepted
+    saved = json.loads((settings.home / "eval-results.json").read_text())["runs"][0]
+    assert saved["suite_hash"] == report.suite_hash and saved["run"] == report.run
+    assert all(o.state != TaskState.RUNNING for o in report.outcomes)
+    console = Console(record=True, width=150)
+    print_report(console, report)
+    text = console.export_text()
+    assert "careful" in text and "100%" in text and "33%" in text
+    assert "flipped: slugify" in text and "hasty vs careful: pass rate -67%" in text
+
+
+def test_a_harness_that_touches_the_gates_is_refused(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: cheat\nagent: {command: [python3, x.py]}\nverify: [{name: tests, run: 'true'}]\n"
+    )
+    with pytest.raises(TaskFileError, match="may not change the gates, rubric or cases"):
+        load_harness(bad)
+
+
+async def test_cli_refuses_a_cheating_harness_with_exit_2(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: cheat\nagent: {command: [python3, x.py]}\nrubric: lenient\n")
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "loop"),
+        "eval",
+        str(EVAL / "suite.yaml"),
+        "--harness",
+        str(bad),
+        env={**os.environ, "LOOP_HOME": str(tmp_path / "home")},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "may not change the gates" in err.decode() and "Traceback" not in err.decode()
+
+
+def test_a_source_snapshot_has_a_deterministic_commit(tmp_path: Path):
+    _, first = snapshot(EVAL / "cases" / "clamp", tmp_path / "a")
+    _, second = snapshot(EVAL / "cases" / "clamp", tmp_path / "b")
+    _, other = snapshot(EVAL / "cases" / "wordcount", tmp_path / "c")
+    assert first == second != other
