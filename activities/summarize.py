@@ -19,6 +19,7 @@ from temporalio import activity
 from activities.files import update_atomic, write_atomic
 from loop import memory
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
+from loop.redact import redact, redact_obj
 from loop.settings import Settings
 
 
@@ -33,8 +34,9 @@ class SummarizeActivities:
         result = result.model_copy(
             update={"trace_path": str(trace_path), "notes_path": str(self.settings.notes)}
         )
-        write_atomic(trace_path, json.dumps(result.model_dump(mode="json"), indent=2))
-        notes, text = self.settings.notes, section(inp, result)
+        record = redact_obj(result.model_dump(mode="json"))
+        write_atomic(trace_path, json.dumps(record, indent=2))
+        notes, text = self.settings.notes, redact(section(inp, result))
         at = datetime.now(UTC).isoformat(timespec="seconds")
         await asyncio.to_thread(
             update_atomic,

@@ -14,6 +14,7 @@ from temporalio import activity
 from activities import gates
 from activities.workspace import dirty_files, restore
 from loop.contracts import VERIFY, Verdict, VerifyInput
+from loop.redact import redact, redact_file
 from loop.settings import Settings
 
 
@@ -35,6 +36,10 @@ class VerifyActivities:
         changed_by_gates = await dirty_files(ws.path)
         if changed_by_gates:
             await restore(ws, made.commit)
+        for log in log_dir.glob("*.log"):
+            redact_file(log)
+        for g in results:
+            g.evidence.output_tail = redact(g.evidence.output_tail)
         return Verdict(
             passed=all(g.passed for g in results),
             gates=results,

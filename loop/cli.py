@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -623,6 +624,42 @@ def eval_(
         print_report(out, await run_eval(client, suite, harnesses, settings.task_queue))
 
     _run(main)
+
+
+@app.command("codec-server")
+def codec_server(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8081,
+    ui_origin: Annotated[
+        str, typer.Option(help="the Temporal UI's origin, allowed by CORS")
+    ] = "http://localhost:8233",
+) -> None:
+    """Serve Temporal's codec endpoint (decrypt for the UI and `temporal workflow show`).
+
+    Needs LOOP_CODEC_KEY_FILE (the key) and LOOP_CODEC_TOKEN (the bearer token that
+    callers must send). Point the UI at it with `temporal server start-dev
+    --ui-codec-endpoint http://127.0.0.1:PORT`, the CLI with `--codec-endpoint
+    http://127.0.0.1:PORT --codec-auth "Bearer $LOOP_CODEC_TOKEN"`.
+    """
+    from loop.codec import KEY_ENV, EncryptionCodec, load_key, make_server
+
+    key_file, token = os.environ.get(KEY_ENV), os.environ.get("LOOP_CODEC_TOKEN")
+    if not key_file or not token:
+        err.print(f"error: set {KEY_ENV} and LOOP_CODEC_TOKEN to serve the codec endpoint")
+        raise typer.Exit(2)
+    try:
+        codec = EncryptionCodec(load_key(key_file))
+        server = make_server(codec, host="127.0.0.1", port=port, token=token, ui_origin=ui_origin)
+    except (LoopError, OSError) as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(2) from None
+    out.print(f"codec endpoint at http://127.0.0.1:{port} (CORS: {ui_origin}); Ctrl-C stops it")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
 
 
 @app.command()

@@ -28,11 +28,11 @@ from typing import Any
 import temporalio.api.enums.v1
 import temporalio.api.operatorservice.v1
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop import contracts
+from loop.codec import data_converter
 from loop.errors import ServerUnavailable
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
         return await asyncio.wait_for(
             Client.connect(
                 **config,
-                data_converter=pydantic_data_converter,
+                data_converter=data_converter(),
                 connect_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
             ),
             timeout=CONNECT_TIMEOUT_S,

@@ -12,6 +12,8 @@ import sys
 
 import structlog
 
+from loop import redact
+
 
 def configure(level: str = "INFO", *, json: bool | None = None) -> None:
     as_json = not sys.stderr.isatty() if json is None else json
@@ -22,11 +24,14 @@ def configure(level: str = "INFO", *, json: bool | None = None) -> None:
     )
     numeric = logging.getLevelName(level.upper())
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact.LoggingFilter())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact.structlog_processor,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

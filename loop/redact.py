@@ -1,0 +1,88 @@
+"""One redaction for everything Loopwork writes: logs, traces, run files, results.
+
+Two kinds of secret are removed: the values of the worker's own secret
+environment variables (names containing KEY, TOKEN, SECRET, PASSWORD or
+CREDENTIAL, eight characters or longer), wherever they appear, and text shaped
+like a credential (OpenAI ``sk-`` keys, GitHub tokens, Slack tokens, AWS access
+key ids, bearer headers) even when Loopwork never saw its value.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+MASK = "[redacted]"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+NOT_SECRET = {"LOOP_CODEC_KEY_FILE", "PYTHONHASHSEED", "KEYTIMEOUT"}
+SHAPES = re.compile(
+    r"\bsk-[A-Za-z0-9_\-]{8,}"
+    r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}"
+)
+
+
+@functools.cache
+def _known(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    values = {v for k, v in items if SECRET_NAME.search(k) and k not in NOT_SECRET and len(v) >= 8}
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    env = os.environ if environ is None else environ
+    return _known(tuple(sorted(env.items())))
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    for value in secret_values(environ):
+        if value in text:
+            text = text.replace(value, MASK)
+    return SHAPES.sub(MASK, text)
+
+
+def redact_obj(value: Any) -> Any:
+    """Redact every string inside JSON-like data (dicts, lists, strings)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_obj(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_obj(v) for v in value]
+    return value
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite a log file without secrets (agents may print their environment)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    clean = redact(text)
+    if clean != text:
+        path.write_text(clean)
+
+
+def structlog_processor(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {k: redact_obj(v) for k, v in event.items()}
+
+
+class LoggingFilter(logging.Filter):
+    """For stdlib logging, which the Temporal SDK uses for activity tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if record.exc_info and record.exc_info[1] is not None:
+            clean += "\n" + redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        if clean != message or record.args:
+            record.msg, record.args = clean, ()
+        return True

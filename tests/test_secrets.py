@@ -1,0 +1,188 @@
+"""Secrets stay secret: encrypted payloads in the server, a codec endpoint for people, redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+
+from loop.codec import KEY_ENV, EncryptionCodec, data_converter, load_key, make_server
+from loop.contracts import TaskSpec, TaskState
+from loop.devserver import temporal_binary
+from loop.errors import BadInput
+from loop.redact import redact
+from loop.settings import Settings
+from loop.tasks import start_task
+from tests.conftest import task, write_agent
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(120)
+MARKER = "PLANTED-GOAL-MARKER-7d1f"
+TOKEN = "codec-token-for-tests"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "codec.key"
+    path.write_text(os.urandom(32).hex())
+    return path
+
+
+async def temporal(client: Client, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(temporal_binary()),
+        *args,
+        "--address",
+        client.service_client.config.target_host,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_history_is_ciphertext_and_the_codec_server_reads_it(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, key_file: Path
+):
+    sealed_client = await Client.connect(
+        client.service_client.config.target_host,
+        data_converter=data_converter({KEY_ENV: str(key_file)}),
+    )
+    agent = write_agent(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n')
+    good = TaskSpec.model_validate(task(demo_repo, agent, goal=f"fix slugify {MARKER}"))
+    bad = TaskSpec.model_validate(task(tmp_path / "missing-repo", agent))
+    async with build_worker(sealed_client, settings):
+        handle, _ = await start_task(sealed_client, good, settings.task_queue)
+        assert (await handle.result()).state == TaskState.DONE_WITH_EVIDENCE
+        failing, _ = await start_task(sealed_client, bad, settings.task_queue)
+        assert (await failing.result()).state == TaskState.BLOCKED
+
+    shown = await temporal(
+        client, "workflow", "show", "--workflow-id", handle.id, "--output", "json"
+    )
+    assert MARKER not in shown and "slugify" not in shown
+    assert base64.b64encode(b"binary/encrypted").decode() in shown
+    failed = await temporal(
+        client, "workflow", "show", "--workflow-id", failing.id, "--output", "json"
+    )
+    assert "Encoded failure" in failed and "missing-repo" not in failed
+
+    server = make_server(
+        EncryptionCodec(load_key(key_file)),
+        host="127.0.0.1",
+        port=0,
+        token=TOKEN,
+        ui_origin="http://localhost:8233",
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        decoded = await temporal(
+            client,
+            "workflow",
+            "show",
+            "--workflow-id",
+            handle.id,
+            "--output",
+            "json",
+            "--codec-endpoint",
+            endpoint,
+            "--codec-auth",
+            f"Bearer {TOKEN}",
+        )
+    finally:
+        server.shutdown()
+    assert MARKER in payload_text(decoded)
+    assert MARKER not in payload_text(shown)
+
+
+def payload_text(shown: str) -> str:
+    """Every payload's data in a `temporal workflow show --output json`, decoded from base64."""
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "data" and isinstance(v, str):
+                    found.append(base64.b64decode(v).decode(errors="replace"))
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(shown))
+    return "\n".join(found)
+
+
+async def test_codec_server_needs_the_token_and_allows_the_ui_origin(key_file: Path):
+    codec = EncryptionCodec(load_key(key_file))
+    (sealed,) = await codec.encode([Payload(metadata={"encoding": b"json/plain"}, data=b'"hi"')])
+    body = json.dumps(
+        {
+            "payloads": [
+                {
+                    "metadata": {
+                        k: base64.b64encode(v).decode() for k, v in sealed.metadata.items()
+                    },
+                    "data": base64.b64encode(sealed.data).decode(),
+                }
+            ]
+        }
+    ).encode()
+    server = make_server(
+        codec, host="127.0.0.1", port=0, token=TOKEN, ui_origin="http://localhost:8233"
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/decode"
+
+    def post(headers: dict[str, str], method: str = "POST") -> tuple[int, bytes, dict]:
+        req = urllib.request.Request(
+            url, data=body if method == "POST" else None, headers=headers, method=method
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    try:
+        code, _, _ = await asyncio.to_thread(post, {"Content-Type": "application/json"})
+        assert code == 401
+        code, out, _ = await asyncio.to_thread(
+            post, {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+        )
+        assert code == 200
+        payload = json.loads(out)["payloads"][0]
+        assert base64.b64decode(payload["data"]) == b'"hi"'
+        code, _, headers = await asyncio.to_thread(
+            post, {"Origin": "http://localhost:8233"}, "OPTIONS"
+        )
+        assert headers.get("Access-Control-Allow-Origin") == "http://localhost:8233"
+    finally:
+        server.shutdown()
+
+
+def test_a_bad_key_file_is_one_clear_line(tmp_path: Path):
+    short = tmp_path / "short.key"
+    short.write_text("abcd")
+    with pytest.raises(BadInput, match="32-byte key"):
+        load_key(short)
+
+
+def test_redaction_of_known_values_and_credential_shapes():
+    env = {"GITHUB_TOKEN": "not-a-real-token-123456", "HOME": "/root"}
+    text = "token=not-a-real-token-123456 key sk-abcdefghijklmnop Bearer abc.def.ghijkl /root"
+    clean = redact(text, env)
+    assert "not-a-real-token-123456" not in clean and "sk-abcdefghijklmnop" not in clean
+    assert "abc.def.ghijkl" not in clean and "/root" in clean
