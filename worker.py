@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import structlog
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.budget import BudgetActivities
@@ -79,10 +80,19 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Wor
         "activities": activities_for(settings),
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
         "graceful_shutdown_timeout": DRAIN,
-        "max_concurrent_activities": 20,
+        "max_concurrent_activities": settings.max_activities,
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]
+
+
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """A Temporal runtime exporting SDK metrics to Prometheus when LOOP_METRICS_BIND is set."""
+    if not settings.metrics_bind:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_bind))
+    )
 
 
 async def serve(settings: Settings, *, address: str | None = None, dev: bool = False) -> None:
@@ -90,7 +100,7 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
     log = structlog.get_logger("loop.worker")
     server = await ensure_running(settings, address) if dev else None
     try:
-        client = await connect(address)
+        client = await connect(address, runtime=metrics_runtime(settings))
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes", names=added)

@@ -29,6 +29,7 @@ import temporalio.api.enums.v1
 import temporalio.api.operatorservice.v1
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop import contracts
@@ -73,9 +74,13 @@ def _unavailable(address: str) -> ServerUnavailable:
     )
 
 
-async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+async def connect(
+    address: str | None = None, namespace: str | None = None, *, runtime: Runtime | None = None
+) -> Client:
     """A client with the pydantic data converter, or ``ServerUnavailable`` within seconds."""
     config = connect_config(address, namespace)
+    if runtime is not None:
+        config["runtime"] = runtime
     target = config["target_host"]
     try:
         return await asyncio.wait_for(
@@ -140,6 +145,15 @@ async def ensure_search_attributes(client: Client) -> list[str]:
     except RPCError as e:
         # ALREADY_EXISTS: another worker registered them at the same moment.
         if e.status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.ALREADY_EXISTS):
+            return []
+        if e.status == RPCStatusCode.PERMISSION_DENIED:
+            # Temporal Cloud: attributes are created in the namespace settings, not here.
+            log.warning(
+                "cannot register search attributes %s (%s); create them in the namespace, "
+                "or tasks will fail to publish their state",
+                ", ".join(missing),
+                e.message,
+            )
             return []
         raise
     return list(missing)

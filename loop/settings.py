@@ -8,9 +8,12 @@ Whatever changes a workflow's behaviour enters the workflow as input instead.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from loop.errors import BadInput
 
 
 class Settings(BaseModel):
@@ -19,6 +22,10 @@ class Settings(BaseModel):
     task_queue: str = "loop"
     webhook_url: str | None = None
     """Escalations are POSTed here as JSON (Slack-compatible ``text`` included)."""
+    max_activities: int = 20
+    """Activities one worker runs at once (agents, gates, model calls)."""
+    metrics_bind: str | None = None
+    """host:port where the worker serves Prometheus metrics (SDK and worker metrics)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -28,6 +35,8 @@ class Settings(BaseModel):
             home=home,
             task_queue=env.get("LOOP_TASK_QUEUE") or "loop",
             webhook_url=env.get("LOOP_WEBHOOK_URL") or None,
+            max_activities=_count(env, "LOOP_MAX_ACTIVITIES", 20),
+            metrics_bind=env.get("LOOP_METRICS_BIND") or None,
         )
 
     @property
@@ -53,3 +62,12 @@ class Settings(BaseModel):
     @property
     def db(self) -> Path:
         return self.home / "temporal.db"
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise BadInput(f"{name}={raw!r} must be a whole number of at least 1")
+    return int(raw)
