@@ -25,6 +25,7 @@ from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
 from activities.make import MakeActivities
 from activities.model import ModelActivities
+from activities.reconcile import reconcile_worktrees
 from activities.review import ReviewActivities
 from activities.summarize import SummarizeActivities
 from activities.tools import ToolActivities
@@ -104,6 +105,13 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes", names=added)
+        found = await reconcile_worktrees(client, settings)
+        log.info(
+            "worktrees reconciled",
+            running=len(found.running),
+            removed=found.removed,
+            kept=len(found.kept),
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

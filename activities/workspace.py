@@ -141,7 +141,7 @@ async def _rev(cwd: str | Path, rev: str) -> str | None:
     return out or None
 
 
-async def _is_ancestor(cwd: str | Path, ancestor: str, descendant: str) -> bool:
+async def is_ancestor(cwd: str | Path, ancestor: str, descendant: str) -> bool:
     return await git_ok(["merge-base", "--is-ancestor", ancestor, descendant], cwd)
 
 
@@ -250,7 +250,7 @@ def _find_worktree(entries: list[dict[str, str]], path: str | Path) -> dict[str,
 # --------------------------------------------------------------------------- marker
 
 
-def _read_marker(run_dir: Path) -> dict[str, Any]:
+def read_marker(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((run_dir / MARKER).read_text())
     except (OSError, ValueError):
@@ -324,7 +324,7 @@ class WorkspaceActivities:
             if _exists(path):
                 if _find_worktree(entries, path) is None:
                     raise permanent(f"{path} exists but is not a worktree of {top}; move it away")
-                marker = _read_marker(run_dir)
+                marker = read_marker(run_dir)
                 if marker.get("run_id") == inp.run_id:
                     try:
                         return Workspace.model_validate(marker)
@@ -362,7 +362,7 @@ class WorkspaceActivities:
         tip = await _rev(top, f"refs/heads/{branch}")
         if tip is None:
             return
-        if await _is_ancestor(top, tip, base_commit):
+        if await is_ancestor(top, tip, base_commit):
             if delete:
                 await git(["branch", "-q", "-D", branch], top)
             return
@@ -416,9 +416,9 @@ class WorkspaceActivities:
             old = await _rev(top, ref)
             if old is None:
                 return MergeResult(merged=False, reason=f"base branch {ws.base_ref} is gone")
-            if await _is_ancestor(top, inp.commit, ref):
+            if await is_ancestor(top, inp.commit, ref):
                 return MergeResult(merged=True, commit=old, how="already-merged")
-            fast_forward = await _is_ancestor(top, old, inp.commit)
+            fast_forward = await is_ancestor(top, old, inp.commit)
             checkout = next(
                 (
                     e["worktree"]
@@ -517,7 +517,7 @@ class WorkspaceActivities:
         if not delete or await _rev(ws.repo, f"refs/heads/{ws.branch}") is None:
             return ""
         base = f"refs/heads/{ws.base_ref}" if ws.base_is_branch else ws.base_commit
-        if await _is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):
+        if await is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):
             await git(["branch", "-q", "-D", ws.branch], ws.repo)
             return ""
         return f"branch {ws.branch} kept: not merged into {ws.base_ref}"
