@@ -20,6 +20,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.budget import BudgetActivities
+from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
@@ -40,6 +41,7 @@ from workflows.agent import AgentWorkflow
 from workflows.eval import EvalWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
+from workflows.triage import TriageWorkflow
 
 STICKY_TIMEOUT = timedelta(seconds=2)
 DRAIN = timedelta(seconds=10)
@@ -50,6 +52,7 @@ def activities_for(settings: Settings) -> list[Callable]:
     ws = WorkspaceActivities(settings)
     budget = BudgetActivities()
     make = MakeActivities(settings)
+    discover = DiscoverActivities(settings)
     return [
         ws.prepare_workspace,
         ws.commit_branch,
@@ -68,10 +71,18 @@ def activities_for(settings: Settings) -> list[Callable]:
         ToolActivities(settings).tool_step,
         ReviewActivities(settings).review,
         EvalActivities(settings).write_eval_results,
+        discover.discover,
+        discover.lookup_tasks,
     ]
 
 
-WORKFLOWS: list[type] = [TaskWorkflow, AgentWorkflow, PeriodBudgetWorkflow, EvalWorkflow]
+WORKFLOWS: list[type] = [
+    TaskWorkflow,
+    AgentWorkflow,
+    PeriodBudgetWorkflow,
+    EvalWorkflow,
+    TriageWorkflow,
+]
 
 
 def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:

@@ -72,6 +72,7 @@ from loop.errors import BadInput, LoopError, UnknownTask
 from loop.render import answer_with, event_line, print_result, status_line
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
+from loop.triage_cli import schedule_app, triage
 
 app = typer.Typer(
     help="Loopwork: AI coding agents in durable, verified loops on Temporal.",
@@ -493,6 +494,8 @@ budget_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(budget_app, name="budget")
+app.command()(triage)
+app.add_typer(schedule_app, name="schedule")
 
 
 @budget_app.command("set")

@@ -1,0 +1,434 @@
+"""discover / lookup_tasks: what work there is, and what Temporal knows of earlier tasks.
+
+``discover`` reads one source of the SOURCES.yaml file and returns its items,
+each with the task it would be (the source's template plus the item's own
+fields), bounded by the source's ``max_items``:
+
+- ``issue_files``: a folder of markdown files with a front-matter block (``id``,
+  ``title``, ``labels``, ``state`` and any task-file field but ``repo``), read with
+  python-frontmatter; the goal is the front matter's ``goal`` or the title and body.
+- ``github_issues``: a JSON export in GitHub's REST shape; closed issues and pull
+  requests are not work. Their text becomes a goal, never configuration.
+- ``ci``: the command runs in a temporary detached worktree of the base (so the
+  main checkout, dirty or not, is neither used nor touched), removed afterwards;
+  when it fails, one regression-repair task whose goal names the command and
+  carries its output tail, and whose first gate is the command itself (so the
+  explore brief shows it failing at base).
+- ``todo``: ``git grep`` over the base commit for the markers; a marker whose text
+  matches the source's ``pattern`` is a task, keyed by its file and text (not its
+  line, which moves).
+
+A source that cannot be read (a missing folder, invalid JSON, a base that does
+not resolve) fails the activity for good, so the Temporal UI shows why; the
+workflow reports it and triages the other sources. ``lookup_tasks`` describes the
+``task-<id>`` workflows of the items (status, LoopState, close time) and counts the
+open tasks on the queue, for the policy in ``loop.triage``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.gates import gate_env
+from activities.git import GitError, git, repo_lock
+from activities.proc import heartbeat, kill_stale, run_process
+from loop import triage
+from loop.contracts import (
+    DISCOVER,
+    ISSUE_META_KEYS,
+    ISSUE_OVERRIDE_KEYS,
+    LOOKUP_TASKS,
+    MAX_GOAL_CHARS,
+    SA_STATE,
+    TASK_WORKFLOW,
+    CiSource,
+    DiscoverInput,
+    DiscoverResult,
+    ExistingTask,
+    GitHubIssuesSource,
+    IssueFilesSource,
+    LookupInput,
+    LookupResult,
+    TaskSpec,
+    TodoSource,
+    TriageItem,
+    workflow_id_for,
+)
+from loop.errors import permanent
+from loop.settings import Settings
+from loop.taskfile import describe
+
+GOAL_TAIL_CHARS = 2_000
+"""Output tail of a failing CI command quoted in the goal (the full log stays on disk)."""
+TODO_CONTEXT_LINES = 3
+LOOKUPS_AT_ONCE = 8
+
+
+class DiscoverActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name=DISCOVER.name)
+    async def discover(self, inp: DiscoverInput) -> DiscoverResult:
+        source = inp.source
+        async with _heartbeating():
+            match source:
+                case IssueFilesSource():
+                    items, note = await asyncio.to_thread(_issue_files, source)
+                case GitHubIssuesSource():
+                    items, note = await asyncio.to_thread(_github_issues, source)
+                case CiSource():
+                    items, note = await self._ci(source)
+                case TodoSource():
+                    items, note = await _todo(source)
+        return _bounded(source.name, items, source.max_items, note)
+
+    @activity.defn(name=LOOKUP_TASKS.name)
+    async def lookup_tasks(self, inp: LookupInput) -> LookupResult:
+        client = activity.client()
+        slots = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+
+        async def one(task_id: str) -> ExistingTask | None:
+            async with slots:
+                try:
+                    desc = await client.get_workflow_handle(workflow_id_for(task_id)).describe()
+                except RPCError as e:
+                    if e.status == RPCStatusCode.NOT_FOUND:
+                        return None
+                    raise
+            return ExistingTask(
+                task_id=task_id,
+                status=desc.status.name if desc.status else "UNKNOWN",
+                state=desc.typed_search_attributes.get(SA_STATE) or "",
+                closed_at=desc.close_time,
+            )
+
+        found = await asyncio.gather(*(one(t) for t in dict.fromkeys(inp.task_ids)))
+        counted = await client.count_workflows(
+            f'WorkflowType="{TASK_WORKFLOW}" AND ExecutionStatus="Running" '
+            f'AND TaskQueue="{inp.task_queue}"'
+        )
+        return LookupResult(
+            tasks={t.task_id: t for t in found if t is not None}, open_tasks=counted.count
+        )
+
+    # ------------------------------------------------------------------ ci
+
+    async def _ci(self, source: CiSource) -> tuple[list[TriageItem], str]:
+        repo, base = _repo_and_base(source.template)
+        folder = self.settings.home / "triage" / f"ci-{source.name}-{_run_key()}"
+        log_path = self.settings.home / "triage" / f"ci-{source.name}.log"
+        pid_file = log_path.with_suffix(".pid")
+        kill_stale(pid_file)  # the command a crashed earlier try left running
+        await _remove_worktree(self.settings, repo, folder)  # and its worktree
+        try:
+            async with repo_lock(self.settings.locks, repo):
+                await git(["worktree", "add", "--detach", str(folder), base], repo)
+        except GitError as e:
+            raise permanent(f"ci source {source.name}: cannot check out {base!r}: {e}") from None
+        try:
+            proc = await run_process(
+                ["bash", "-c", source.run],
+                cwd=folder,
+                env=gate_env(),
+                limit_s=source.timeout,
+                log_path=log_path,
+                pid_file=pid_file,
+            )
+        finally:
+            await _remove_worktree(self.settings, repo, folder)
+        command = " ".join(source.run.split())
+        if proc.exit_code == 0 and not proc.timed_out:
+            return [], f"`{command}` passes on {base} ({proc.duration_s:.1f} s)"
+        how = (
+            f"does not finish within {source.timeout} s"
+            if proc.timed_out
+            else f"fails (exit code {proc.exit_code})"
+        )
+        # Paths into the temporary worktree (gone by now) read as paths in the repository.
+        tail = proc.output_tail.replace(f"{folder}/", "").strip()[-GOAL_TAIL_CHARS:]
+        goal = (
+            f"Regression on {base}: the CI command `{command}` {how}. Make it pass again "
+            "by fixing the cause; do not weaken, skip or delete the check.\n\n"
+            f"Output tail of `{command}` on {base}:\n\n```\n{tail}\n```\n"
+        )
+        item = _item(
+            source,
+            key="regression",
+            title=f"`{command}` {how} on {base}",
+            labels=["ci", "regression"],
+            fields={"goal": goal, "verify": _with_ci_gate(source)},
+        )
+        return [item], f"`{command}` {how} on {base}; full log: {log_path}"
+
+
+# --------------------------------------------------------------------------- issue files
+
+
+def _issue_files(source: IssueFilesSource) -> tuple[list[TriageItem], str]:
+    folder = Path(source.path)
+    if not folder.is_dir():
+        raise permanent(f"issue_files source {source.name}: {folder} is not a folder")
+    files = sorted(folder.glob("*.md"))
+    items = [_issue_file(source, f) for f in files]
+    return items, f"{len(files)} issue files in {folder}"
+
+
+def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
+    def skipped(key: str, why: str) -> TriageItem:
+        task_id = triage.task_id_for(source.name, key)
+        return TriageItem(source=source.name, key=key, task_id=task_id, skip_reason=why)
+
+    try:
+        post = frontmatter.loads(file.read_text(errors="replace"))
+    except (yaml.YAMLError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return skipped(file.stem, f"{file.name}: front matter is not valid YAML ({first})")
+    meta: dict[str, Any] = dict(post.metadata)
+    key = str(meta.get("id") or file.stem)
+    if "repo" in meta:
+        return skipped(key, f"{file.name}: an issue cannot choose its repository")
+    unknown = sorted(set(meta) - ISSUE_META_KEYS - ISSUE_OVERRIDE_KEYS)
+    if unknown:
+        return skipped(key, f"{file.name}: unknown front-matter key {unknown[0]!r}")
+    labels = meta.get("labels") or []
+    if not isinstance(labels, list):
+        labels = [labels]
+    body = post.content.strip()
+    title = str(meta.get("title") or _first_heading(body) or file.stem)
+    if str(meta.get("state", "open")).lower() != "open":
+        return skipped(key, f"state {meta['state']}")
+    overrides = {k: v for k, v in meta.items() if k in ISSUE_OVERRIDE_KEYS}
+    if "goal" not in overrides:
+        overrides["goal"] = f"{title}\n\n{body}".strip()
+    return _item(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
+
+
+def _first_heading(body: str) -> str:
+    for line in body.splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+# --------------------------------------------------------------------------- GitHub issues
+
+
+def _github_issues(source: GitHubIssuesSource) -> tuple[list[TriageItem], str]:
+    file = Path(source.path)
+    try:
+        data = json.loads(file.read_text(errors="replace"))
+    except FileNotFoundError:
+        raise permanent(f"github_issues source {source.name}: {file} not found") from None
+    except json.JSONDecodeError as e:
+        raise permanent(
+            f"github_issues source {source.name}: {file} is not JSON (line {e.lineno}: {e.msg})"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
+        data = data["items"]  # the search API's shape
+    if not isinstance(data, list):
+        raise permanent(f"github_issues source {source.name}: {file} is not a list of issues")
+    items = [_github_issue(source, issue) for issue in data if isinstance(issue, dict)]
+    return items, f"{len(items)} issues in {file.name}"
+
+
+def _github_issue(source: GitHubIssuesSource, issue: dict[str, Any]) -> TriageItem:
+    key = str(issue.get("number", "")) or "unnumbered"
+    title = str(issue.get("title") or f"issue {key}")
+    labels = [
+        str(label.get("name", "")) if isinstance(label, dict) else str(label)
+        for label in issue.get("labels") or []
+    ]
+    task_id = triage.task_id_for(source.name, key)
+    if issue.get("pull_request"):
+        return TriageItem(
+            source=source.name, key=key, task_id=task_id, title=title, skip_reason="pull request"
+        )
+    state = str(issue.get("state") or "open").lower()
+    if state != "open":
+        return TriageItem(
+            source=source.name,
+            key=key,
+            task_id=task_id,
+            title=title,
+            labels=labels,
+            skip_reason=state,
+        )
+    body = str(issue.get("body") or "").strip()
+    where = issue.get("html_url") or f"#{key}"
+    goal = f"{title}\n\n{body}\n\n(GitHub issue {where})".strip()
+    return _item(source, key=key, title=title, labels=labels, fields={"goal": goal})
+
+
+# --------------------------------------------------------------------------- TODO markers
+
+
+async def _todo(source: TodoSource) -> tuple[list[TriageItem], str]:
+    repo, base = _repo_and_base(source.template)
+    pathspecs = [f":(glob){p}" for p in source.paths]
+    markers = [arg for m in source.markers for arg in ("-e", m)]
+    try:
+        commit = await git(["rev-parse", "--verify", f"{base}^{{commit}}"], repo)
+        out = await git(
+            ["grep", "-n", "-I", "-z", "-w", "-F", *markers, commit, "--", *pathspecs], repo
+        )
+    except GitError as e:
+        if e.exit_code != 1 or e.stderr.strip():  # 1 with nothing said: no marker at all
+            raise permanent(f"todo source {source.name}: {e}") from None
+        out = ""
+    pattern = re.compile(source.pattern)
+    marker_re = re.compile(r"\b(" + "|".join(map(re.escape, source.markers)) + r")\b")
+    items: list[TriageItem] = []
+    found = 0
+    for record in out.split("\n"):
+        parts = record.split("\0")
+        if len(parts) < 3:
+            continue
+        path, line, text = parts[0].removeprefix(f"{commit}:"), parts[1], "\0".join(parts[2:])
+        at = marker_re.search(text)
+        if at is None:
+            continue
+        found += 1
+        marker_text = text[at.start() :].strip()
+        digest = hashlib.sha1(f"{path}\0{marker_text}".encode(), usedforsecurity=False)
+        key = f"{_slug(Path(path).stem)}-{digest.hexdigest()[:8]}"
+        title = f"{path}:{line}: {marker_text}"[:200]
+        labels = [at.group(1).lower()]
+        if not pattern.search(marker_text):
+            items.append(
+                TriageItem(
+                    source=source.name,
+                    key=key,
+                    task_id=triage.task_id_for(source.name, key),
+                    title=title,
+                    labels=labels,
+                    skip_reason=f'does not match pattern "{source.pattern}"',
+                )
+            )
+            continue
+        context = await _context(repo, commit, path, int(line))
+        goal = (
+            f"Resolve this {at.group(1)} marker in {path} (line {line} at {base}): "
+            f"{marker_text}\n\nDo what it asks, then remove the marker.\n\n"
+            f"Context:\n\n```\n{context}\n```\n"
+        )
+        items.append(_item(source, key=key, title=title, labels=labels, fields={"goal": goal}))
+    # Matching markers first, so max_items never hides work behind non-matching ones.
+    items.sort(key=lambda i: bool(i.skip_reason))
+    return items, f"{found} markers ({', '.join(source.markers)}) at {base}"
+
+
+async def _context(repo: str, commit: str, path: str, line: int) -> str:
+    try:
+        text = await git(["show", f"{commit}:{path}"], repo)
+    except GitError:
+        return ""
+    lines = text.splitlines()
+    lo, hi = max(0, line - 1 - TODO_CONTEXT_LINES), min(len(lines), line + TODO_CONTEXT_LINES)
+    return "\n".join(f"{n + 1:>5}  {lines[n]}" for n in range(lo, hi))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _item(
+    source: IssueFilesSource | GitHubIssuesSource | CiSource | TodoSource,
+    *,
+    key: str,
+    title: str,
+    labels: list[str],
+    fields: dict[str, Any],
+) -> TriageItem:
+    """The item with its task: the source's template, the item's fields over it."""
+    task_id = triage.task_id_for(source.name, key)
+    data = triage.merge(source.template, fields)
+    data["id"] = task_id
+    data["repo"] = source.template.get("repo")  # never the item's
+    if isinstance(data.get("goal"), str) and len(data["goal"]) > MAX_GOAL_CHARS:
+        data["goal"] = data["goal"][: MAX_GOAL_CHARS - 20] + "\n[… cut]"
+    base = TriageItem(source=source.name, key=key, task_id=task_id, title=title, labels=labels)
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as e:
+        return base.model_copy(update={"skip_reason": f"invalid task: {describe(e)}"})
+    return base.model_copy(update={"spec": spec})
+
+
+def _with_ci_gate(source: CiSource) -> list[dict[str, Any]]:
+    """The template's gates with the failing command first, unless a gate already runs it."""
+    verify = source.template.get("verify")
+    gates = [dict(g) for g in verify if isinstance(g, dict)] if isinstance(verify, list) else []
+    if any(g.get("run") == source.run for g in gates):
+        return gates
+    names = {g.get("name") for g in gates}
+    name = next(n for n in ("ci", "ci-regression", f"ci-{source.name}") if n not in names)
+    return [{"name": name, "run": source.run, "timeout": source.timeout}, *gates]
+
+
+def _bounded(name: str, items: list[TriageItem], limit: int, note: str) -> DiscoverResult:
+    """At most ``limit`` candidates and ``limit`` skipped items; the rest are counted."""
+    work = [i for i in items if not i.skip_reason]
+    ruled_out = [i for i in items if i.skip_reason]
+    kept = work[:limit] + ruled_out[:limit]
+    dropped = len(items) - len(kept)
+    if dropped:
+        note += f"; {dropped} more items past max_items={limit} not listed"
+    return DiscoverResult(source=name, items=kept, dropped=dropped, note=note)
+
+
+def _repo_and_base(template: dict[str, Any]) -> tuple[str, str]:
+    repo, base = template.get("repo"), template.get("base")
+    if not isinstance(repo, str) or not isinstance(base, str):
+        raise permanent("the source's template has no repo or base: load the sources file first")
+    return repo, base
+
+
+def _run_key() -> str:
+    """Names the CI worktree after the triage run, so a retried try finds its leftover."""
+    if not activity.in_activity():
+        return "local"
+    return activity.info().workflow_run_id[:12]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "file"
+
+
+async def _remove_worktree(settings: Settings, repo: str, folder: Path) -> None:
+    async with repo_lock(settings.locks, repo):
+        if folder.exists():
+            await git(["worktree", "remove", "--force", str(folder)], repo, check=False)
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        await git(["worktree", "prune"], repo, check=False)
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat every second while a source is read (git grep on a big tree takes a while)."""
+
+    async def beat() -> None:
+        while True:
+            heartbeat()
+            await asyncio.sleep(1)
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating

@@ -1,0 +1,170 @@
+"""TriageWorkflow: the event loop. Discover work, decide what is worth doing, start tasks.
+
+Read it top to bottom:
+
+    discover (one activity per source) -> look up earlier tasks -> policy -> start tasks
+
+The policy (``loop.triage.plan``) is workflow code, so each decision is in
+history with its reason. A dry run stops before starting anything and returns
+the same table.
+
+Each chosen item becomes a child ``TaskWorkflow`` with workflow id
+``task-<source>-<item>`` and ``ParentClosePolicy.ABANDON``: tasks keep running
+after triage ends (or is cancelled), and the Temporal UI links each task to the
+triage run that started it. A child rather than an activity calling
+``client.start_workflow``, because duplicates are then impossible by
+construction: the start is a command recorded once in this workflow's history
+(replay or a worker crash never sends it again, where an activity is
+at-least-once and a retried start cannot tell its own success from another
+triage's), and the server refuses a second open workflow with the same id,
+which surfaces here as ``WorkflowAlreadyStartedError`` and is reported as a skip.
+An item that never had a task is started with ``REJECT_DUPLICATE``, so even a
+task another triage started and finished meanwhile is not run twice; an item
+whose earlier task ended past its cool-down is started with ``ALLOW_DUPLICATE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from loop import triage
+    from loop.contracts import (
+        DISCOVER,
+        LOOKUP_TASKS,
+        SA_REPO,
+        SA_STATE,
+        TASK_WORKFLOW,
+        TRIAGE_WORKFLOW,
+        CiSource,
+        DiscoverInput,
+        DiscoverResult,
+        LookupInput,
+        Source,
+        TaskResult,
+        TaskSpec,
+        TaskState,
+        TriageDecision,
+        TriageInput,
+        TriageItem,
+        TriageResult,
+        workflow_id_for,
+    )
+    from loop.errors import PERMANENT
+
+RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=6,
+    non_retryable_error_types=[PERMANENT],
+)
+HEARTBEAT = timedelta(seconds=10)
+SHORT = timedelta(seconds=300)
+
+
+@workflow.defn(name=TRIAGE_WORKFLOW)
+class TriageWorkflow:
+    @workflow.run
+    async def run(self, inp: TriageInput) -> TriageResult:
+        result = TriageResult(dry_run=inp.dry_run, sources_file=inp.sources_file)
+        sources = inp.sources.sources
+        found = await asyncio.gather(*(self._discover(s) for s in sources))
+        items: list[TriageItem] = []
+        for source, outcome in zip(sources, found, strict=True):
+            if isinstance(outcome, str):
+                result.errors.append(f"{source.name}: {outcome}")
+                continue
+            items += outcome.items
+            if outcome.note:
+                result.notes.append(f"{source.name}: {outcome.note}")
+
+        lookup = await workflow.execute_activity(
+            LOOKUP_TASKS.name,
+            LookupInput(
+                task_ids=[i.task_id for i in items if i.spec is not None],
+                task_queue=workflow.info().task_queue,
+            ),
+            result_type=LOOKUP_TASKS.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+            summary="look up earlier tasks",
+        )
+        result.open_tasks = lookup.open_tasks
+
+        for planned in triage.plan(items, inp.sources, lookup, workflow.now()):
+            decision = planned.decision
+            if decision.action == "start" and not inp.dry_run:
+                assert planned.spec is not None
+                decision = await self._start(decision, planned.spec, planned.rerun)
+            result.decisions.append(decision)
+            if not workflow.unsafe.is_replaying():
+                workflow.logger.info(
+                    "%s %s: %s", decision.action, decision.task_id, decision.reason
+                )
+        return result
+
+    async def _discover(self, source: Source) -> DiscoverResult | str:
+        """One source's items, or why it could not be read (the others go on)."""
+        is_ci = isinstance(source, CiSource)
+        try:
+            return await workflow.execute_activity(
+                DISCOVER.name,
+                DiscoverInput(source=source),
+                result_type=DISCOVER.output,
+                start_to_close_timeout=timedelta(seconds=source.timeout + 120) if is_ci else SHORT,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=RETRY,
+                summary=f"discover: {source.name} ({source.kind})",
+            )
+        except ActivityError as e:
+            return _cause(e)
+
+    async def _start(self, decision: TriageDecision, spec: TaskSpec, rerun: bool) -> TriageDecision:
+        try:
+            await workflow.start_child_workflow(
+                TASK_WORKFLOW,
+                spec,
+                id=workflow_id_for(spec.id),
+                result_type=TaskResult,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                id_reuse_policy=(
+                    WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                    if rerun
+                    else WorkflowIDReusePolicy.REJECT_DUPLICATE
+                ),
+                memo={"goal": spec.goal, "triage": f"{decision.source}/{decision.item}"},
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
+                        SearchAttributePair(SA_REPO, spec.repo),
+                    ]
+                ),
+                static_summary=f"{spec.id}: {_first_line(spec.goal)}",
+            )
+        except WorkflowAlreadyStartedError:
+            return decision.model_copy(
+                update={"action": "skip", "reason": "a task for it was started meanwhile"}
+            )
+        return decision.model_copy(update={"action": "started"})
+
+
+def _cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = e.message if isinstance(e, FailureError) else str(e)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:120]
