@@ -658,22 +658,32 @@ class TaskWorkflow:
         """
         self.segment_started = workflow.now()
         try:
-            if self.max_seconds is None:
-                return await segment
-            left = self.max_seconds - self.seconds_used
-            if left <= 0:
-                segment.close()
-                return _Stop(TaskState.BUDGET_EXCEEDED, "wall-clock budget spent")
-            try:
-                return await asyncio.wait_for(segment, timeout=left)
-            except TimeoutError:
-                return _Stop(
-                    TaskState.BUDGET_EXCEEDED,
-                    f"wall-clock budget of {self.max_seconds:g} s spent",
-                )
-        finally:
-            self.seconds_used = self._seconds_now()
-            self.segment_started = None
+            stop = await self._within_budget(segment)
+        except (asyncio.CancelledError, _Blocked):
+            self._close_segment()
+            raise
+        # Anything else (a worker evicting this run from its cache) must not touch the
+        # workflow clock: the run is not ending, it is being dropped from memory.
+        self._close_segment()
+        return stop
+
+    async def _within_budget(self, segment: Any) -> _Stop | None:
+        if self.max_seconds is None:
+            return await segment
+        left = self.max_seconds - self.seconds_used
+        if left <= 0:
+            segment.close()
+            return _Stop(TaskState.BUDGET_EXCEEDED, "wall-clock budget spent")
+        try:
+            return await asyncio.wait_for(segment, timeout=left)
+        except TimeoutError:
+            return _Stop(
+                TaskState.BUDGET_EXCEEDED, f"wall-clock budget of {self.max_seconds:g} s spent"
+            )
+
+    def _close_segment(self) -> None:
+        self.seconds_used = self._seconds_now()
+        self.segment_started = None
 
     def _seconds_now(self) -> float:
         if self.segment_started is None:
