@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
+from activities import sandbox
 from activities.budget import BudgetActivities
 from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
@@ -127,6 +128,7 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        log.info("sandbox", **await asyncio.to_thread(sandbox.host_record))
         worker = build_worker(client, settings)
         async with worker:
             log.info(

@@ -35,8 +35,16 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from activities.proc import kill_stale, run_process
-from loop.contracts import Evidence, Gate, GateResult, MakeResult, TaskSpec, Workspace
+from activities import sandbox
+from loop.contracts import (
+    Evidence,
+    Gate,
+    GateResult,
+    MakeResult,
+    SandboxPolicy,
+    TaskSpec,
+    Workspace,
+)
 
 CLAIM_EVIDENCE_CHARS = 1_000
 """How much of the agent's final answer a ``contains`` gate shows as evidence."""
@@ -51,14 +59,20 @@ async def evaluate(
     """Run every gate of ``task.verify`` in order; one result per gate, failures included."""
     results: list[GateResult] = []
     for gate in task.verify:
-        results.append(await evaluate_gate(gate, ws, make, log_dir))
+        results.append(await evaluate_gate(gate, ws, make, log_dir, task.sandbox))
     return results
 
 
-async def evaluate_gate(gate: Gate, ws: Workspace, make: MakeResult, log_dir: Path) -> GateResult:
+async def evaluate_gate(
+    gate: Gate,
+    ws: Workspace,
+    make: MakeResult,
+    log_dir: Path,
+    policy: SandboxPolicy | None = None,
+) -> GateResult:
     kind = gate.kind
     if kind == "run":
-        return await run_gate(gate, ws, log_dir)
+        return await run_gate(gate, ws, log_dir, policy)
     if kind == "diff_scope":
         return diff_scope_gate(gate, make.changed_files)
     if kind == "no_removed_tests":
@@ -88,21 +102,40 @@ def gate_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def gate_extra_env(policy: SandboxPolicy) -> dict[str, str]:
+    """What a sandboxed ``run`` gate (or ``run`` tool call) gets on top of the sandbox's
+    minimal environment: no bytecode, no pytest cache; the worker's own PYTEST_ADDOPTS
+    only where the worker's environment passes (mode off, or named in ``sandbox.env``)."""
+    passes = policy.mode == "off" or "PYTEST_ADDOPTS" in policy.env
+    worker = os.environ.get("PYTEST_ADDOPTS") if passes else None
+    return gate_env({"PYTEST_ADDOPTS": worker} if worker else {})
+
+
 def _command_in_words(command: str, limit: int = 200) -> str:
     one_line = " ".join(command.split())
     return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
 
 
-async def run_gate(gate: Gate, ws: Workspace, log_dir: Path) -> GateResult:
+async def run_gate(
+    gate: Gate, ws: Workspace, log_dir: Path, policy: SandboxPolicy | None = None
+) -> GateResult:
+    """A ``run`` gate in the sandbox (kind ``gate``: its own network default, and in
+    strict mode a read-only worktree, so a gate cannot change the artifact it judges)."""
     assert gate.run is not None
+    policy = policy or SandboxPolicy()
     log_path = log_dir / f"gate-{gate.name}.log"
     pid_file = log_dir / f"gate-{gate.name}.pid"
     # A retried verify (after the worker was killed) must not race the old gate's group.
-    kill_stale(pid_file)
-    proc = await run_process(
+    await sandbox.kill_leftovers(pid_file)
+    proc = await sandbox.run_sandboxed(
         ["bash", "-c", gate.run],
         cwd=Path(ws.path),
-        env=gate_env(),
+        policy=policy,
+        kind="gate",
+        worktree=Path(ws.path),
+        task_id=ws.task_id,
+        extra_env=gate_extra_env(policy),
+        hide=[Path(ws.run_dir).parent.parent],  # LOOP_HOME (runs/<id> is two below it)
         limit_s=gate.timeout,
         log_path=log_path,
         pid_file=pid_file,

@@ -14,14 +14,14 @@ closes with ``end_attempt``.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 from pathlib import Path
 
 from temporalio import activity
 
+from activities import sandbox
 from activities.git import git
-from activities.proc import kill_stale, run_process
 from activities.workspace import (
     changed_files,
     outside_changes,
@@ -42,6 +42,7 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.logs import log_for
+from loop.redact import redact, redact_file
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000
@@ -60,23 +61,30 @@ class MakeActivities:
         output_file = folder / "output.md"
         output_file.unlink(missing_ok=True)
         env = {
-            **os.environ,
             "LOOP_TASK_ID": inp.task.id,
             "LOOP_ATTEMPT": str(n),
             "LOOP_PROMPT_FILE": str(folder / "prompt.md"),
             "LOOP_OUTPUT_FILE": str(output_file),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        env.pop("LOOP_FEEDBACK_FILE", None)
         if inp.prompt.feedback is not None:
             env["LOOP_FEEDBACK_FILE"] = str(folder / "feedback.json")
 
         argv = list(inp.task.agent.command or [])
-        log.info("agent starting", argv=argv)
-        ran = await run_process(
+        log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode)
+        # The attempt folder is the agent's (LOOP_OUTPUT_FILE goes there); the rest of
+        # LOOP_HOME is hidden (strict) or out of reach of the task's uid (basic).
+        ran = await sandbox.run_sandboxed(
             argv,
             cwd=Path(ws.path),
-            env=env,
+            policy=inp.task.sandbox,
+            kind="agent",
+            worktree=Path(ws.path),
+            task_id=inp.task.id,
+            extra_env=env,
+            writable=[folder],
+            protected=inp.task.protected_paths(),
+            hide=[self.settings.home],
             limit_s=inp.task.agent.timeout,
             log_path=folder / "agent.log",
             pid_file=folder / "agent.pid",
@@ -86,18 +94,29 @@ class MakeActivities:
             exit_code=ran.exit_code,
             timed_out=ran.timed_out,
             seconds=ran.duration_s,
+            sandbox=ran.sandbox,
+            refused=ran.refused or None,
         )
+        # What the agent printed or claimed leaves this activity without secrets.
+        redact_file(Path(ran.log_path))
         if output_file.exists():
+            redact_file(output_file)
             claim = output_file.read_bytes()[:CLAIM_CHARS].decode("utf-8", errors="replace")
             claim_path = str(output_file)
         else:
             claim, claim_path = ran.output_tail, ran.log_path
+        claim, tail = redact(claim), redact(ran.output_tail)
         closed = await self._close(ws, n, start)
+        # A write the sandbox refused outside the worktree is a policy violation as much
+        # as one that went through: the agent tried to leave its worktree.
+        refused = [f"refused by the sandbox: {r}" for r in ran.refused]
         return closed.model_copy(
             update={
+                "outside_writes": closed.outside_writes + refused,
+                "sandbox_level": ran.sandbox,
                 "exit_code": ran.exit_code,
                 "timed_out": ran.timed_out,
-                "output_tail": ran.output_tail,
+                "output_tail": tail,
                 "claim": claim,
                 "claim_path": claim_path,
                 "duration_s": ran.duration_s,
@@ -118,10 +137,12 @@ class MakeActivities:
         closed = await self._close(inp.workspace, inp.attempt, start)
         agent = inp.agent
         (folder / "answer.md").write_text(agent.answer)
+        level = await asyncio.to_thread(sandbox.probe)
         return closed.model_copy(
             update={
+                "sandbox_level": f"{inp.task.sandbox.mode} (run tool); host={level}",
                 "output_tail": f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
-                "claim": agent.answer[:CLAIM_CHARS],
+                "claim": redact(agent.answer[:CLAIM_CHARS]),
                 "claim_path": str(folder / "answer.md"),
                 "timed_out": agent.ended == "timeout",
                 "tokens": agent.usage.tokens,
@@ -141,7 +162,7 @@ class MakeActivities:
         if not Path(ws.path).is_dir():
             raise permanent(f"the worktree {ws.path} is gone; start the task again with --rerun")
         log = log_for(inp.task.id, n, "make")
-        if kill_stale(folder / "agent.pid"):
+        if await sandbox.kill_leftovers(folder / "agent.pid"):
             log.warning("killed the agent left over from a crashed try")
         start_file = folder / "start_commit"
         if start_file.exists():

@@ -37,6 +37,10 @@ class ProcResult(BaseModel):
     output_tail: str = ""
     duration_s: float = 0.0
     log_path: str = ""
+    sandbox: str = ""
+    """How it was confined (``activities.sandbox``); empty for Loopwork's own helpers."""
+    refused: list[str] = []
+    """Writes outside the worktree the sandbox refused, as found in the output."""
 
 
 def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
@@ -113,6 +117,7 @@ async def run_process(
     log_path: Path,
     pid_file: Path | None = None,
     tail_chars: int = OUTPUT_TAIL_CHARS,
+    pass_fds: tuple[int, ...] = (),
 ) -> ProcResult:
     """Run ``argv`` for at most ``limit_s`` seconds; kill its group on timeout or cancel.
 
@@ -132,6 +137,7 @@ async def run_process(
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             code = 127 if isinstance(e, FileNotFoundError) else 126

@@ -48,18 +48,19 @@ import shlex
 import stat
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pathspec
 from temporalio import activity
 
+from activities import sandbox
 from activities.files import write_atomic
-from activities.gates import gate_env
+from activities.gates import gate_extra_env
 from activities.git import GitError, git
 from activities.proc import heartbeat, kill_stale, run_process
-from loop.contracts import TOOL_STEP, ToolPolicy, ToolStepInput, ToolStepResult
+from loop.contracts import TOOL_STEP, SandboxPolicy, ToolPolicy, ToolStepInput, ToolStepResult
 from loop.errors import permanent
 from loop.logs import log_for
 from loop.settings import Settings
@@ -299,10 +300,11 @@ def resolve_path(root: Path, rel: str, *, write: bool, protected: list[str]) -> 
     not followed. Limits that remain: the worktree root itself is trusted (Loopwork
     made it); a hard link inside the worktree to a file outside is not a symlink
     and can be read (writes replace the file by rename, so they never write through
-    one); and none of this confines the ``run`` tool, whose commands can read and
-    write whatever the worker's user can. What ``run`` changes in the repository is
-    judged afterwards by the gates (``diff_scope`` protects paths the same way), and
-    changes outside the worktree by the make step's outside-write check.
+    one); and none of this confines the ``run`` tool: its commands are confined by
+    the task's sandbox (``activities.sandbox``: in strict mode a read-only host, the
+    worktree writable, protected files read-only). What ``run`` changes in the
+    repository is judged afterwards by the gates (``diff_scope`` protects paths the
+    same way), and changes outside the worktree by the make step's outside-write check.
     """
     top = _real(root)
     if "\x00" in rel:
@@ -609,11 +611,6 @@ def run_refusal(command: str, policy: ToolPolicy) -> str | None:
     return None
 
 
-def run_env() -> dict[str, str]:
-    """The gates' environment (no bytecode, no pytest cache) without Loopwork's LOOP_*."""
-    return {k: v for k, v in gate_env().items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
-
-
 def _log_text(path: Path, limit: int) -> str:
     """The end of a command's log, cut to ``limit`` characters with the note."""
     try:
@@ -640,6 +637,9 @@ class _Call:
     log_dir: Path
     log_name: str
     journal: Path | None
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    task_id: str = "tool"
+    hide: tuple[Path, ...] = ()
 
     @property
     def limit(self) -> int:
@@ -861,7 +861,7 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
     pid_file = call.log_dir / f"{call.log_name}.run.pid"
     if _read_journal(call.journal):
         # A try before this one started the command and was lost with its worker.
-        kill_stale(pid_file)
+        await sandbox.kill_leftovers(pid_file)
         output = _log_text(log_path, call.limit)
         return ToolOutcome.failure(
             "the worker stopped while this command was running, so it may have run in part "
@@ -870,10 +870,19 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
             f"output so far:\n{output}" if output else "",
         )
     _write_journal(call.journal, {"tool": "run", "command": command})
-    proc = await run_process(
+    policy = call.sandbox
+    extra = gate_extra_env(policy)
+    proc = await sandbox.run_sandboxed(
         ["bash", "-c", command],
         cwd=call.top,
-        env=run_env(),
+        policy=policy,
+        kind="tool",
+        drop_env=HIDDEN_ENV_PREFIXES,
+        worktree=call.top,
+        task_id=call.task_id,
+        extra_env=extra,
+        protected=call.protected,
+        hide=call.hide,
         limit_s=call.policy.run_timeout,
         log_path=log_path,
         pid_file=pid_file,
@@ -933,12 +942,17 @@ async def execute(
     *,
     log_name: str = "tool",
     journal: Path | None = None,
+    sandbox: SandboxPolicy | None = None,
+    task_id: str = "tool",
+    hide: tuple[Path, ...] = (),
 ) -> ToolOutcome:
     """Run one tool call in the worktree ``root``; never raises for the model's mistakes.
 
     ``log_dir``/``log_name`` name the files a call keeps beside it (a command's log
     and pid file, a search's request); ``journal`` is the pending note that makes a
     retried ``edit_file`` or ``run`` safe (None: no retry protection, as in tests).
+    ``run`` commands go through the task's ``sandbox`` (default: the default policy)
+    under ``task_id``'s uid, with ``hide`` (LOOP_HOME) covered.
     Exceptions that escape are Loopwork's trouble, not the model's.
     """
     tool = _TOOLS.get(name)
@@ -953,6 +967,9 @@ async def execute(
         log_dir=log_dir,
         log_name=log_name,
         journal=journal,
+        sandbox=sandbox or SandboxPolicy(),
+        task_id=task_id,
+        hide=tuple(hide),
     )
     try:
         args = parse_arguments(name, arguments)
@@ -1055,6 +1072,9 @@ class ToolActivities:
                 logs,
                 log_name=name,
                 journal=journal,
+                sandbox=inp.sandbox,
+                task_id=inp.task_id,
+                hide=(self.settings.home,),
             )
         )
         result = ToolStepResult(

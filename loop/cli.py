@@ -68,6 +68,7 @@ from loop.contracts import (
     ledger_id_for,
     workflow_id_for,
 )
+from loop.doctor import doctor
 from loop.errors import BadInput, LoopError, UnknownTask
 from loop.render import answer_with, event_line, print_result, status_line
 from loop.settings import Settings
@@ -495,6 +496,7 @@ budget_app = typer.Typer(
 )
 app.add_typer(budget_app, name="budget")
 app.command()(triage)
+app.command()(doctor)
 app.add_typer(schedule_app, name="schedule")
 
 

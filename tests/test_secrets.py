@@ -186,3 +186,32 @@ def test_redaction_of_known_values_and_credential_shapes():
     clean = redact(text, env)
     assert "not-a-real-token-123456" not in clean and "sk-abcdefghijklmnop" not in clean
     assert "abc.def.ghijkl" not in clean and "/root" in clean
+
+
+LEAKY = """
+print(dict(os.environ))
+pathlib.Path(os.environ["LOOP_OUTPUT_FILE"]).write_text(
+    "done " + os.environ.get("GITHUB_TOKEN", "") + " sk-abcdefghijklmnopqrstuv")
+"""
+
+
+async def test_a_planted_secret_appears_nowhere_even_when_the_agent_prints_it(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch, capfd
+):
+    planted = "ghp_PLANTEDplantedPLANTED0123456789ab"
+    monkeypatch.setenv("GITHUB_TOKEN", planted)
+    agent = write_agent(tmp_path, LEAKY)
+    spec = task(demo_repo, agent, budget={"max_attempts": 1}, approval_timeout=1)
+    spec["sandbox"] = {"mode": "basic", "env": ["GITHUB_TOKEN"]}  # passed through on purpose
+    async with build_worker(client, settings):
+        handle, _ = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
+        result = await handle.result()
+    assert result.state == TaskState.BUDGET_EXCEEDED
+    assert "[redacted]" in result.attempts[0].make.claim  # the agent did print it
+    assert planted not in result.model_dump_json()
+    assert planted not in (await handle.fetch_history()).to_json()
+    for path in settings.home.rglob("*"):
+        if path.is_file():
+            assert planted not in path.read_text(errors="replace"), path
+    out, err = capfd.readouterr()
+    assert planted not in out + err

@@ -117,6 +117,7 @@ class AgentWorkflow:
                         workspace=inp.workspace,
                         policy=agent.tools,
                         protected=protected,
+                        sandbox=inp.task.sandbox,
                     ),
                     result_type=TOOL_STEP.output,
                     start_to_close_timeout=timedelta(seconds=agent.tools.run_timeout + 60),
