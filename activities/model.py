@@ -23,8 +23,6 @@ the endpoint and the status, never the API key.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -41,6 +39,7 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.proc import heartbeating
 from loop.contracts import MODEL_STEP, ModelStepInput, ModelStepResult, ToolCallRef
 from loop.errors import permanent
 from loop.logs import log_for
@@ -115,7 +114,7 @@ class ModelActivities:
             endpoint = display_url(str(client.base_url))
             where = f"model {inp.model} at {endpoint}"
             try:
-                response = await _heartbeating(client.chat.completions.create(**request))
+                response = await heartbeating(client.chat.completions.create(**request))
             except openai.OpenAIError as e:
                 err = classify(e, where, api_key)
                 log.warning("model call failed", error=err.message, retryable=not err.non_retryable)
@@ -299,25 +298,6 @@ def write_once(path: Path, data: bytes) -> None:
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-async def _heartbeating(awaitable: Any) -> Any:
-    """Await the call, heartbeating every second, so a slow model is not a dead worker."""
-    if not activity.in_activity():
-        return await awaitable
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY)
-
-    ticker = asyncio.create_task(beat())
-    try:
-        return await awaitable
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
 
 
 # --------------------------------------------------------------------------- errors

@@ -19,14 +19,16 @@ import json
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
 
 from loop.contracts import OUTPUT_TAIL_CHARS
 
+T = TypeVar("T")
 HEARTBEAT_EVERY_S = 1.0
 KILL_GRACE_S = 2.0
 
@@ -179,3 +181,22 @@ async def run_process(
         duration_s=round(time.monotonic() - started, 3),
         log_path=str(log_path),
     )
+
+
+async def heartbeating(awaitable: Awaitable[T]) -> T:
+    """Await something slow (a model call, a big search), heartbeating every second."""
+    if not activity.in_activity():
+        return await awaitable
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    ticker = asyncio.create_task(beat())
+    try:
+        return await awaitable
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker

@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import activity
 
 from activities.git import git
-from activities.model import _heartbeating, classify, display_url, write_once
+from activities.model import classify, display_url, write_once
+from activities.proc import heartbeating
 from loop.contracts import REVIEW, Evidence, GateResult, ReviewInput
 from loop.errors import permanent
 from loop.logs import log_for
@@ -137,7 +138,7 @@ class ReviewActivities:
         ) as client:
             where = f"review model {model} at {display_url(str(client.base_url))}"
             try:
-                response = await _heartbeating(
+                response = await heartbeating(
                     client.chat.completions.create(
                         model=model,
                         messages=messages,

@@ -59,7 +59,7 @@ from activities import sandbox
 from activities.files import write_atomic
 from activities.gates import gate_extra_env
 from activities.git import GitError, git
-from activities.proc import heartbeat, kill_stale, run_process
+from activities.proc import heartbeating, kill_stale, run_process
 from loop.contracts import TOOL_STEP, SandboxPolicy, ToolPolicy, ToolStepInput, ToolStepResult
 from loop.errors import permanent
 from loop.logs import log_for
@@ -1062,7 +1062,7 @@ class ToolActivities:
         logs = Path(inp.attempt_dir) / "tool-logs"
         name = f"step-{inp.step:04d}.tool-{call.index}"
         journal = logs / f"{name}.pending.json"
-        outcome = await _heartbeating(
+        outcome = await heartbeating(
             execute(
                 call.name,
                 arguments,
@@ -1101,22 +1101,3 @@ class ToolActivities:
             output_chars=result.output_chars,
         )
         return result
-
-
-async def _heartbeating(awaitable: Awaitable[ToolOutcome]) -> ToolOutcome:
-    """Await the tool, heartbeating every second: a long list or read is not a dead worker."""
-    if not activity.in_activity():
-        return await awaitable
-
-    async def beat() -> None:
-        while True:
-            heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
-
-    ticker = asyncio.create_task(beat())
-    try:
-        return await awaitable
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker

@@ -17,7 +17,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from loop import ledger
@@ -31,16 +30,8 @@ with workflow.unsafe.imports_passed_through():
         ToolStepInput,
         Usage,
     )
-    from loop.errors import PERMANENT, POLICY_VIOLATION
+    from workflows.options import HEARTBEAT, MODEL_RETRY
 
-RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=8,
-    non_retryable_error_types=[PERMANENT, POLICY_VIOLATION],
-)
-HEARTBEAT = timedelta(seconds=5)
 MODEL_CALL_TIMEOUT = timedelta(minutes=10)
 
 
@@ -91,7 +82,7 @@ class AgentWorkflow:
                 result_type=MODEL_STEP.output,
                 start_to_close_timeout=MODEL_CALL_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT,
-                retry_policy=RETRY,
+                retry_policy=MODEL_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"model: step {step}",
             )
@@ -122,7 +113,7 @@ class AgentWorkflow:
                     result_type=TOOL_STEP.output,
                     start_to_close_timeout=timedelta(seconds=agent.tools.run_timeout + 60),
                     heartbeat_timeout=HEARTBEAT,
-                    retry_policy=RETRY,
+                    retry_policy=MODEL_RETRY,
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"tool: {call.name} (step {step})",
                 )

@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -104,26 +103,12 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         Workspace,
     )
-    from loop.errors import PERMANENT, POLICY_VIOLATION
     from loop.fingerprint import fingerprint
+    from workflows.options import HEARTBEAT, NOTIFY_RETRY, SHORT, STEP_RETRY
 
 Out = TypeVar("Out", bound=BaseModel)
 
 # Fast recovery (DESIGN): a short first retry, heartbeats of a few seconds.
-RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=6,
-    non_retryable_error_types=[PERMANENT, POLICY_VIOLATION],
-)
-NOTIFY_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=6,
-)
-HEARTBEAT = timedelta(seconds=5)
-SHORT = timedelta(seconds=120)
 
 
 @dataclass
@@ -737,7 +722,7 @@ class TaskWorkflow:
                 result_type=d.output,
                 start_to_close_timeout=timedelta(seconds=seconds) if seconds else SHORT,
                 heartbeat_timeout=HEARTBEAT if heartbeat else None,
-                retry_policy=RETRY,
+                retry_policy=STEP_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=summary,
             )

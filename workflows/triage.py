@@ -30,7 +30,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import (
-    RetryPolicy,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDReusePolicy,
@@ -60,15 +59,8 @@ with workflow.unsafe.imports_passed_through():
         TriageResult,
         workflow_id_for,
     )
-    from loop.errors import PERMANENT
+    from workflows.options import STEP_RETRY
 
-RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=6,
-    non_retryable_error_types=[PERMANENT],
-)
 HEARTBEAT = timedelta(seconds=10)
 SHORT = timedelta(seconds=300)
 
@@ -97,7 +89,7 @@ class TriageWorkflow:
             ),
             result_type=LOOKUP_TASKS.output,
             start_to_close_timeout=SHORT,
-            retry_policy=RETRY,
+            retry_policy=STEP_RETRY,
             summary="look up earlier tasks",
         )
         result.open_tasks = lookup.open_tasks
@@ -124,7 +116,7 @@ class TriageWorkflow:
                 result_type=DISCOVER.output,
                 start_to_close_timeout=timedelta(seconds=source.timeout + 120) if is_ci else SHORT,
                 heartbeat_timeout=HEARTBEAT,
-                retry_policy=RETRY,
+                retry_policy=STEP_RETRY,
                 summary=f"discover: {source.name} ({source.kind})",
             )
         except ActivityError as e:
