@@ -25,6 +25,7 @@ from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
+from activities.liveness import Liveness
 from activities.make import MakeActivities
 from activities.model import ModelActivities
 from activities.reconcile import reconcile_worktrees
@@ -94,6 +95,7 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Wor
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
         "graceful_shutdown_timeout": DRAIN,
         "max_concurrent_activities": settings.max_activities,
+        "interceptors": [Liveness()],
     }
     options.update(overrides)
     return Worker(client, **options)  # type: ignore[arg-type]

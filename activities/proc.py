@@ -170,7 +170,9 @@ async def run_process(
             raise
         finally:
             if proc.returncode is not None:
-                # Grandchildren that outlived the leader (daemons, `setsid` tricks).
+                # Children that outlived the leader in its group (background jobs). A
+                # `setsid` grandchild has left the group: only the sandbox (a pid
+                # namespace, the task uid, a cgroup) reaches it; mode off does not.
                 kill_group(proc.pid)
             if pid_file is not None:
                 pid_file.unlink(missing_ok=True)

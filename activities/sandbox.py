@@ -96,6 +96,12 @@ MAX_REFUSED = 20
 IGNORED_REFUSALS = ("/proc", "/sys", "/dev")
 
 _REFUSAL = re.compile(r"Read-only file system|Permission denied|EROFS|EACCES")
+_LAUNCHER = re.compile(r"failed to execute|cannot execute|exec(ve)? failed|can't execute", re.I)
+_WRITE_VERB = re.compile(
+    r"cannot (create|touch|remove|write|open .* for writing|make directory)|"
+    r"can't (create|write)|mkdir|unlink|rename|open\(.*['\"][wax]",
+    re.I,
+)
 _QUOTED = re.compile(r"""'(/[^'\n]*)'|"(/[^"\n]*)"|(?<![\w.~/-])(/[^\s:'",;()\[\]]+)""")
 
 # --------------------------------------------------------------------------- the host
@@ -889,8 +895,11 @@ def refused_writes(log_path: Path, worktree: str) -> list[str]:
     found: dict[str, str] = {}
     for line in text.splitlines():
         m = _REFUSAL.search(line)
-        if not m:
+        if not m or _LAUNCHER.search(line):
             continue
+        if "Read-only" not in m.group(0) and "EROFS" not in m.group(0):
+            if not _WRITE_VERB.search(line):
+                continue  # EACCES on a read (`ls /root`) is not an attempt to write
         why = (
             "Read-only file system"
             if "Read-only" in m.group(0) or "EROFS" in m.group(0)
@@ -1124,7 +1133,10 @@ async def run_sandboxed(
         await asyncio.shield(_beating(_clean_up, state))
         if state_file is not None:
             state_file.unlink(missing_ok=True)
-    refused = await asyncio.to_thread(refused_writes, log_path, top)
+    # A command that never started (126/127) wrote nothing: its launcher's
+    # "Permission denied" is about executing it, not a refused write.
+    started = ran.exit_code not in (126, 127)
+    refused = await asyncio.to_thread(refused_writes, log_path, top) if started else []
     return ran.model_copy(
         update={
             "sandbox": _describe(

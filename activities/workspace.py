@@ -69,6 +69,11 @@ def _listing(paths: list[str]) -> str:
     return f"{shown} (+{more} more)" if more > 0 else shown
 
 
+def printable(path: str) -> str:
+    """A path that can travel in a payload: bytes that are not UTF-8 become \\xNN."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _split_z(out: str) -> list[str]:
     return [p for p in out.split("\0") if p]
 
@@ -150,6 +155,12 @@ async def wip_commit(ws: Workspace, attempt: int) -> str:
     restores. Running it twice for the same attempt must not stack empty commits."""
     message = f"loop({ws.task_id}): attempt {attempt}"
     await git(["add", "-A", "--", ".", *BYPRODUCT_EXCLUDES], ws.path)
+    head = await git(["symbolic-ref", "-q", "HEAD"], ws.path, check=False)
+    if head != f"refs/heads/{ws.branch}":
+        # The agent detached HEAD or switched branches: its work goes back on the task
+        # branch (at the commit it ended on, tree and index kept), which is what the
+        # verdict, the commit and the merge name.
+        await git(["checkout", "-q", "-B", ws.branch], ws.path)
     staged = not await git_ok(["diff", "--cached", "--quiet"], ws.path)
     if not staged and await git(["log", "-1", "--format=%s"], ws.path) == message:
         return await git(["rev-parse", "HEAD"], ws.path)
@@ -161,7 +172,7 @@ async def changed_files(ws: Workspace, commit: str) -> list[str]:
     """The attempt's diff against base, by path: without rename detection a moved
     protected file shows up under its old name too."""
     out = await git(["diff", "--name-only", "--no-renames", "-z", ws.base_commit, commit], ws.path)
-    return sorted(_split_z(out))
+    return sorted(printable(p) for p in _split_z(out))
 
 
 async def restore(ws: Workspace, commit: str) -> None:
@@ -173,7 +184,7 @@ async def restore(ws: Workspace, commit: str) -> None:
 async def dirty_files(path: str) -> list[str]:
     """Changes not yet committed: what a reset or a removal would destroy."""
     out = await git(["status", "--porcelain", "-z", "-uall"], path)
-    return [p for p in _status_paths(out) if not _is_byproduct(p)]
+    return [printable(p) for p in _status_paths(out) if not _is_byproduct(p)]
 
 
 def _fingerprint(path: Path) -> str:
@@ -215,7 +226,8 @@ def _snapshot(repo_top: str, paths: list[str], exclude: list[str]) -> dict[str, 
 
 
 def outside_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    changed = (p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    return sorted(printable(p) for p in changed)
 
 
 # --------------------------------------------------------------------------- worktree list

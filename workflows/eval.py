@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         workflow_id_for,
     )
+    from workflows.options import HEARTBEAT
 
 
 @workflow.defn(name=EVAL_WORKFLOW)
@@ -71,6 +72,7 @@ class EvalWorkflow:
             report,
             result_type=WRITE_EVAL.output,
             start_to_close_timeout=timedelta(seconds=30),
+            heartbeat_timeout=HEARTBEAT,
             summary="write eval-results.json",
         )
         return report.model_copy(update={"results_path": written.path})

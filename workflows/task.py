@@ -213,7 +213,6 @@ class TaskWorkflow:
                 EXPLORE,
                 ExploreInput(task=self.spec, workspace=self.ws),
                 summary="explore",
-                heartbeat=True,
                 seconds=sum(g.timeout for g in self.spec.verify) + 60,
             )
             self.brief = explored.brief
@@ -276,7 +275,6 @@ class TaskWorkflow:
                         MAKE,
                         make_input,
                         summary=f"make: attempt {n}",
-                        heartbeat=True,
                         seconds=self.spec.agent.timeout + 120,
                     ),
                     "",
@@ -305,7 +303,6 @@ class TaskWorkflow:
             VERIFY,
             VerifyInput(task=self.spec, workspace=self.ws, attempt=n, make=made),
             summary=f"verify: attempt {n}",
-            heartbeat=True,
             seconds=sum(g.timeout for g in self.spec.verify) + 120,
         )
         verdict = await self._review(n, made, verdict)
@@ -352,7 +349,6 @@ class TaskWorkflow:
                     claim=made.claim,
                 ),
                 summary=f"review: {gate.name}",
-                heartbeat=True,
                 seconds=360,
             )
         ordered = [by_name[g.name] for g in self.spec.verify if g.name in by_name]
@@ -559,6 +555,7 @@ class TaskWorkflow:
                 ),
                 result_type=ESCALATE.output,
                 start_to_close_timeout=timedelta(seconds=30),
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=NOTIFY_RETRY,
                 summary="escalate",
             )
@@ -711,7 +708,6 @@ class TaskWorkflow:
         inp: BaseModel,
         *,
         summary: str,
-        heartbeat: bool = False,
         seconds: float | None = None,
     ) -> Out:
         """Run one activity; a permanent failure becomes BLOCKED with its one-line reason."""
@@ -721,7 +717,7 @@ class TaskWorkflow:
                 inp,
                 result_type=d.output,
                 start_to_close_timeout=timedelta(seconds=seconds) if seconds else SHORT,
-                heartbeat_timeout=HEARTBEAT if heartbeat else None,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=STEP_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=summary,

@@ -89,6 +89,7 @@ class TriageWorkflow:
             ),
             result_type=LOOKUP_TASKS.output,
             start_to_close_timeout=SHORT,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=STEP_RETRY,
             summary="look up earlier tasks",
         )
