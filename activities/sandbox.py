@@ -97,11 +97,6 @@ IGNORED_REFUSALS = ("/proc", "/sys", "/dev")
 
 _REFUSAL = re.compile(r"Read-only file system|Permission denied|EROFS|EACCES")
 _LAUNCHER = re.compile(r"failed to execute|cannot execute|exec(ve)? failed|can't execute", re.I)
-_WRITE_VERB = re.compile(
-    r"cannot (create|touch|remove|write|open .* for writing|make directory)|"
-    r"can't (create|write)|mkdir|unlink|rename|open\(.*['\"][wax]",
-    re.I,
-)
 _QUOTED = re.compile(r"""'(/[^'\n]*)'|"(/[^"\n]*)"|(?<![\w.~/-])(/[^\s:'",;()\[\]]+)""")
 
 # --------------------------------------------------------------------------- the host
@@ -897,9 +892,6 @@ def refused_writes(log_path: Path, worktree: str) -> list[str]:
         m = _REFUSAL.search(line)
         if not m or _LAUNCHER.search(line):
             continue
-        if "Read-only" not in m.group(0) and "EROFS" not in m.group(0):
-            if not _WRITE_VERB.search(line):
-                continue  # EACCES on a read (`ls /root`) is not an attempt to write
         why = (
             "Read-only file system"
             if "Read-only" in m.group(0) or "EROFS" in m.group(0)
