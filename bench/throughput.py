@@ -1,0 +1,213 @@
+"""Throughput: K concurrent tasks with an instant agent and trivial gates, on 1 then 2 workers.
+
+Every task is the demo's bug with a scripted command agent that writes the fix
+at once, and two gates: ``true`` and the demo's unit tests. All tasks share one
+repository (worktree creation is serialised per repository, as in real use).
+The first worker runs in this process (``worker.build_worker``); the second is
+``python worker.py`` as a subprocess with the same LOOP_HOME, TEMPORAL_ADDRESS
+and LOOP_TASK_QUEUE. The server is Loopwork's embedded one.
+
+Reported: tasks/s and activities/s (activities counted from the workflow
+histories), the task latency, the share of activities the second worker ran,
+how busy the machine's CPUs were (/proc/stat), and the scaling from 1 to 2
+workers. Each
+configuration is warmed up with a few tasks first, then run ``--runs`` times
+(median).
+
+    .venv/bin/python bench/throughput.py [--tasks 20] [--runs 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+from common import (
+    COMPLETE_FIX,
+    UNITTEST,
+    connect,
+    loopwork_server,
+    make_demo_repo,
+    median,
+    print_machine,
+    print_table,
+    script_agent,
+    spawn_worker,
+    stop_process,
+    task_spec,
+    temp_home,
+    wait_for_log,
+)
+from temporalio.client import Client, WorkflowHandle
+
+from loop.contracts import TaskResult, TaskSpec, TaskState
+from loop.settings import Settings
+from loop.tasks import start_task
+from worker import build_worker
+
+AGENT = f"pathlib.Path('slugify.py').write_text({COMPLETE_FIX!r})\n"
+
+
+async def count_activities(handle: WorkflowHandle) -> tuple[int, int]:
+    """(completed activities, of them run by a worker other than this process)."""
+    ours = f"{os.getpid()}@"
+    started: dict[int, str] = {}
+    n = elsewhere = 0
+    async for ev in handle.fetch_history_events():
+        if ev.HasField("activity_task_started_event_attributes"):
+            started[ev.event_id] = ev.activity_task_started_event_attributes.identity
+        elif ev.HasField("activity_task_completed_event_attributes"):
+            n += 1
+            identity = started.get(ev.activity_task_completed_event_attributes.started_event_id, "")
+            elsewhere += not identity.startswith(ours)
+    return n, elsewhere
+
+
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+async def run_batch(
+    client: Client, queue: str, repo: Path, agent: list[str], k: int
+) -> dict[str, float]:
+    """Start k tasks at once, wait for all; wall time, latencies, activities."""
+    verify = [
+        {"name": "trivial", "run": "true", "timeout": 30},
+        {"name": "tests", "run": UNITTEST, "timeout": 60},
+    ]
+    specs = [TaskSpec.model_validate(task_spec(repo, agent, verify=verify)) for _ in range(k)]
+
+    async def one(spec: TaskSpec) -> tuple[WorkflowHandle, TaskResult, float]:
+        t0 = time.perf_counter()
+        handle, _ = await start_task(client, spec, queue)
+        result = await handle.result()
+        return handle, result, time.perf_counter() - t0
+
+    busy0, total0 = cpu_jiffies()
+    t0 = time.perf_counter()
+    done = await asyncio.gather(*(one(s) for s in specs))
+    wall = time.perf_counter() - t0
+    busy1, total1 = cpu_jiffies()
+    bad = [r for _, r, _ in done if r.state != TaskState.DONE_WITH_EVIDENCE]
+    if bad:
+        raise RuntimeError(f"{len(bad)} tasks did not finish DONE: {bad[0].state} {bad[0].reason}")
+    counted = await asyncio.gather(*(count_activities(h) for h, _, _ in done))
+    activities = sum(n for n, _ in counted)
+    latencies = sorted(lat for _, _, lat in done)
+    return {
+        "wall": wall,
+        "activities": activities,
+        "second_share": sum(e for _, e in counted) / activities,
+        "cpu_busy": (busy1 - busy0) / max(total1 - total0, 1),
+        "lat_median": median(latencies),
+        "lat_max": latencies[-1],
+    }
+
+
+async def configuration(
+    client: Client,
+    home: Path,
+    repo: Path,
+    agent: list[str],
+    workers: int,
+    k: int,
+    runs: int,
+    warmup: int,
+) -> list[dict[str, float]]:
+    queue = f"tp-{workers}w-{uuid.uuid4().hex[:6]}"
+    settings = Settings(home=home, task_queue=queue)
+    extra = []
+    try:
+        for i in range(workers - 1):
+            log = home / f"worker-{queue}-{i}.log"
+            proc = spawn_worker(client.service_client.config.target_host, home, queue, log)
+            extra.append(proc)
+            await wait_for_log(log, "worker ready", proc)
+        async with build_worker(client, settings):
+            await run_batch(client, queue, repo, agent, warmup * workers)
+            return [await run_batch(client, queue, repo, agent, k) for _ in range(runs)]
+    finally:
+        for proc in extra:
+            stop_process(proc)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20, help="concurrent tasks K (default 20)")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs; median (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a tiny version (< 30 s)")
+    args = parser.parse_args()
+    warmup = 2
+    if args.quick:
+        args.tasks, args.runs, warmup = 4, 1, 1
+    print_machine("throughput: concurrent tasks on 1 and 2 workers")
+    print(
+        f"K={args.tasks} concurrent tasks per run, runs={args.runs} (median), "
+        f"warm-up {warmup} task(s) per worker. NOTE: this machine has {os.cpu_count()} cores, "
+        "shared by the server, the workers, and every agent and gate subprocess.\n",
+        flush=True,
+    )
+    results: dict[int, list[dict[str, float]]] = {}
+    with temp_home() as home:
+        repo = make_demo_repo(home / "demo")
+        agent = script_agent(home, AGENT)
+        async with loopwork_server(home / "server") as server:
+            client = await connect(server.address)
+            for workers in (1, 2):
+                results[workers] = await configuration(
+                    client, home, repo, agent, workers, args.tasks, args.runs, warmup
+                )
+
+    rows = []
+    summary: dict[int, float] = {}
+    for workers, runs in results.items():
+        wall = median([r["wall"] for r in runs])
+        acts = median([r["activities"] for r in runs])
+        summary[workers] = args.tasks / wall
+        rows.append(
+            [
+                workers,
+                args.tasks,
+                wall,
+                args.tasks / wall,
+                int(acts),
+                acts / wall,
+                median([r["lat_median"] for r in runs]),
+                median([r["lat_max"] for r in runs]),
+                f"{median([r['second_share'] for r in runs]):.0%}",
+                f"{median([r['cpu_busy'] for r in runs]):.0%}",
+            ]
+        )
+    print_table(
+        [
+            "workers",
+            "tasks",
+            "wall s",
+            "tasks/s",
+            "activities",
+            "activities/s",
+            "latency median s",
+            "latency max s",
+            "by 2nd worker",
+            "CPU busy",
+        ],
+        rows,
+        title=f"{args.tasks} concurrent tasks (instant agent, gates: true + demo tests)",
+    )
+    with contextlib.suppress(ZeroDivisionError):
+        print(
+            f"scaling 1 -> 2 workers: {summary[2] / summary[1]:.2f}x tasks/s "
+            f"(on {os.cpu_count()} cores: the agents, gates and server already compete for them)"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
