@@ -95,6 +95,7 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Wor
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
         "graceful_shutdown_timeout": DRAIN,
         "max_concurrent_activities": settings.max_activities,
+        "max_cached_workflows": settings.workflow_cache,
         "interceptors": [Liveness()],
     }
     options.update(overrides)

@@ -24,6 +24,9 @@ class Settings(BaseModel):
     """Escalations are POSTed here as JSON (Slack-compatible ``text`` included)."""
     max_activities: int = 20
     """Activities one worker runs at once (agents, gates, model calls)."""
+    workflow_cache: int = 250
+    """Workflows a worker keeps in memory; parked tasks beyond it cost nothing (replayed
+    on their next signal). Bounds a worker's memory: about 280 KiB per cached task."""
     metrics_bind: str | None = None
     """host:port where the worker serves Prometheus metrics (SDK and worker metrics)."""
 
@@ -36,6 +39,7 @@ class Settings(BaseModel):
             task_queue=env.get("LOOP_TASK_QUEUE") or "loop",
             webhook_url=env.get("LOOP_WEBHOOK_URL") or None,
             max_activities=_count(env, "LOOP_MAX_ACTIVITIES", 20),
+            workflow_cache=_count(env, "LOOP_WORKFLOW_CACHE", 250),
             metrics_bind=env.get("LOOP_METRICS_BIND") or None,
         )
 
