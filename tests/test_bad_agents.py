@@ -25,6 +25,7 @@ from loop.settings import Settings
 from loop.tasks import start_task
 from tests.conftest import COMPLETE_FIX, agent_calls, git, task, write_agent
 from tests.model_server import ScriptedModel, reply
+from tests.test_model_loop import model_task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -395,18 +396,6 @@ async def test_process_the_agent_leaves_behind_is_killed(
 
 
 # --------------------------------------------------------------------------- models
-
-
-def model_task(repo: Path, model: ScriptedModel, **overrides: object) -> TaskSpec:
-    data = task(repo, ["true"])
-    data["agent"] = {
-        "backend": "openai",
-        "model": "gpt-4o-mini",
-        "base_url": model.url,
-        "timeout": 60,
-    }
-    data.update(overrides)
-    return TaskSpec.model_validate(data)
 
 
 FIX_SCRIPT = [
