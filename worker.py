@@ -28,7 +28,7 @@ from activities.explore import ExploreActivities
 from activities.liveness import Liveness
 from activities.make import MakeActivities
 from activities.model import ModelActivities
-from activities.reconcile import reconcile_worktrees
+from activities.reconcile import reconcile_worktrees, release_leases
 from activities.review import ReviewActivities
 from activities.summarize import SummarizeActivities
 from activities.tools import ToolActivities
@@ -87,7 +87,23 @@ WORKFLOWS: list[type] = [
 ]
 
 
+def protected_services(client: Client, settings: Settings) -> list[str]:
+    """The worker's own network services, which no sandbox may reach whatever a task lists:
+    the Temporal frontend, its web UI (the frontend's port + 1000) and the metrics."""
+    target = client.service_client.config.target_host
+    host, _, port = target.rpartition(":")
+    services = [target]
+    if port.isdigit():
+        services.append(f"{host}:{int(port) + 1000}")
+    if settings.metrics_bind:
+        services.append(settings.metrics_bind)
+    return services
+
+
 def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.chmod(0o700)  # other users (and every task uid) see nothing in it
+    sandbox.protect(protected_services(client, settings))
     options: dict[str, object] = {
         "task_queue": settings.task_queue,
         "workflows": WORKFLOWS,
@@ -127,6 +143,9 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
             removed=found.removed,
             kept=len(found.kept),
         )
+        released = await release_leases(client, settings)
+        if released:
+            log.info("task uids released", tasks=released)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

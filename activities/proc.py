@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,6 +43,11 @@ class ProcResult(BaseModel):
     """How it was confined (``activities.sandbox``); empty for Loopwork's own helpers."""
     refused: list[str] = []
     """Writes outside the worktree the sandbox refused, as found in the output."""
+    network_refused: list[str] = []
+    """Destinations the egress proxy refused (``host:port: why``)."""
+    not_started: str = ""
+    """Why the command itself never ran (missing, not executable); the exit code is then
+    126 or 127 set by Loopwork, not by the command."""
 
 
 def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
@@ -120,15 +125,18 @@ async def run_process(
     pid_file: Path | None = None,
     tail_chars: int = OUTPUT_TAIL_CHARS,
     pass_fds: tuple[int, ...] = (),
+    started: Callable[[asyncio.subprocess.Process], Awaitable[None]] | None = None,
 ) -> ProcResult:
     """Run ``argv`` for at most ``limit_s`` seconds; kill its group on timeout or cancel.
 
     A command that cannot be started (missing, not executable) is reported as exit
     code 127/126 with the reason in the tail, like a shell would, because for an
-    agent or a gate that is evidence, not a crash of Loopwork.
+    agent or a gate that is evidence, not a crash of Loopwork. ``started`` runs once
+    the process exists (the sandbox's hand-shake with its launcher); what it raises
+    ends the process and propagates.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    began = time.monotonic()
     with log_path.open("wb") as log:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -145,12 +153,16 @@ async def run_process(
             code = 127 if isinstance(e, FileNotFoundError) else 126
             message = f"cannot start {argv[0]!r}: {e.strerror or e}"
             log.write(message.encode())
-            return ProcResult(exit_code=code, output_tail=message, log_path=str(log_path))
+            return ProcResult(
+                exit_code=code, output_tail=message, log_path=str(log_path), not_started=message
+            )
         if pid_file is not None:
             pid_file.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid)}))
         timed_out = False
         try:
-            deadline = started + limit_s
+            if started is not None:
+                await started(proc)
+            deadline = began + limit_s
             while True:
                 heartbeat()
                 left = deadline - time.monotonic()
@@ -180,7 +192,7 @@ async def run_process(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
         output_tail=tail_of(log_path, tail_chars),
-        duration_s=round(time.monotonic() - started, 3),
+        duration_s=round(time.monotonic() - began, 3),
         log_path=str(log_path),
     )
 

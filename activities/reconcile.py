@@ -7,6 +7,9 @@ workflow: a running task's worktree is left alone; a finished task's worktree
 whose branch base already holds, and which is clean, is removed (it was
 waiting for that removal); every other one is kept and listed, because it
 holds work a person may want (a report, a rejected or blocked attempt).
+
+Task uids are reconciled the same way: a lease whose task is no longer running
+(terminated, or ended while its worker was gone) goes back to the pool.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from activities import sandbox
+from activities.summarize import release_task
 from activities.workspace import MARKER, WorkspaceActivities, is_ancestor, read_marker
 from loop.contracts import RemoveInput, Workspace, workflow_id_for
 from loop.settings import Settings
@@ -61,3 +66,20 @@ async def reconcile_worktrees(client: Client, settings: Settings) -> Reconciled:
             state = status.name if status else "unknown to the server"
             found.kept[ws.task_id] = f"task ended ({state}); {ws.branch} holds its work"
     return found
+
+
+async def release_leases(client: Client, settings: Settings) -> list[str]:
+    """Release the uids of this LOOP_HOME's tasks that no longer run; their ids."""
+    released: list[str] = []
+    for holder in sandbox.holders(settings.home):
+        if holder.startswith("triage-"):
+            continue  # a triage run's, released by the run itself
+        try:
+            desc = await client.get_workflow_handle(workflow_id_for(holder)).describe()
+            status = desc.status
+        except RPCError:
+            status = None
+        if status != WorkflowExecutionStatus.RUNNING:
+            release_task(settings, holder)
+            released.append(holder)
+    return released

@@ -5,6 +5,9 @@ task taught about its repository (see ``loop.memory``); ``notes.md`` keeps one s
 task (rewritten in place, so a retried or re-run summarize never duplicates it)
 with what was done, what failed, the test results, the limits and the last
 stable commit — what the next run, or the next person, needs first.
+
+The task is over, so its uid goes back to the host's pool (every process of it
+killed first) and the agent's HOME, which only that uid could use, is removed.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities import sandbox
 from activities.files import update_atomic, write_atomic
 from loop import memory
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
@@ -47,7 +52,14 @@ class SummarizeActivities:
         await asyncio.to_thread(
             update_atomic, self.settings.memory, lambda old: memory.fold(old, inp.repo, result, at)
         )
+        await asyncio.to_thread(release_task, self.settings, result.task_id)
         return SummarizeResult(trace_path=str(trace_path), notes_path=str(notes))
+
+
+def release_task(settings: Settings, task_id: str) -> None:
+    """Give the task's uid back and remove the HOME only it used (links not followed)."""
+    sandbox.release(settings.home, task_id)
+    shutil.rmtree(settings.runs / task_id / "home", ignore_errors=True)
 
 
 def _marker(task_id: str) -> str:

@@ -59,6 +59,7 @@ from activities import sandbox
 from activities.files import write_atomic
 from activities.gates import gate_extra_env
 from activities.git import GitError, git
+from activities.make import agent_home
 from activities.proc import heartbeating, kill_stale, run_process
 from loop.contracts import TOOL_STEP, SandboxPolicy, ToolPolicy, ToolStepInput, ToolStepResult
 from loop.errors import permanent
@@ -639,7 +640,10 @@ class _Call:
     journal: Path | None
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     task_id: str = "tool"
-    hide: tuple[Path, ...] = ()
+    home: Path | None = None
+    """LOOP_HOME (leases, hidden from the command); None: the log folder stands in."""
+    agent_home: Path | None = None
+    allow_hosts: tuple[str, ...] = ()
 
     @property
     def limit(self) -> int:
@@ -858,10 +862,9 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
         raise ToolError(refusal)
     call.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = call.log_dir / f"{call.log_name}.run.log"
-    pid_file = call.log_dir / f"{call.log_name}.run.pid"
     if _read_journal(call.journal):
         # A try before this one started the command and was lost with its worker.
-        await sandbox.kill_leftovers(pid_file)
+        await sandbox.kill_leftovers(call.log_dir, f"{call.log_name}.run")
         output = _log_text(log_path, call.limit)
         return ToolOutcome.failure(
             "the worker stopped while this command was running, so it may have run in part "
@@ -871,21 +874,23 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
         )
     _write_journal(call.journal, {"tool": "run", "command": command})
     policy = call.sandbox
-    extra = gate_extra_env(policy)
     proc = await sandbox.run_sandboxed(
-        ["bash", "-c", command],
-        cwd=call.top,
-        policy=policy,
-        kind="tool",
-        drop_env=HIDDEN_ENV_PREFIXES,
-        worktree=call.top,
-        task_id=call.task_id,
-        extra_env=extra,
-        protected=call.protected,
-        hide=call.hide,
-        limit_s=call.policy.run_timeout,
-        log_path=log_path,
-        pid_file=pid_file,
+        sandbox.SandboxRun(
+            argv=["bash", "-c", command],
+            kind="tool",
+            policy=policy,
+            task_id=call.task_id,
+            home=call.home or call.log_dir,
+            tree=call.top,
+            state_dir=call.log_dir,
+            name=f"{call.log_name}.run",
+            limit_s=call.policy.run_timeout,
+            env=gate_extra_env(policy),
+            agent_home=call.agent_home,
+            protected=call.protected,
+            allow_hosts=list(call.allow_hosts),
+            drop_env=HIDDEN_ENV_PREFIXES,
+        )
     )
     output = _log_text(log_path, call.limit) or "(no output)"
     if proc.timed_out:
@@ -944,7 +949,9 @@ async def execute(
     journal: Path | None = None,
     sandbox: SandboxPolicy | None = None,
     task_id: str = "tool",
-    hide: tuple[Path, ...] = (),
+    home: Path | None = None,
+    agent_home: Path | None = None,
+    allow_hosts: tuple[str, ...] = (),
 ) -> ToolOutcome:
     """Run one tool call in the worktree ``root``; never raises for the model's mistakes.
 
@@ -952,7 +959,8 @@ async def execute(
     and pid file, a search's request); ``journal`` is the pending note that makes a
     retried ``edit_file`` or ``run`` safe (None: no retry protection, as in tests).
     ``run`` commands go through the task's ``sandbox`` (default: the default policy)
-    under ``task_id``'s uid, with ``hide`` (LOOP_HOME) covered.
+    under ``task_id``'s uid, with ``home`` (LOOP_HOME) covered, ``agent_home`` as HOME
+    and ``allow_hosts`` (the model's endpoint) open through the egress proxy.
     Exceptions that escape are Loopwork's trouble, not the model's.
     """
     tool = _TOOLS.get(name)
@@ -969,7 +977,9 @@ async def execute(
         journal=journal,
         sandbox=sandbox or SandboxPolicy(),
         task_id=task_id,
-        hide=tuple(hide),
+        home=home,
+        agent_home=agent_home,
+        allow_hosts=tuple(allow_hosts),
     )
     try:
         args = parse_arguments(name, arguments)
@@ -1074,7 +1084,9 @@ class ToolActivities:
                 journal=journal,
                 sandbox=inp.sandbox,
                 task_id=inp.task_id,
-                hide=(self.settings.home,),
+                home=self.settings.home,
+                agent_home=agent_home(inp.workspace),
+                allow_hosts=tuple(sandbox.endpoint_entries(inp.base_url, openai=True)),
             )
         )
         result = ToolStepResult(

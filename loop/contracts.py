@@ -15,6 +15,7 @@ New fields go last and carry defaults, so recorded histories still decode.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -205,26 +206,71 @@ class SandboxLimits(_TaskFileModel):
     """Largest file a process may write."""
     open_files: int = Field(default=4_096, ge=16, le=1_048_576)
     tmp_mb: int = Field(default=1_024, ge=1, le=1_048_576)
-    """Size of the private /tmp (strict)."""
+    """Size of the private /tmp."""
+    disk_mb: int = Field(default=1_024, ge=1, le=1_048_576)
+    """How much the worktree may grow in one attempt; checked before anything reaches git."""
+
+
+Network = Literal["proxy", "none", "host"]
+HOST_PATTERN = re.compile(
+    r"^(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?$"
+)
+"""A host name, ``*.domain``, each with an optional ``:port``."""
+RESERVED_ENV_PREFIXES = ("LOOP_", "TEMPORAL_")
+"""The worker's own configuration and Temporal credentials: never passed into a sandbox."""
+
+
+def _allow_entry(entry: str) -> str:
+    """``host``, ``host:port``, ``*.domain[:port]``, ``ip:port`` or ``[v6]:port``."""
+    text = entry.strip().lower()
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]:")
+        if not bracket:
+            raise ValueError(f"allow_hosts entry {entry!r}: write an IPv6 address as [addr]:port")
+    elif text.count(":") > 1:
+        raise ValueError(f"allow_hosts entry {entry!r}: write an IPv6 address as [addr]:port")
+    else:
+        host, _, port = text.partition(":")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"allow_hosts entry {entry!r}: {port!r} is not a port")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not HOST_PATTERN.match(f"{host}:{port}" if port else host):
+            raise ValueError(
+                f"allow_hosts entry {entry!r} is not a host, host:port, *.domain or ip:port"
+            ) from None
+        return text
+    if not port:
+        raise ValueError(f"allow_hosts entry {entry!r}: an address needs its port (ip:port)")
+    return text
 
 
 class SandboxPolicy(_TaskFileModel):
-    """How agents, the ``run`` tool and ``run`` gates are confined (see docs/sandbox.md)."""
+    """How agents, the ``run`` tool and ``run`` gates are confined (README, "Sandbox")."""
 
     mode: Literal["strict", "basic", "off"] = "basic"
-    """``strict``: bubblewrap, own uid, read-only host; ``basic``: own uid where it can
-    reach the task's files, minimal environment, limits; ``off``: the worker's user and
-    environment (only with ``autonomy: report`` or ``allow_unsafe_off``)."""
-    network: Literal["none", "host"] = "host"
-    """Network of the agent and the ``run`` tool (strict)."""
-    gate_network: Literal["none", "host"] = "none"
-    """Network of ``run`` gates (strict)."""
+    """``strict``: bubblewrap, read-only host; ``basic``: the task's own uid, network and
+    private /tmp, without bubblewrap; ``off``: the worker's user, environment and network
+    (only with ``autonomy: report`` or ``allow_unsafe_off``)."""
+    network: Network = "proxy"
+    """The agent and the ``run`` tool: ``proxy`` (HTTP(S) to ``allow_hosts`` only),
+    ``none``, or ``host`` (needs ``allow_unsafe_host_network``)."""
+    gate_network: Network = "none"
+    """``run`` gates: ``none`` by default."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """What the egress proxy lets through: ``host`` (ports 80 and 443), ``host:port``,
+    ``*.domain[:port]``, and ``ip:port`` (the only way to a private or loopback address)."""
     env: list[str] = Field(default_factory=list)
     """Names of worker variables passed through, beyond PATH, LANG, TERM, TZ and the LOOP_*."""
     readonly: list[str] = Field(default_factory=list)
-    """Host paths made visible read-only in strict mode (toolchains under a home folder)."""
+    """Host paths made visible read-only (toolchains under a home folder)."""
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     allow_unsafe_off: bool = False
+    allow_unsafe_host_network: bool = False
+    """``network: host`` shares the worker's network: its loopback services (the Temporal
+    frontend, UI, codec server, metrics) become reachable from the sandbox."""
 
     @field_validator("env")
     @classmethod
@@ -232,6 +278,11 @@ class SandboxPolicy(_TaskFileModel):
         for n in names:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
                 raise ValueError(f"{n!r} is not an environment variable name")
+            if n.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{n!r} is the worker's own configuration or Temporal credentials; "
+                    "LOOP_* and TEMPORAL_* never enter a sandbox"
+                )
         return names
 
     @field_validator("readonly")
@@ -241,6 +292,24 @@ class SandboxPolicy(_TaskFileModel):
             if not p.startswith(("/", "~")):
                 raise ValueError(f"readonly path {p!r} must be absolute (or start with ~)")
         return paths
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, entries: list[str]) -> list[str]:
+        return [_allow_entry(e) for e in entries]
+
+    @model_validator(mode="after")
+    def _host_network_needs_consent(self) -> SandboxPolicy:
+        if self.mode != "off" and not self.allow_unsafe_host_network:
+            for key in ("network", "gate_network"):
+                if getattr(self, key) == "host":
+                    raise ValueError(
+                        f"sandbox.{key}: host shares the worker's network, so the Temporal "
+                        "frontend, UI, codec server and metrics on its loopback become "
+                        "reachable; use proxy with allow_hosts, or set "
+                        "sandbox.allow_unsafe_host_network: true"
+                    )
+        return self
 
 
 class TaskSpec(_TaskFileModel):
@@ -363,7 +432,10 @@ class Verdict(_Record):
     artifact: str = ""
     """The commit the gates ran on (the latest state of the worktree)."""
     gates_changed_worktree: list[str] = Field(default_factory=list)
-    """Files the gates themselves changed; reset before the next attempt."""
+    """Files the gates themselves changed; reset before the next attempt. (Gates now run on
+    a checkout of their own, so this stays empty; kept so old histories decode.)"""
+    ignored_files: list[str] = Field(default_factory=list)
+    """Files the agent made that git ignores: never part of the artifact the gates judged."""
 
     @property
     def failed(self) -> list[GateResult]:
@@ -474,8 +546,16 @@ class MakeResult(_Record):
     cost_usd: float = 0.0
     tool_calls: int = 0
     sandbox_level: str = ""
-    """How the attempt's commands were confined, e.g. ``strict uid=123456 net=host``
+    """How the attempt's commands were confined, e.g. ``strict uid=123456 net=proxy``
     (``activities.sandbox``); the host's level is in ``host=``."""
+    ignored_files: list[str] = Field(default_factory=list)
+    """Files the agent made that git ignores: not committed, so not judged."""
+    disk_exceeded: str = ""
+    """Set when the worktree grew past ``sandbox.limits.disk_mb``: nothing was committed."""
+    network_refused: list[str] = Field(default_factory=list)
+    """Destinations the egress proxy refused the agent."""
+    not_started: str = ""
+    """Why the agent's command never ran (missing, not executable)."""
 
 
 class VerifyInput(_Record):
@@ -613,6 +693,8 @@ class ToolStepInput(_Record):
     protected: list[str] = Field(default_factory=list)
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     """The task's sandbox, for the ``run`` tool."""
+    base_url: str | None = None
+    """The agent's model endpoint: the egress proxy lets the ``run`` tool reach it."""
 
 
 class ToolStepResult(_Record):
@@ -1056,8 +1138,10 @@ SCHEDULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 TEMPLATE_KEYS = frozenset(TaskSpec.model_fields) - {"id", "goal"}
 """Task-file fields a source's ``template`` may set (id and goal come from each item)."""
 ISSUE_META_KEYS = frozenset({"id", "title", "labels", "state"})
-ISSUE_OVERRIDE_KEYS = frozenset(TaskSpec.model_fields) - {"id", "repo"}
-"""Task-file fields an issue file's front matter may override (never the repository)."""
+ISSUE_OVERRIDE_KEYS = frozenset({"goal", "budget", "autonomy"})
+"""What an issue file's front matter may set beyond its own metadata: goal-level fields
+only, and budget and autonomy never above what the source allows. An issue's text is
+data: it never names an agent, a sandbox, gates or instructions."""
 
 
 def _template_keys(template: dict[str, object]) -> dict[str, object]:
@@ -1221,6 +1305,8 @@ class TriageItem(_Record):
     """The task it would be (template + the item's own fields); None when skipped."""
     skip_reason: str = ""
     """Set when discovery already knows it is not work: closed, no match, invalid."""
+    note: str = ""
+    """What discovery changed of what the item asked (a budget capped at the source's)."""
 
 
 class DiscoverInput(_Record):

@@ -1,11 +1,12 @@
-"""``loop doctor``: what this host can confine, and why.
+"""``loop doctor``: what this host can confine, what each level guarantees, and why.
 
 Prints the strongest sandbox level the host supports (``strict``, ``basic`` or
-``off``, see docs/sandbox.md) and the facts it rests on: bubblewrap and its
-version (and whether a trial sandbox starts), the worker's uid, setpriv,
-prlimit, user namespaces, the seccomp filter and the cgroup filesystem.
-A task that asks for more than the host gives (``mode: strict`` where only
-``basic`` is available) ends BLOCKED with the reason; nothing degrades silently.
+``off``; README, "Sandbox") with the guarantees a task gets at that level, and
+the facts it rests on: bubblewrap and its version (and whether a trial sandbox
+starts), the worker's uid, whether a task uid gets network and mount namespaces
+of its own, setpriv, user namespaces, the seccomp filter and cgroups. A task
+that asks for more than the host gives ends BLOCKED with the reason; nothing
+degrades silently.
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ from __future__ import annotations
 
 def doctor() -> None:
     """Print the sandbox level this host supports (strict, basic or off) and why."""
-    from activities.sandbox import inspect_host  # the probe runs a trial sandbox
+    from activities.sandbox import GUARANTEES, inspect_host  # the probe runs trial sandboxes
 
     host = inspect_host()
     print(f"sandbox level: {host.level}")
-    if host.level != "strict":
-        print(f"  strict is not available: {host.strict_error}")
+    for level in ("strict", "basic"):
+        missing = host.unavailable(level)
+        if missing:
+            print(f"  {missing}")
+    for level in ("strict", "basic", "off"):
+        if level == "off" or not host.unavailable(level):
+            print(f"what {level} guarantees here:")
+            for line in GUARANTEES[level]:
+                print(f"  - {line}")
+    print("host:")
     for line in host.lines():
         print(f"  {line}")

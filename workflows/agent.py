@@ -109,6 +109,7 @@ class AgentWorkflow:
                         policy=agent.tools,
                         protected=protected,
                         sandbox=inp.task.sandbox,
+                        base_url=agent.base_url,
                     ),
                     result_type=TOOL_STEP.output,
                     start_to_close_timeout=timedelta(seconds=agent.tools.run_timeout + 60),

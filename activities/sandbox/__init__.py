@@ -1,0 +1,34 @@
+"""The one sandbox for everything untrusted Loopwork runs: agents, the ``run`` tool,
+``run`` gates and the triage ``ci`` command.
+
+``run_sandboxed(SandboxRun(...))`` is the only way such a command starts. The
+levels (``strict``, ``basic``, ``off``), what each guarantees and what it does not,
+are the README's "Sandbox" section and docs/architecture.md ("The trust
+boundary"); ``probe`` finds which ones this host can give. The modules, one concern
+each: ``paths`` (what a command needs to see), ``mounts`` (the view), ``launch``
+and ``launcher`` (the first process of a run and how the worker talks to it),
+``egress*`` (the proxy), ``uids`` (leases), ``cgroups``, ``seccomp``,
+``ownership`` (the worktree lent and taken back), ``refusals``, ``run``.
+"""
+
+from activities.sandbox.egress import endpoint_entries, protect
+from activities.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
+from activities.sandbox.run import SandboxRun, check_runnable, kill_leftovers, run_sandboxed
+from activities.sandbox.uids import holders, lease, release, uid_processes
+
+__all__ = [
+    "GUARANTEES",
+    "HostSupport",
+    "SandboxRun",
+    "check_runnable",
+    "endpoint_entries",
+    "holders",
+    "host_record",
+    "inspect_host",
+    "kill_leftovers",
+    "lease",
+    "protect",
+    "release",
+    "run_sandboxed",
+    "uid_processes",
+]

@@ -1,0 +1,44 @@
+"""The egress proxy's process: proxy.py with Loopwork's allowlist, tied to its worker.
+
+``python -m activities.sandbox.egress_main FOLDER`` serves ``FOLDER/proxy.sock``
+(PROXY protocol first, one thread per connection, so a slow name lookup holds up
+no one else). A watchdog ends the whole process group when the worker that
+started it is gone: a worker killed with ``-9`` runs no cleanup of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def _watch(worker: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != worker:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def main() -> None:
+    folder = sys.argv[1]
+    threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
+    sys.argv = [
+        "proxy",
+        "--unix-socket-path", f"{folder}/proxy.sock",
+        "--enable-proxy-protocol",
+        "--threaded",
+        "--num-acceptors", "1",
+        "--plugins", "activities.sandbox.egress_plugin.Allowlist",
+        "--data-dir", folder,
+        "--log-level", "WARNING",
+    ]  # fmt: skip
+    from proxy.proxy import main as serve
+
+    serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The sandbox launcher: the first process of every sandboxed run, root until it execs.
+
+Run by the worker as ``python -I -S -B launch.py PLAN_FD`` (the worker's own
+interpreter, isolated from the environment, no site packages: nothing of the
+task can change what runs here). It reads its plan (JSON, from an anonymous
+file) and, in this order:
+
+1. joins the run's cgroups, so everything it becomes and forks is counted and killed;
+2. sets the resource limits (inherited by everything after it);
+3. unless the network is ``host``: enters a network namespace of its own with only
+   ``lo`` up, and for ``proxy`` listens on 127.0.0.1:3128 there and hands that
+   socket to the worker over the control socket;
+4. ``basic``: enters a mount namespace and builds the view (``mounts.View``), drops
+   to the task's uid (no groups, no capabilities, ``no_new_privs``) under the
+   seccomp filter, and execs the command; ``strict``: execs bubblewrap, which builds
+   the view, drops privileges with ``setpriv`` and runs the command;
+5. says ``ready`` on the control socket just before the exec, or the reason it could
+   not set up; an exec that fails (command missing, not executable) is reported
+   there too, so "could not start" is never mistaken for the command's own exit code.
+
+The control socket closes on exec, so the command never inherits it. Only the
+standard library is used, all of it imported up front (the view may hide the
+interpreter's own library); this file is not imported by the worker.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import socket
+import struct
+import sys
+import warnings  # noqa: F401  os.execvpe imports it; after the view, the stdlib may be hidden
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+ST_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    pass
+
+
+def _check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source, target, fstype, flags, data, what):
+    _check(
+        libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        what,
+    )
+
+
+def _lo_up():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    finally:
+        s.close()
+
+
+def _network(plan, control):
+    if plan["net"] == "host":
+        return
+    _check(libc.unshare(CLONE_NEWNET), "cannot make a network namespace")
+    _lo_up()
+    if plan["net"] == "proxy":
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", plan["proxy_port"]))
+        listener.listen(128)
+        socket.send_fds(control, [json.dumps({"listener": True}).encode()], [listener.fileno()])
+        listener.close()
+
+
+def _keep_flags(path):
+    """A read-only remount must keep the mount's nosuid, nodev and noexec."""
+    flags = os.statvfs(path).f_flag
+    return sum(ms for st, ms in ST_FLAGS if flags & st)
+
+
+def _make_target(path, like_dir):
+    if os.path.lexists(path):
+        return
+    if like_dir:
+        os.makedirs(path, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def _view(ops):
+    """Apply ``mounts.View.operations()`` in a mount namespace of this process."""
+    _check(libc.unshare(CLONE_NEWNS), "cannot make a mount namespace")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "cannot make / private")
+    # Every bind source is opened before anything covers it (a tmpfs over /root hides
+    # a toolchain below it); binds then come from /proc/self/fd.
+    sources = {}
+    for op in ops:
+        if op["kind"] == "bind" and op["path"] not in sources:
+            try:
+                sources[op["path"]] = os.open(op["path"], O_PATH | os.O_CLOEXEC)
+            except OSError as e:
+                raise SetupError(f"cannot open {op['path']}: {e.strerror}") from None
+    null = os.open("/dev/null", O_PATH | os.O_CLOEXEC)
+    for op in ops:
+        kind, path = op["kind"], op["path"]
+        if kind == "tmpfs":
+            mode = "1777" if op.get("size") else "0755"
+            size = f",size={op['size']}" if op.get("size") else ""
+            _make_target(path, True)
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}{size}", path)
+        elif kind == "dir":
+            os.makedirs(path, 0o755, exist_ok=True)
+            os.chmod(path, 0o755)
+        elif kind == "bind":
+            fd = sources[path]
+            is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
+            _make_target(path, is_dir)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None, f"bind {path}")
+            if not op.get("writable"):
+                flags = MS_BIND | MS_REMOUNT | MS_RDONLY | _keep_flags(path)
+                _mount(None, path, None, flags, None, f"read-only {path}")
+        elif kind == "null":
+            _mount(f"/proc/self/fd/{null}", path, None, MS_BIND, None, f"cover {path}")
+        elif kind == "remount_ro":
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+            _mount(None, path, None, flags, None, f"read-only {path}")
+    for fd in (*sources.values(), null):
+        os.close(fd)
+
+
+def _drop(plan):
+    """Become the task's uid for good: no groups, no way back, no new namespaces."""
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    os.setgroups([])
+    os.setresgid(plan["gid"], plan["gid"], plan["gid"])
+    os.setresuid(plan["uid"], plan["uid"], plan["uid"])
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise SetupError("still root after dropping privileges")
+    program = os.read(plan["seccomp_fd"], 1 << 16)
+    os.close(plan["seccomp_fd"])
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def main():
+    plan_fd = int(sys.argv[1])
+    with os.fdopen(plan_fd, "rb") as f:
+        plan = json.loads(f.read())
+    control = socket.socket(fileno=plan["control_fd"])
+    control.set_inheritable(False)
+
+    def say(message):
+        control.sendall(json.dumps(message).encode())
+
+    try:
+        for procs in plan["cgroup_procs"]:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        for name, value in plan["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        _network(plan, control)
+        if plan["mode"] == "basic":
+            _view(plan["mounts"])
+            os.chdir(plan["cwd"])
+            _drop(plan)
+    except (OSError, SetupError, ValueError) as e:
+        say({"error": str(e) if isinstance(e, SetupError) else f"{type(e).__name__}: {e}"})
+        sys.exit(125)
+    argv = plan["argv"]
+    say({"ready": True})
+    try:
+        if plan["mode"] == "basic":
+            os.execvpe(argv[0], argv, os.environ)
+        else:
+            os.execv(argv[0], argv)
+    except OSError as e:
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        message = f"cannot start {argv[0]!r}: {e.strerror or e}"
+        say({"exec_failed": message, "code": code})
+        sys.stderr.write(message + "\n")
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The file-system view of a sandboxed command, as one ordered list of mount operations.
+
+Both levels build their view from the same list: ``strict`` hands it to bubblewrap
+(on top of a read-only bind of ``/``), ``basic`` to the launcher, which applies it
+with mount(2) in a mount namespace of its own. The rules:
+
+- hidden: folders covered by an empty read-only tmpfs, so nothing of them shows:
+  ``LOOP_HOME`` (other tasks, the server's database), in strict ``/home``, ``/root``
+  and ``/run``, and every folder above a needed path that the task's uid could not
+  search anyway (``/root`` above a pyenv Python, a 0700 ``mktemp -d``). Files that
+  hold the worker's credentials are covered by ``/dev/null``.
+- private: ``/tmp`` (and in basic ``/var/tmp`` and ``/dev/shm``) is a fresh tmpfs per
+  run, so nothing planted there by one run is seen by the next, or by a gate.
+- bound: each needed path at its own place, read-only unless it is the agent's to
+  write (the worktree for agents and the ``run`` tool, the agent's output folder
+  and HOME). The repository's git folders and protected files stay read-only.
+
+Operations are ordered parents first; folders leading to a bind inside a tmpfs are
+made 0755 so the task's uid can walk to it. Hidden tmpfs turn read-only last, so a
+write there fails loudly (EROFS) and shows up as a refused write.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from activities.sandbox.paths import blocked_ancestor, depth, outermost, under
+
+STRICT_HIDDEN = ("/home", "/root", "/run")
+BASIC_SCRATCH = ("/var/tmp", "/dev/shm")
+
+OpKind = Literal["tmpfs", "dir", "bind", "null", "remount_ro"]
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: OpKind
+    path: str
+    writable: bool = False
+    """For ``bind``: read-write."""
+    size: int | None = None
+    """For ``tmpfs``: its size in bytes (the private scratch folders)."""
+
+
+@dataclass
+class View:
+    """What a sandboxed command sees of the host's files."""
+
+    hides: list[str] = field(default_factory=list)
+    scratch: list[tuple[str, int]] = field(default_factory=list)
+    binds: list[tuple[str, bool]] = field(default_factory=list)
+    nulls: list[str] = field(default_factory=list)
+
+    def operations(self) -> list[Op]:
+        """The view as mount operations, in the order they must be applied."""
+        scratch = [p for p, _ in self.scratch]
+        hides = [h for h in outermost(self.hides) if h not in scratch]
+        bind_paths = [b for b, _ in self.binds]
+        covered = [*hides, *scratch]
+        keyed: list[tuple[int, int, str, Op]] = []
+        made: set[str] = set()
+
+        def folders_to(path: str) -> None:
+            inside = [h for h in covered if under(path, h) and path != h]
+            if not inside:
+                return
+            current = max(inside, key=len)
+            for part in Path(path).relative_to(current).parts[:-1]:
+                current = os.path.join(current, part)
+                if current in made or any(under(current, b) for b in bind_paths):
+                    continue
+                made.add(current)
+                keyed.append((depth(current), 1, current, Op("dir", current)))
+
+        for path, size in self.scratch:
+            keyed.append((depth(path), 0, path, Op("tmpfs", path, size=size)))
+        for h in hides:
+            folders_to(h)
+            keyed.append((depth(h), 0, h, Op("tmpfs", h)))
+        for path, writable in self.binds:
+            folders_to(path)
+            keyed.append((depth(path), 2, path, Op("bind", path, writable=writable)))
+        for path in self.nulls:
+            folders_to(path)
+            keyed.append((depth(path), 3, path, Op("null", path)))
+        keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+        return [op for *_, op in keyed] + [Op("remount_ro", h) for h in hides]
+
+
+def bwrap_args(ops: list[Op]) -> list[str]:
+    """The operations as bubblewrap arguments (after its fixed ones)."""
+    args: list[str] = []
+    for op in ops:
+        if op.kind == "tmpfs":
+            size = ["--size", str(op.size)] if op.size else []
+            args += ["--perms", "1777" if op.size else "0755", *size, "--tmpfs", op.path]
+        elif op.kind == "dir":
+            args += ["--perms", "0755", "--dir", op.path]
+        elif op.kind == "bind":
+            args += ["--bind" if op.writable else "--ro-bind", op.path, op.path]
+        elif op.kind == "null":
+            args += ["--ro-bind", "/dev/null", op.path]
+        else:
+            args += ["--remount-ro", op.path]
+    return args
+
+
+def plan_view(
+    *,
+    strict: bool,
+    uid: int,
+    gid: int,
+    tree: str,
+    tree_writable: bool,
+    read_only: list[str],
+    writable: list[str],
+    protected: list[str],
+    hide: list[str],
+    secrets: list[str],
+    tmp_bytes: int,
+) -> View:
+    """The view of one run.
+
+    ``read_only``: host paths to show (toolchains, git folders, files for the agent);
+    ``writable``: the agent's own folders; ``protected``: worktree-relative files kept
+    read-only in a writable tree; ``hide``: folders to cover (LOOP_HOME); ``secrets``:
+    files to cover with /dev/null wherever they are.
+    """
+    hides = [*(STRICT_HIDDEN if strict else ()), *hide]
+    hides = [h for h in hides if os.path.isdir(h)]
+    needed: list[tuple[str, bool]] = [(tree, tree_writable)]
+    needed += [(w, True) for w in writable]
+    needed += [(p, False) for p in read_only if os.path.lexists(p) and not under(p, tree)]
+    for path, _ in needed:
+        if any(under(path, h) for h in hides):
+            continue
+        blocked = blocked_ancestor(path, uid, gid)
+        if blocked:
+            hides.append(blocked)  # the uid could not see past it anyway
+    scratch = [("/tmp", tmp_bytes)]
+    if not strict:
+        scratch += [(p, tmp_bytes) for p in BASIC_SCRATCH if os.path.isdir(p)]
+    binds: dict[str, bool] = {}
+    for path, rw in needed:
+        binds[path] = binds.get(path, False) or rw
+    if tree_writable:
+        for rel in protected:
+            binds[os.path.join(tree, rel)] = False
+    nulls = [
+        s
+        for s in secrets
+        if os.path.isfile(s) and not any(under(s, h) for h in hides) and s not in binds
+    ]
+    return View(
+        hides=outermost(os.path.realpath(h) for h in hides),
+        scratch=scratch,
+        binds=sorted(binds.items(), key=lambda b: (depth(b[0]), b[0])),
+        nulls=sorted(set(nulls)),
+    )

@@ -1,0 +1,74 @@
+"""Writes the sandbox refused, read from what the command printed.
+
+A write outside the worktree that the sandbox refused (EROFS on the read-only
+host, EACCES where the task's uid has no right) is as much an attempt to leave
+the worktree as one that went through, so it is evidence for a policy
+violation. Only the path the error message is about counts: the one right
+before ``: Read-only file system`` (``touch: cannot touch '/etc/x': …``, ``bash:
+line 3: tests/t.py: …``) or right after it (Python's ``[Errno 30] Read-only file
+system: '/etc/x'``), never other paths on the line (the script that printed it).
+Lines that say they are about running or reading something are not writes. The
+text is the command's own, so this can be fooled, but only into blocking its own
+task.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from activities.sandbox.paths import NEVER_BOUND, under
+
+SCAN_BYTES = 1 << 20
+MAX_REFUSED = 20
+
+_MESSAGE = r"(Read-only file system|Permission denied)"
+_OPEN, _CLOSE = "'\"‘“", "'\"’”"
+_BEFORE = re.compile(rf"(?:[{_OPEN}]([^{_CLOSE}\n]+)[{_CLOSE}]|([^\s{_OPEN}]+)):\s*{_MESSAGE}")
+_AFTER = re.compile(
+    rf"{_MESSAGE}:\s*[{_OPEN}]([^{_CLOSE}\n]+)[{_CLOSE}]"
+    rf"(?:\s*->\s*[{_OPEN}]([^{_CLOSE}\n]+)[{_CLOSE}])?"
+)
+"""Python's form; with ``'a' -> 'b'`` (a link or a rename) the write is to ``b``."""
+_NOT_A_WRITE = re.compile(
+    r"failed to execute|cannot execute|exec(ve)? failed|can't execute"  # starting a program
+    r"|cannot open directory|cannot access|cannot read|could not open|opendir",  # reading
+    re.I,
+)
+
+
+def _found(line: str) -> list[tuple[str, str]]:
+    found = [(q or bare, why) for q, bare, why in _BEFORE.findall(line)]
+    found += [(dst or src, why) for why, src, dst in _AFTER.findall(line)]
+    return found
+
+
+def refused_writes(log_path: Path, worktree: str) -> list[str]:
+    """Paths outside the worktree that the output says a write to was refused.
+
+    Read-only file system (EROFS) is a refused write by definition; Permission denied
+    (EACCES) may also be a refused read of something the task had no business reading.
+    Inside the worktree the sandbox refuses only protected files: ``diff_scope``'s call.
+    """
+    try:
+        with log_path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - SCAN_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    refused: dict[str, str] = {}
+    for line in text.splitlines():
+        if _NOT_A_WRITE.search(line):
+            continue
+        for raw, why in _found(line):
+            path = os.path.normpath(raw.strip())
+            if not path.startswith("/") or under(path, worktree):
+                continue  # relative paths are inside the worktree
+            if any(under(path, p) for p in NEVER_BOUND):
+                continue
+            refused.setdefault(path, why)
+            if len(refused) >= MAX_REFUSED:
+                return [f"{p} ({w})" for p, w in refused.items()]
+    return [f"{p} ({w})" for p, w in refused.items()]

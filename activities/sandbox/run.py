@@ -1,0 +1,425 @@
+"""``run_sandboxed``: how every untrusted command starts (agents, the run tool, gates, CI).
+
+One typed request (``SandboxRun``) in, one ``ProcResult`` out. For ``basic`` and
+``strict`` the steps are the same:
+
+1. kill what a crashed earlier try of the same run left (its pid and state files
+   live in ``state_dir``, a folder of the worker's that no task uid can write);
+2. lease the task's uid; work out the file view (``mounts``) and check the command
+   can run as that uid, or fail for good (the task ends BLOCKED with the reason);
+3. record what will be changed (state file), make the run's cgroup, lend the
+   worktree to the uid (not for gates: they read), give it its own places;
+4. start the launcher, which confines itself and execs the command; for a ``proxy``
+   network, relay its connections to the egress proxy under a ticket;
+5. afterwards, kill every process of the uid and the cgroup, take the worktree back,
+   and read what the proxy refused and which writes the output says were refused.
+
+The command's environment is built here from nothing (``sandbox_env``), passed
+as the launcher's environment, never on a command line; the worker's Temporal
+credentials and the codec key are never in it, and files holding them are covered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from activities.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
+from activities.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.sandbox.mounts import View, plan_view
+from activities.sandbox.paths import (
+    DEFAULT_PATH,
+    cannot_execute,
+    command_paths,
+    git_dirs,
+    protected_files,
+    sandbox_path,
+    toolchain,
+    under,
+)
+from activities.sandbox.probe import inspect_host
+from activities.sandbox.refusals import refused_writes
+from loop.contracts import SandboxPolicy
+from loop.errors import permanent
+
+Kind = Literal["agent", "tool", "gate"]
+
+PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
+"""The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
+SECRET_FILE_VARS = (
+    "LOOP_CODEC_KEY_FILE",
+    "TEMPORAL_CONFIG_FILE",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+)
+"""Variables of the worker that name files with its secrets: covered in every sandbox."""
+SCRATCH = "/tmp"
+"""TMPDIR of every run: a private tmpfs, fresh per run."""
+FRESH_HOME = "/tmp/home"
+"""HOME of gates: not there until something makes it, in a /tmp that is new each run."""
+
+
+@dataclass
+class SandboxRun:
+    """One untrusted command and everything the sandbox needs to know about it."""
+
+    argv: list[str]
+    kind: Kind
+    """``agent`` and ``tool`` may write the tree; ``gate`` (and CI) only read it."""
+    policy: SandboxPolicy
+    task_id: str
+    """Whose uid it runs as (the lease's holder)."""
+    home: Path
+    """LOOP_HOME: hidden from the command."""
+    tree: Path
+    """The worktree (or the checkout a gate judges): the command's cwd."""
+    state_dir: Path
+    """The worker's own folder for this run's log, pid and state files."""
+    name: str
+    """The files' stem in ``state_dir`` (``agent``, ``gate-tests``, ``step-0003.tool-0``)."""
+    limit_s: float
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the minimal environment (the LOOP_* of the protocol)."""
+    writable: list[Path] = field(default_factory=list)
+    """The agent's own folders (its output folder): given to the task's uid."""
+    readable: list[Path] = field(default_factory=list)
+    """Worker files the command may read (the prompt): shown read-only."""
+    agent_home: Path | None = None
+    """HOME of agents and the run tool (kept between their runs); gates get a fresh one."""
+    protected: list[str] = field(default_factory=list)
+    """Globs of worktree files that stay read-only for writing kinds."""
+    allow_hosts: list[str] = field(default_factory=list)
+    """Beyond ``policy.allow_hosts``: the openai backend's own endpoint."""
+    drop_env: tuple[str, ...] = ()
+    """Mode ``off`` only: prefixes left out of the worker's environment besides LOOP_*."""
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"{self.name}.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / f"{self.name}.sandbox.json"
+
+    @property
+    def network(self) -> str:
+        return self.policy.gate_network if self.kind == "gate" else self.policy.network
+
+
+def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The fixed minimal set, the names the task passes through, then the caller's."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "LANG": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": SCRATCH,
+        "USER": "loop",
+        "LOGNAME": "loop",
+        # The repository's git folder belongs to root: let the agent's git read it.
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
+    for name in (*PASSED_ENV, *policy.env):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env["PATH"] = sandbox_path(env["PATH"], dict(os.environ))
+    env.update(extra)
+    return env
+
+
+def secret_files() -> list[str]:
+    """Files that hold the worker's credentials: its Temporal client config, TLS key and
+    certificate, the payload codec key."""
+    found = [os.environ[v] for v in SECRET_FILE_VARS if os.environ.get(v)]
+    found.append(os.path.expanduser("~/.config/temporalio/temporal.toml"))
+    return [os.path.realpath(p) for p in found]
+
+
+def _rlimits(policy: SandboxPolicy, memory_cgroup: bool) -> dict[str, int]:
+    mb = 1024 * 1024
+    limits = policy.limits
+    values = {
+        "RLIMIT_NPROC": limits.processes,
+        "RLIMIT_CPU": limits.cpu_seconds,
+        "RLIMIT_FSIZE": limits.file_size_mb * mb,
+        "RLIMIT_NOFILE": limits.open_files,
+        "RLIMIT_CORE": 0,
+    }
+    if not memory_cgroup:
+        values["RLIMIT_AS"] = limits.memory_mb * mb
+    return values
+
+
+def _resolve(argv0: str, cwd: str, path_env: str) -> str:
+    if "/" in argv0:
+        return os.path.normpath(os.path.join(cwd, argv0))
+    return shutil.which(argv0, path=path_env) or ""
+
+
+@dataclass
+class _Prepared:
+    """A run's confinement, worked out and checked before anything changes."""
+
+    level: str
+    uid: int
+    tree: str
+    env: dict[str, str]
+    view: View
+    keep: list[str]
+    places: list[str]
+
+
+async def _prepare(run: SandboxRun) -> _Prepared | None:
+    """The confinement of ``run`` (None for mode ``off``), or a permanent error saying why
+    it cannot run here: the host lacks the mode, the command is missing, or the task's
+    uid may not execute it."""
+    host = await asyncio.to_thread(inspect_host)
+    policy = run.policy
+    if policy.mode == "off":
+        if not _resolve(run.argv[0], str(run.tree), os.environ.get("PATH", DEFAULT_PATH)):
+            raise permanent(f"{run.kind} command not found: {run.argv[0]!r}")
+        return None
+    missing = host.unavailable(policy.mode)
+    if missing:
+        raise permanent(missing)
+    uid = gid = await asyncio.to_thread(uids.lease, run.home, run.task_id)
+    tree = os.path.realpath(run.tree)
+    writes_tree = run.kind != "gate"
+    home = str(run.agent_home) if run.agent_home is not None and writes_tree else FRESH_HOME
+    extra = dict(run.env)
+    if run.kind == "gate":
+        extra["PYTHONNOUSERSITE"] = "1"
+    if run.network == "proxy":
+        extra.update(egress.proxy_env())
+    env = sandbox_env(policy, home, extra)
+    places = [os.path.realpath(p) for p in run.writable]
+    if home != FRESH_HOME:
+        places.append(os.path.realpath(home))
+
+    home_dir = os.path.realpath(run.home)
+
+    def plan() -> tuple[View, list[str]]:
+        # A run tool call is the model's: it names nothing into view, whatever it says.
+        trusted = run.argv if run.kind != "tool" else [sys.executable, "bash"]
+        # LOOP_HOME is the worker's: naming a path in it shows nothing of it.
+        named = [p for p in command_paths(trusted, env["PATH"]) if not under(p, home_dir)]
+        shown = [p for p in toolchain(named) if not under(p, home_dir)]
+        shown += [os.path.expanduser(p) for p in policy.readonly]
+        shown += [os.path.realpath(p) for p in run.readable]
+        keep = protected_files(tree, run.protected) if writes_tree else []
+        view = plan_view(
+            strict=policy.mode == "strict",
+            uid=uid,
+            gid=gid,
+            tree=tree,
+            tree_writable=writes_tree,
+            read_only=[*git_dirs(tree), *(os.path.realpath(p) for p in shown)],
+            writable=places,
+            protected=keep,
+            hide=[home_dir],
+            secrets=secret_files(),
+            tmp_bytes=policy.limits.tmp_mb * 1024 * 1024,
+        )
+        return view, keep
+
+    view, keep = await asyncio.to_thread(plan)
+    program = _resolve(run.argv[0], tree, env["PATH"])
+    if not program:
+        raise permanent(
+            f"{run.kind} command not found: {run.argv[0]!r} (the sandbox's PATH is {env['PATH']})"
+        )
+    if not under(program, tree):
+        why = await asyncio.to_thread(cannot_execute, program, uid, gid)
+        if why:
+            raise permanent(f"the sandbox cannot start the {run.kind}: {why}")
+    return _Prepared(host.level, uid, tree, env, view, keep, places)
+
+
+async def check_runnable(run: SandboxRun) -> None:
+    """Raise the permanent reason ``run`` could not start here; run nothing."""
+    await _prepare(run)
+
+
+async def run_sandboxed(run: SandboxRun) -> ProcResult:
+    """Run one untrusted command under ``run.policy``; see the module docstring.
+
+    Raises a non-retryable ``ApplicationError`` when the host cannot give the mode,
+    or the task's uid cannot run the command: retrying cannot fix either.
+    """
+    policy = run.policy
+    run.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    await kill_leftovers(run.state_dir, run.name)
+    ready = await _prepare(run)
+    if ready is None:
+        for place in [*run.writable, *([run.agent_home] if run.agent_home else [])]:
+            place.mkdir(parents=True, exist_ok=True, mode=0o700)
+        hidden = ("LOOP_", *run.drop_env)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(hidden)}
+        env.update(run.env)
+        ran = await run_process(
+            run.argv,
+            cwd=run.tree,
+            env=env,
+            limit_s=run.limit_s,
+            log_path=run.log_path,
+            pid_file=run.pid_file,
+        )
+        level = (await asyncio.to_thread(inspect_host)).level
+        return ran.model_copy(update={"sandbox": f"off uid={os.getuid()}; host={level}"})
+    uid = gid = ready.uid
+    tree, env, view, keep, places = ready.tree, ready.env, ready.view, ready.keep, ready.places
+    writes_tree = run.kind != "gate"
+
+    state: dict[str, Any] = {"uid": uid, "cgroups": [], "lent": []}
+
+    def save() -> None:
+        run.state_file.write_text(json.dumps(state))
+
+    cg, cg_note = await asyncio.to_thread(
+        cgroups.Cgroup.create, f"loop-{uid}-{uuid.uuid4().hex[:8]}", policy.limits
+    )
+    state["cgroups"] = cg.dirs if cg is not None else []
+    save()
+    seccomp_fd = -1
+    launch: launcher.Launch | None = None
+    exec_failure, exec_code = "", 0
+    network_refused: list[str] = []
+    try:
+        # Recorded before anything changes: a crash half-way is undone by the retry.
+        state["lent"] = [ownership.record(tree)] if writes_tree else []
+        save()
+        await _beating(_lend, state["lent"], places, uid, gid, set(keep))
+        seccomp_fd = seccomp.memfd()
+        launch = launcher.prepare(
+            launcher.plan(
+                mode=policy.mode,
+                uid=uid,
+                gid=gid,
+                network=run.network,
+                ops=view.operations(),
+                cwd=tree,
+                argv=run.argv,
+                rlimits=_rlimits(policy, bool(cg and cg.memory)),
+                cgroup_procs=cg.procs_files if cg is not None else [],
+                seccomp_fd=seccomp_fd,
+                bwrap=inspect_host().bwrap,
+                setpriv=inspect_host().setpriv,
+                proxy_port=egress.PROXY_PORT,
+            ),
+            extra_fds=(seccomp_fd,),
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            relay: list[egress.Egress] = []
+
+            async def started(_: asyncio.subprocess.Process) -> None:
+                assert launch is not None
+                launch.close_child_fds()
+                setup = await asyncio.to_thread(launcher.read_setup, launch.control)
+                if setup.listener is not None:
+                    relay.append(
+                        await stack.enter_async_context(
+                            egress.serving(
+                                setup.listener,
+                                task_id=run.task_id,
+                                kind=run.kind,
+                                allow=[*policy.allow_hosts, *run.allow_hosts],
+                            )
+                        )
+                    )
+                if not setup.ready:
+                    raise permanent(f"the sandbox could not be set up: {setup.error}")
+
+            ran = await run_process(
+                launch.argv,
+                cwd=Path(tree),
+                env=env,
+                limit_s=run.limit_s,
+                log_path=run.log_path,
+                pid_file=run.pid_file,
+                pass_fds=launch.pass_fds,
+                started=started,
+            )
+            exec_failure, exec_code = launcher.read_exec_failure(launch.control)
+        network_refused = relay[0].refused if relay else []
+    finally:
+        if launch is not None:
+            launch.close()
+        if seccomp_fd >= 0:
+            os.close(seccomp_fd)
+        await asyncio.shield(_beating(_clean_up, state))
+        run.state_file.unlink(missing_ok=True)
+    # A command that never started wrote nothing: its launcher's "Permission denied" is
+    # about executing it, not a refused write.
+    refused = [] if exec_failure else await asyncio.to_thread(refused_writes, run.log_path, tree)
+    who = f"uid={uid}"
+    return ran.model_copy(
+        update={
+            "exit_code": exec_code if exec_failure else ran.exit_code,
+            "not_started": exec_failure,
+            "sandbox": f"{policy.mode} {who} net={run.network} limits=rlimits+{cg_note}; "
+            f"host={ready.level}",
+            "refused": refused,
+            "network_refused": network_refused,
+        }
+    )
+
+
+def _lend(
+    lent: list[dict[str, Any]], places: list[str], uid: int, gid: int, keep: set[str]
+) -> None:
+    for record in lent:
+        ownership.lend_tree(record, uid, gid, keep)
+    for place in places:
+        ownership.give(place, uid, gid)
+
+
+def _clean_up(state: Mapping[str, Any]) -> None:
+    """Kill what is left of the run (task uid, cgroup), then take the worktree back."""
+    uid = state.get("uid")
+    if isinstance(uid, int):
+        uids.kill_uid(uid)
+    cgroups.kill_recorded([str(d) for d in state.get("cgroups") or []])
+    if isinstance(uid, int):
+        uids.kill_uid(uid, wait_s=0.5)
+    for record in reversed(state.get("lent") or []):
+        with contextlib.suppress(OSError):
+            ownership.take_back(record)
+
+
+async def _beating(fn: Any, *args: Any) -> Any:
+    """Run ``fn`` in a thread, heartbeating meanwhile (a big worktree takes a while)."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    while True:
+        heartbeat()
+        done, _ = await asyncio.wait({work}, timeout=HEARTBEAT_EVERY_S)
+        if done:
+            return work.result()
+
+
+async def kill_leftovers(state_dir: Path, name: str) -> bool:
+    """What a crashed earlier try of this run left behind: its process group, every
+    process of its uid and cgroup, and the worktree it had lent out. True if any."""
+    pid_file = state_dir / f"{name}.pid"
+    state_file = state_dir / f"{name}.sandbox.json"
+    found = kill_stale(pid_file)
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return found
+    await _beating(_clean_up, state)
+    state_file.unlink(missing_ok=True)
+    return True

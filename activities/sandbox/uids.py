@@ -1,0 +1,139 @@
+"""Per-task uids: leased, never shared by two live tasks, and killed to the last process.
+
+Each task's commands run as a uid of their own (``UID_BASE`` and up), so one task
+cannot read another's files, signal its processes or outlive its cleanup. A hash
+of the task id would do most of the time; "most" is not a boundary, so uids are
+leased from one table per host (``LEASES``, under a file lock), shared by every
+worker on the host whatever its ``LOOP_HOME``. A lease is the task's until the
+task ends (``release``) or its ``LOOP_HOME`` is gone; the worker that starts
+releases the leases of tasks Temporal reports closed (``activities.reconcile``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from activities.files import locked, write_atomic
+from loop.errors import permanent
+
+UID_BASE = 100_000
+UID_SPAN = 50_000
+LEASES = Path("/var/lib/loopwork/uid-leases.json")
+"""Host-wide: uids are a property of the host, not of one LOOP_HOME."""
+KILL_WAIT_S = 3.0
+"""How long a cleanup keeps killing a task uid's processes."""
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _holds(entry: dict[str, Any], home: str, holder: str) -> bool:
+    return entry.get("home") == home and entry.get("holder") == holder
+
+
+def lease(home: Path, holder: str, *, table: Path = LEASES) -> int:
+    """The uid ``holder`` (a task id, or a triage run) of ``home`` runs as; the same one
+    every time until it is released. Raises a permanent error when none is free."""
+    key = str(Path(home).resolve())
+    table.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with locked(table):
+        leases = _read(table)
+        for uid, entry in leases.items():
+            if _holds(entry, key, holder):
+                return int(uid)
+        for uid, entry in list(leases.items()):
+            if not os.path.isdir(str(entry.get("home", ""))):
+                del leases[uid]  # its LOOP_HOME is gone: nothing can release it now
+        start = zlib.crc32(f"{key}\0{holder}".encode()) % UID_SPAN
+        for step in range(UID_SPAN):
+            uid = UID_BASE + (start + step) % UID_SPAN
+            if str(uid) not in leases and not uid_processes(uid):
+                leases[str(uid)] = {"home": key, "holder": holder, "since": time.time()}
+                write_atomic(table, json.dumps(leases, indent=1, sort_keys=True))
+                return uid
+    raise permanent(f"no free task uid: all {UID_SPAN} are leased (see {table})")
+
+
+def release(home: Path, holder: str, *, table: Path = LEASES) -> int | None:
+    """Give the uid back (after its processes are gone); the uid released, if any."""
+    key = str(Path(home).resolve())
+    if not table.exists():
+        return None
+    with locked(table):
+        leases = _read(table)
+        for uid, entry in list(leases.items()):
+            if _holds(entry, key, holder):
+                kill_uid(int(uid))
+                del leases[uid]
+                write_atomic(table, json.dumps(leases, indent=1, sort_keys=True))
+                return int(uid)
+    return None
+
+
+def holders(home: Path, *, table: Path = LEASES) -> dict[str, int]:
+    """``holder -> uid`` for the leases of one LOOP_HOME."""
+    key = str(Path(home).resolve())
+    return {
+        str(e["holder"]): int(uid)
+        for uid, e in _read(table).items()
+        if isinstance(e, dict) and e.get("home") == key and "holder" in e
+    }
+
+
+def is_task_uid(uid: int) -> bool:
+    return UID_BASE <= uid < UID_BASE + UID_SPAN
+
+
+def uid_processes(uid: int) -> list[int]:
+    """Live processes whose real, effective or saved uid is ``uid``."""
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found  # no procfs: nothing to find (and no per-task uid without root)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        uids: list[int] = []
+        state = ""
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                uids = [int(x) for x in line.split()[1:4]]
+            elif line.startswith("State:"):
+                state = line.split()[1]
+        if uid in uids and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL every process of a task uid until none is left (never any other uid)."""
+    if not is_task_uid(uid) or uid == os.getuid():
+        return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = uid_processes(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
