@@ -12,11 +12,19 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities import gates
+from activities import artifact, gates, sandbox
 from activities.git import git
-from activities.workspace import dirty_files, restore
+from activities.make import agent_home, endpoints
 from loop import memory
-from loop.contracts import EXPLORE, ExploreInput, ExploreResult, MakeResult, TaskSpec, Verdict
+from loop.contracts import (
+    EXPLORE,
+    ExploreInput,
+    ExploreResult,
+    MakeResult,
+    TaskSpec,
+    Verdict,
+    Workspace,
+)
 from loop.settings import Settings
 
 BRIEF_CHARS = 6_000
@@ -30,6 +38,7 @@ class ExploreActivities:
     @activity.defn(name=EXPLORE.name)
     async def explore(self, inp: ExploreInput) -> ExploreResult:
         ws = inp.workspace
+        await self._agent_can_start(inp.task, ws)
         files = [f for f in (await git(["ls-files", "-z"], ws.path)).split("\0") if f]
         reproducer = await self._reproduce(inp.task, inp)
         shown = files[:FILE_MAP_ENTRIES]
@@ -53,18 +62,41 @@ class ExploreActivities:
             brief=brief, brief_path=str(path), files=len(files), reproducer=reproducer
         )
 
+    async def _agent_can_start(self, task: TaskSpec, ws: Workspace) -> None:
+        """Before any attempt: the sandbox can run the agent's command as the task's uid
+        (raises the permanent reason, so the task ends BLOCKED without burning one)."""
+        if task.agent.backend != "command" or not task.agent.command:
+            return
+        await sandbox.check_runnable(
+            sandbox.SandboxRun(
+                argv=list(task.agent.command),
+                kind="agent",
+                policy=task.sandbox,
+                task_id=task.id,
+                home=self.settings.home,
+                tree=Path(ws.path),
+                state_dir=Path(ws.run_dir) / "explore",
+                name="agent-check",
+                limit_s=1,
+                agent_home=agent_home(ws),
+                allow_hosts=endpoints(task),
+            )
+        )
+
     async def _reproduce(self, task: TaskSpec, inp: ExploreInput) -> Verdict:
-        """Run the command gates once at base; the others need an attempt to judge."""
+        """Run the command gates once at base, in a clean checkout of it; the others need
+        an attempt to judge."""
         ws = inp.workspace
         runnable = task.model_copy(update={"verify": [g for g in task.verify if g.kind == "run"]})
         if not runnable.verify:
             return Verdict(passed=True, artifact=ws.base_commit)
         at_base = MakeResult(attempt=0, commit=ws.base_commit, start_commit=ws.base_commit)
-        results = await gates.evaluate(runnable, ws, at_base, Path(ws.run_dir) / "explore")
-        # Byproducts of the reproducer must not leak into attempt 1's diff.
-        leftovers = await dirty_files(ws.path)
-        if leftovers:
-            await restore(ws, ws.base_commit)
+        log_dir = Path(ws.run_dir) / "explore"
+        async with artifact.checkout(
+            ws.repo, ws.base_commit, log_dir / "checkout", self.settings.locks
+        ) as tree:
+            bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
+            results = await gates.evaluate(runnable, ws, at_base, bench)
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )

@@ -53,13 +53,23 @@ DETAIL_MAX_ITEMS = 20
 NO_PYTEST_CACHE = "-p no:cacheprovider"
 
 
+@dataclass
+class Bench:
+    """Where ``run`` gates run: a clean checkout of the commit they judge (``tree``), the
+    worker's folder for their logs (``log_dir``), and LOOP_HOME (hidden from them)."""
+
+    tree: Path
+    log_dir: Path
+    home: Path
+
+
 async def evaluate(
-    task: TaskSpec, ws: Workspace, make: MakeResult, log_dir: Path
+    task: TaskSpec, ws: Workspace, make: MakeResult, bench: Bench
 ) -> list[GateResult]:
     """Run every gate of ``task.verify`` in order; one result per gate, failures included."""
     results: list[GateResult] = []
     for gate in task.verify:
-        results.append(await evaluate_gate(gate, ws, make, log_dir, task.sandbox))
+        results.append(await evaluate_gate(gate, ws, make, bench, task.sandbox))
     return results
 
 
@@ -67,12 +77,12 @@ async def evaluate_gate(
     gate: Gate,
     ws: Workspace,
     make: MakeResult,
-    log_dir: Path,
+    bench: Bench,
     policy: SandboxPolicy | None = None,
 ) -> GateResult:
     kind = gate.kind
     if kind == "run":
-        return await run_gate(gate, ws, log_dir, policy)
+        return await run_gate(gate, ws, bench, policy)
     if kind == "diff_scope":
         return diff_scope_gate(gate, make.changed_files)
     if kind == "no_removed_tests":
@@ -117,28 +127,25 @@ def _command_in_words(command: str, limit: int = 200) -> str:
 
 
 async def run_gate(
-    gate: Gate, ws: Workspace, log_dir: Path, policy: SandboxPolicy | None = None
+    gate: Gate, ws: Workspace, bench: Bench, policy: SandboxPolicy | None = None
 ) -> GateResult:
-    """A ``run`` gate in the sandbox (kind ``gate``: its own network default, and in
-    strict mode a read-only worktree, so a gate cannot change the artifact it judges)."""
+    """A ``run`` gate in the sandbox (kind ``gate``: no network by default, the checkout
+    read-only, a fresh HOME and TMPDIR), so a gate cannot change the artifact it judges."""
     assert gate.run is not None
     policy = policy or SandboxPolicy()
-    log_path = log_dir / f"gate-{gate.name}.log"
-    pid_file = log_dir / f"gate-{gate.name}.pid"
-    # A retried verify (after the worker was killed) must not race the old gate's group.
-    await sandbox.kill_leftovers(pid_file)
     proc = await sandbox.run_sandboxed(
-        ["bash", "-c", gate.run],
-        cwd=Path(ws.path),
-        policy=policy,
-        kind="gate",
-        worktree=Path(ws.path),
-        task_id=ws.task_id,
-        extra_env=gate_extra_env(policy),
-        hide=[Path(ws.run_dir).parent.parent],  # LOOP_HOME (runs/<id> is two below it)
-        limit_s=gate.timeout,
-        log_path=log_path,
-        pid_file=pid_file,
+        sandbox.SandboxRun(
+            argv=["bash", "-c", gate.run],
+            kind="gate",
+            policy=policy,
+            task_id=ws.task_id,
+            home=bench.home,
+            tree=bench.tree,
+            state_dir=bench.log_dir,
+            name=f"gate-{gate.name}",
+            limit_s=gate.timeout,
+            env=gate_extra_env(policy),
+        )
     )
     if proc.timed_out:
         detail = f"timed out after {gate.timeout} s"
@@ -173,7 +180,7 @@ def _normalise_path(path: str) -> str:
     return path
 
 
-def _listing(items: list[str], limit: int = DETAIL_MAX_ITEMS) -> str:
+def listing(items: list[str], limit: int = DETAIL_MAX_ITEMS) -> str:
     shown = ", ".join(items[:limit])
     more = len(items) - limit
     return shown + (f" … and {more} more" if more > 0 else "")
@@ -202,11 +209,11 @@ def diff_scope_gate(gate: Gate, changed_files: list[str]) -> GateResult:
         protect = _spec(scope.protect)
         touched = [f for f in changed if protect.match_file(f)]
         if touched:
-            return result(False, touched, f"protected path touched: {_listing(touched)}", True)
+            return result(False, touched, f"protected path touched: {listing(touched)}", True)
     allow = _spec(scope.allow)
     outside = [f for f in changed if not allow.match_file(f)]
     if outside:
-        return result(False, outside, f"changed outside the allowed scope: {_listing(outside)}")
+        return result(False, outside, f"changed outside the allowed scope: {listing(outside)}")
     detail = f"{len(changed)} changed file(s), all within scope" if changed else "no changes"
     return result(True, changed, detail)
 
@@ -419,13 +426,13 @@ async def no_removed_tests_gate(gate: Gate, ws: Workspace, make: MakeResult) -> 
     changes = await compare_tests(ws.path, ws.base_commit, artifact)
     parts: list[str] = []
     if changes.removed_files:
-        parts.append(f"test files removed: {_listing(changes.removed_files)}")
+        parts.append(f"test files removed: {listing(changes.removed_files)}")
     if changes.unparsable:
-        parts.append(f"no longer parses: {_listing(changes.unparsable)}")
+        parts.append(f"no longer parses: {listing(changes.unparsable)}")
     if changes.removed_tests:
-        parts.append(f"tests removed: {_listing(changes.removed_tests)}")
+        parts.append(f"tests removed: {listing(changes.removed_tests)}")
     if changes.skipped_tests:
-        parts.append(f"tests newly skipped: {_listing(changes.skipped_tests)}")
+        parts.append(f"tests newly skipped: {listing(changes.skipped_tests)}")
     files = changes.removed_files + changes.removed_tests + changes.skipped_tests
     return GateResult(
         name=gate.name,

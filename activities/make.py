@@ -6,6 +6,12 @@ changed, writes outside the worktree detected). Everything is keyed by task and
 attempt so a retry after a crash is safe: a retried opening kills the agent
 group a crashed worker left behind and resets the worktree to the start commit.
 
+The attempt folder (``runs/<id>/attempt-N``) is the worker's: prompt, feedback,
+logs, pid and state files, which no task uid can write. The agent's own places
+are apart from it: ``attempt-N/agent/`` (``LOOP_OUTPUT_FILE``) and the task's HOME
+(``runs/<id>/home``), both its uid's; what the worker reads from them it reads
+as hostile input (``files.read_untrusted``).
+
 The ``command`` backend does all three in one activity (``make``): the external
 agent runs in the worktree with the LOOP_* variables. The ``openai`` backend
 opens with ``begin_attempt``, runs the model loop as a child workflow, and
@@ -20,7 +26,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities import sandbox
+from activities import artifact, sandbox
+from activities.files import read_untrusted
 from activities.git import git
 from activities.workspace import (
     changed_files,
@@ -38,6 +45,7 @@ from loop.contracts import (
     EndAttemptInput,
     MakeInput,
     MakeResult,
+    TaskSpec,
     Workspace,
 )
 from loop.errors import permanent
@@ -46,6 +54,23 @@ from loop.redact import redact, redact_file
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000
+CLAIM_BYTES = 4 * CLAIM_CHARS
+SIZE_FILE = "start_size"
+
+
+def agent_dir(attempt_dir: str | Path) -> Path:
+    """The agent's own folder in an attempt: where ``LOOP_OUTPUT_FILE`` lives."""
+    return Path(attempt_dir) / "agent"
+
+
+def agent_home(ws: Workspace) -> Path:
+    """HOME of the task's agent and ``run`` tool, kept from one attempt to the next."""
+    return Path(ws.run_dir) / "home"
+
+
+def endpoints(task: TaskSpec) -> list[str]:
+    """What the egress proxy lets through beyond ``allow_hosts``: the agent's endpoint."""
+    return sandbox.endpoint_entries(task.agent.base_url, openai=task.agent.backend == "openai")
 
 
 class MakeActivities:
@@ -58,8 +83,7 @@ class MakeActivities:
         log = log_for(inp.task.id, n, "make")
         start = await self._open(inp)
         folder = Path(start.attempt_dir)
-        output_file = folder / "output.md"
-        output_file.unlink(missing_ok=True)
+        output_file = agent_dir(folder) / "output.md"
         env = {
             "LOOP_TASK_ID": inp.task.id,
             "LOOP_ATTEMPT": str(n),
@@ -67,27 +91,31 @@ class MakeActivities:
             "LOOP_OUTPUT_FILE": str(output_file),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        readable = [folder / "prompt.md"]
         if inp.prompt.feedback is not None:
             env["LOOP_FEEDBACK_FILE"] = str(folder / "feedback.json")
+            readable.append(folder / "feedback.json")
 
         argv = list(inp.task.agent.command or [])
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode)
-        # The attempt folder is the agent's (LOOP_OUTPUT_FILE goes there); the rest of
-        # LOOP_HOME is hidden (strict) or out of reach of the task's uid (basic).
         ran = await sandbox.run_sandboxed(
-            argv,
-            cwd=Path(ws.path),
-            policy=inp.task.sandbox,
-            kind="agent",
-            worktree=Path(ws.path),
-            task_id=inp.task.id,
-            extra_env=env,
-            writable=[folder],
-            protected=inp.task.protected_paths(),
-            hide=[self.settings.home],
-            limit_s=inp.task.agent.timeout,
-            log_path=folder / "agent.log",
-            pid_file=folder / "agent.pid",
+            sandbox.SandboxRun(
+                argv=argv,
+                kind="agent",
+                policy=inp.task.sandbox,
+                task_id=inp.task.id,
+                home=self.settings.home,
+                tree=Path(ws.path),
+                state_dir=folder,
+                name="agent",
+                limit_s=inp.task.agent.timeout,
+                env=env,
+                writable=[agent_dir(folder)],
+                readable=readable,
+                agent_home=agent_home(ws),
+                protected=inp.task.protected_paths(),
+                allow_hosts=endpoints(inp.task),
+            )
         )
         log.info(
             "agent finished",
@@ -96,17 +124,20 @@ class MakeActivities:
             seconds=ran.duration_s,
             sandbox=ran.sandbox,
             refused=ran.refused or None,
+            network_refused=ran.network_refused or None,
         )
         # What the agent printed or claimed leaves this activity without secrets.
-        redact_file(Path(ran.log_path))
-        if output_file.exists():
-            redact_file(output_file)
-            claim = output_file.read_bytes()[:CLAIM_CHARS].decode("utf-8", errors="replace")
-            claim_path = str(output_file)
-        else:
+        await asyncio.to_thread(redact_file, Path(ran.log_path))
+        data, problem = await asyncio.to_thread(read_untrusted, output_file, CLAIM_BYTES)
+        if problem == "missing":
             claim, claim_path = ran.output_tail, ran.log_path
+        else:
+            text = data.decode("utf-8", errors="replace")[:CLAIM_CHARS]
+            claim = f"{text}\n[{problem}]" if problem and text else (text or f"[{problem}]")
+            claim_path = str(folder / "claim.md")
+            (folder / "claim.md").write_text(redact(claim))
         claim, tail = redact(claim), redact(ran.output_tail)
-        closed = await self._close(ws, n, start)
+        closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
         refused = [f"refused by the sandbox: {r}" for r in ran.refused]
@@ -121,6 +152,8 @@ class MakeActivities:
                 "claim_path": claim_path,
                 "duration_s": ran.duration_s,
                 "log_path": ran.log_path,
+                "network_refused": ran.network_refused,
+                "not_started": ran.not_started,
             }
         )
 
@@ -134,10 +167,10 @@ class MakeActivities:
         start = AttemptStart(
             attempt_dir=str(folder), start_commit=(folder / "start_commit").read_text().strip()
         )
-        closed = await self._close(inp.workspace, inp.attempt, start)
+        closed = await self._close(inp.task, inp.workspace, inp.attempt, start)
         agent = inp.agent
         (folder / "answer.md").write_text(agent.answer)
-        level = await asyncio.to_thread(sandbox.probe)
+        level = (await asyncio.to_thread(sandbox.inspect_host)).level
         return closed.model_copy(
             update={
                 "sandbox_level": f"{inp.task.sandbox.mode} (run tool); host={level}",
@@ -158,11 +191,11 @@ class MakeActivities:
         """Files for the agent, the start commit, a snapshot of the main checkout."""
         ws, n = inp.workspace, inp.attempt
         folder = self._folder(ws, n)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not Path(ws.path).is_dir():
             raise permanent(f"the worktree {ws.path} is gone; start the task again with --rerun")
         log = log_for(inp.task.id, n, "make")
-        if await sandbox.kill_leftovers(folder / "agent.pid"):
+        if await sandbox.kill_leftovers(folder, "agent"):
             log.warning("killed the agent left over from a crashed try")
         start_file = folder / "start_commit"
         if start_file.exists():
@@ -172,6 +205,9 @@ class MakeActivities:
         else:
             start = await git(["rev-parse", "HEAD"], ws.path)
             start_file.write_text(start)
+        size_file = folder / SIZE_FILE
+        if not size_file.exists():
+            size_file.write_text(str((await asyncio.to_thread(artifact.scan, ws.path)).size))
         (folder / "prompt.md").write_text(fb.render_prompt(inp.prompt, n))
         if inp.prompt.feedback is not None:
             (folder / "feedback.json").write_text(fb.feedback_json(inp.prompt.feedback))
@@ -179,14 +215,31 @@ class MakeActivities:
         (folder / "outside.json").write_text(json.dumps(snapshot))
         return AttemptStart(attempt_dir=str(folder), start_commit=start)
 
-    async def _close(self, ws: Workspace, n: int, start: AttemptStart) -> MakeResult:
-        """The work-in-progress commit verify checks, and what the attempt changed."""
+    async def _close(
+        self, task: TaskSpec, ws: Workspace, n: int, start: AttemptStart
+    ) -> MakeResult:
+        """The work-in-progress commit verify checks, and what the attempt changed; or,
+        when the worktree grew past its limit, no commit at all."""
+        folder = Path(start.attempt_dir)
         if not Path(ws.path, ".git").exists():
             raise permanent(f"the agent deleted its worktree {ws.path}")
-        before = json.loads(Path(start.attempt_dir, "outside.json").read_text())
+        before = json.loads((folder / "outside.json").read_text())
         outside = outside_changes(
             before, await outside_snapshot(ws.repo, [str(self.settings.home)])
         )
+        found = await asyncio.to_thread(artifact.scan, ws.path, remove_special=True)
+        grown_from = int((folder / SIZE_FILE).read_text() or 0)
+        too_big = artifact.over_limit(grown_from, found, task.sandbox.limits.disk_mb)
+        if too_big:
+            await restore(ws, start.start_commit)
+            await git(["clean", "-q", "-ffdx"], ws.path)
+            return MakeResult(
+                attempt=n,
+                start_commit=start.start_commit,
+                commit=start.start_commit,
+                outside_writes=outside,
+                disk_exceeded=too_big,
+            )
         commit = await wip_commit(ws, n)
         return MakeResult(
             attempt=n,
@@ -194,4 +247,5 @@ class MakeActivities:
             commit=commit,
             changed_files=await changed_files(ws, commit),
             outside_writes=outside,
+            ignored_files=await artifact.ignored(ws.path),
         )

@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ BYPRODUCTS_ONLY = tuple(f":(glob){g}" for g in BYPRODUCT_GLOBS)
 _MAX_LISTED = 10
 
 
-def _is_byproduct(path: str) -> bool:
+def is_byproduct(path: str) -> bool:
     parts = path.rstrip("/").split("/")
     return "__pycache__" in parts or ".pytest_cache" in parts or path.endswith(".pyc")
 
@@ -184,18 +185,23 @@ async def restore(ws: Workspace, commit: str) -> None:
 async def dirty_files(path: str) -> list[str]:
     """Changes not yet committed: what a reset or a removal would destroy."""
     out = await git(["status", "--porcelain", "-z", "-uall"], path)
-    return [printable(p) for p in _status_paths(out) if not _is_byproduct(p)]
+    return [printable(p) for p in _status_paths(out) if not is_byproduct(p)]
 
 
 def _fingerprint(path: Path) -> str:
+    """What is at ``path`` now, never following a link or blocking on a FIFO."""
     try:
-        if path.is_symlink():
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
             target = os.readlink(path)
             return "symlink:" + hashlib.sha256(os.fsencode(target)).hexdigest()
-        if path.is_dir():
+        if stat.S_ISDIR(st.st_mode):
             return "directory"  # an untracked nested repository, listed as ``dir/``
+        if not stat.S_ISREG(st.st_mode):
+            return f"special:{stat.S_IFMT(st.st_mode):o}:{st.st_ino}"
         digest = hashlib.sha256()
-        with path.open("rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
         return digest.hexdigest()

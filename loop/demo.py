@@ -31,7 +31,7 @@ TASK_ID = "demo-slugify"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
 
 
-def demo_task(repo: Path, agent: Path) -> dict[str, object]:
+def demo_task(repo: Path, agent: Path, sandbox: dict[str, object]) -> dict[str, object]:
     python = sys.executable
     return {
         "id": TASK_ID,
@@ -53,10 +53,22 @@ def demo_task(repo: Path, agent: Path) -> dict[str, object]:
         ],
         "budget": {"max_attempts": 3, "max_seconds": 300},
         "autonomy": "report",
+        "sandbox": sandbox,
     }
 
 
-def make_repo(home: Path) -> Path:
+def demo_sandbox() -> tuple[dict[str, object], str]:
+    """The default sandbox, or, on a host that cannot give it (a worker that is not root),
+    mode off with the reason: the demo's agent is a script of ours, not an AI."""
+    from activities.sandbox import inspect_host  # the probe runs a trial sandbox
+
+    missing = inspect_host().unavailable("basic")
+    if missing:
+        return {"mode": "off"}, missing.split(";")[0]
+    return {"mode": "basic"}, ""
+
+
+def make_repo(home: Path, sandbox: dict[str, object]) -> Path:
     """A fresh demo repository each run, so the demo always starts from the bug."""
     if not (EXAMPLES / "repo").is_dir():
         raise LoopError(f"demo files not found at {EXAMPLES}; run the demo from a source checkout")
@@ -79,7 +91,8 @@ def make_repo(home: Path) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "slugify with a bug"], cwd=repo, check=True)
     task_file = folder / "task.yaml"
-    task_file.write_text(yaml.safe_dump(demo_task(repo, EXAMPLES / "agent.py"), sort_keys=False))
+    task = demo_task(repo, EXAMPLES / "agent.py", sandbox)
+    task_file.write_text(yaml.safe_dump(task, sort_keys=False))
     return task_file
 
 
@@ -87,9 +100,12 @@ async def run_demo(settings: Settings, address: str | None, out: Console) -> int
     import worker as worker_module  # the composition root; imported only when needed
 
     started_at = time.monotonic()
-    task_file = make_repo(settings.home)
+    sandbox, why = demo_sandbox()
+    task_file = make_repo(settings.home, sandbox)
     spec = taskfile.load(task_file)
     out.print(f"demo repository: {spec.repo} (task file {task_file})", markup=False)
+    if why:
+        out.print(f"{why}: the demo's scripted agent runs unconfined (sandbox: off)", markup=False)
     server = await ensure_running(settings, address)
     if server is not None:
         out.print(f"started the embedded Temporal server at {server.address}")

@@ -203,6 +203,9 @@ class DevServer:
             )
         home = Path(home).resolve()  # the server runs with cwd=home
         home.mkdir(parents=True, exist_ok=True)
+        home.chmod(0o700)  # the database holds every payload: the worker's user alone
+        for existing in home.glob(f"{DB_NAME}*"):
+            existing.chmod(0o600)
         log_path = Path(log_file) if log_file is not None else home / LOG_NAME
         log_path.parent.mkdir(parents=True, exist_ok=True)
         args = server_args(
@@ -221,6 +224,7 @@ class DevServer:
                 stderr=subprocess.STDOUT,
                 cwd=home,
                 start_new_session=True,
+                umask=0o077,  # temporal.db and its -wal/-shm files: 0600
             )
         except OSError as e:
             log.close()

@@ -13,11 +13,14 @@ import functools
 import logging
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 MASK = "[redacted]"
+LINE_LIMIT = 1 << 20
+"""``redact_file`` reads at most this much at once (a log may be one endless line)."""
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 NOT_SECRET = {"LOOP_CODEC_KEY_FILE", "PYTHONHASHSEED", "KEYTIMEOUT"}
 SHAPES = re.compile(
@@ -60,14 +63,32 @@ def redact_obj(value: Any) -> Any:
 
 
 def redact_file(path: Path) -> None:
-    """Rewrite a log file without secrets (agents may print their environment)."""
+    """Rewrite a log the worker wrote without secrets (agents may print their environment).
+
+    Line by line (a megabyte at most at once) into a file beside it, so a log of a
+    gigabyte costs no gigabyte of memory; replaced only when something changed. A link
+    in its place is not followed.
+    """
     try:
-        text = path.read_text(errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return
-    clean = redact(text)
-    if clean != text:
-        path.write_text(clean)
+    changed = False
+    tmp = path.with_name(f".{path.name}.redacting")
+    try:
+        with os.fdopen(fd, "rb") as src:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                return
+            with tmp.open("wb") as out:
+                while raw := src.readline(LINE_LIMIT):
+                    line = raw.decode("utf-8", "surrogateescape")
+                    clean = redact(line)
+                    changed = changed or clean != line
+                    out.write(clean.encode("utf-8", "surrogateescape"))
+        if changed:
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def structlog_processor(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -76,6 +76,21 @@ def print_result(out: Console, r: TaskResult) -> None:
                 evidence(g),
             )
     out.print(table)
+    for a in r.attempts:
+        made = a.make
+        if made is None:
+            continue
+        if made.network_refused:
+            refused = "; ".join(made.network_refused[:3])
+            more = (
+                f" (+{len(made.network_refused) - 3} more)" if len(made.network_refused) > 3 else ""
+            )
+            out.print(
+                f"attempt {a.attempt}: the egress proxy refused {refused}{more}", markup=False
+            )
+        if made.ignored_files:
+            shown = ", ".join(made.ignored_files[:5])
+            out.print(f"attempt {a.attempt}: ignored by git, so not judged: {shown}", markup=False)
     out.print(
         f"attempts: {len(r.attempts)} · final action: {r.final_action} · "
         f"branch: {r.branch or '-'} · commit: {r.commit[:12] or '-'} · "

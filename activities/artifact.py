@@ -1,0 +1,111 @@
+"""The attempt's artifact: what may become a commit, and the clean copy gates judge.
+
+The agent leaves a worktree; the artifact is the commit made from it. Between the
+two, nothing the agent controls may decide what the gates see:
+
+- ``scan`` walks the worktree (never following links) before anything is added to
+  git: how much it grew (``sandbox.limits.disk_mb`` stops a worktree of gigabytes
+  before it reaches the object store) and which special files it holds (a FIFO
+  would hang ``git add``; they cannot be committed and are removed);
+- ``ignored`` lists what the agent made that git ignores (a ``.gitignore`` that
+  hides a ``conftest.py``, say): not committed, so never judged, and shown as
+  evidence;
+- ``checkout`` gives the gates a fresh detached worktree of the commit: no ignored
+  or untracked file of the agent's is in it, and the task's own worktree is never
+  touched by a gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from activities.git import git, repo_lock
+from activities.workspace import is_byproduct, printable
+
+
+@dataclass
+class Scan:
+    size: int = 0
+    """Bytes of the regular files outside ``.git`` (hard links counted once)."""
+    largest: list[tuple[int, str]] = field(default_factory=list)
+    special: list[str] = field(default_factory=list)
+    """FIFOs, sockets and device nodes (removed by ``scan(remove_special=True)``)."""
+
+
+def scan(top: str, *, remove_special: bool = False) -> Scan:
+    """Walk the worktree with ``lstat`` only; call it off the event loop."""
+    found = Scan()
+    seen: set[tuple[int, int]] = set()
+    sizes: list[tuple[int, str]] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath == top:
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in (*filenames, *dirnames):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                found.size += st.st_size
+                sizes.append((st.st_size, os.path.relpath(full, top)))
+            elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                found.special.append(printable(os.path.relpath(full, top)))
+                if remove_special:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(full)
+    found.largest = sorted(sizes, reverse=True)[:5]
+    return found
+
+
+def over_limit(before: int, after: Scan, limit_mb: int) -> str:
+    """The evidence when the worktree grew by more than ``limit_mb``; empty when not."""
+    grown = after.size - before
+    if grown <= limit_mb * 1024 * 1024:
+        return ""
+    largest = ", ".join(f"{printable(p)} ({n / 1048576:.0f} MB)" for n, p in after.largest)
+    return (
+        f"the worktree grew by {grown / 1048576:.0f} MB in this attempt, over "
+        f"sandbox.limits.disk_mb ({limit_mb} MB); nothing was committed; largest: {largest}"
+    )
+
+
+async def ignored(tree: str) -> list[str]:
+    """Untracked files git ignores (folders shown once, as ``dir/``), byproducts aside."""
+    out = await git(
+        ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"], tree
+    )
+    return sorted(printable(p) for p in out.split("\0") if p and not is_byproduct(p))
+
+
+@contextlib.asynccontextmanager
+async def checkout(repo: str, commit: str, path: Path, locks: Path) -> AsyncIterator[Path]:
+    """A fresh detached worktree of ``commit`` at ``path``, removed afterwards (also the
+    one a crashed earlier try left there)."""
+    await _remove(repo, path, locks)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with repo_lock(locks, repo):
+        await git(["worktree", "add", "-q", "--detach", "--force", str(path), commit], repo)
+    try:
+        yield path
+    finally:
+        await _remove(repo, path, locks)
+
+
+async def _remove(repo: str, path: Path, locks: Path) -> None:
+    if not os.path.lexists(path):
+        return
+    async with repo_lock(locks, repo):
+        await git(["worktree", "remove", "--force", "--force", str(path)], repo, check=False)
+        if os.path.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)
+        await git(["worktree", "prune"], repo, check=False)
