@@ -32,7 +32,6 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,10 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.gates import gate_env
-from activities.git import GitError, git, repo_lock
-from activities.proc import heartbeat, kill_stale, run_process
+from activities import artifact, sandbox
+from activities.gates import gate_extra_env
+from activities.git import GitError, git
+from activities.proc import heartbeat
 from loop import triage
 from loop.contracts import (
     DISCOVER,
@@ -55,6 +55,7 @@ from loop.contracts import (
     MAX_GOAL_CHARS,
     SA_STATE,
     TASK_WORKFLOW,
+    Budget,
     CiSource,
     DiscoverInput,
     DiscoverResult,
@@ -63,6 +64,7 @@ from loop.contracts import (
     IssueFilesSource,
     LookupInput,
     LookupResult,
+    SandboxPolicy,
     TaskSpec,
     TodoSource,
     TriageItem,
@@ -129,28 +131,37 @@ class DiscoverActivities:
     # ------------------------------------------------------------------ ci
 
     async def _ci(self, source: CiSource) -> tuple[list[TriageItem], str]:
+        """The base branch's code is untrusted: the command runs like a gate, in the
+        sandbox the template names (no network by default), as a uid leased for it."""
         repo, base = _repo_and_base(source.template)
-        folder = self.settings.home / "triage" / f"ci-{source.name}-{_run_key()}"
-        log_path = self.settings.home / "triage" / f"ci-{source.name}.log"
-        pid_file = log_path.with_suffix(".pid")
-        kill_stale(pid_file)  # the command a crashed earlier try left running
-        await _remove_worktree(self.settings, repo, folder)  # and its worktree
         try:
-            async with repo_lock(self.settings.locks, repo):
-                await git(["worktree", "add", "--detach", str(folder), base], repo)
+            commit = await git(["rev-parse", "--verify", f"{base}^{{commit}}"], repo)
         except GitError as e:
             raise permanent(f"ci source {source.name}: cannot check out {base!r}: {e}") from None
+        policy = SandboxPolicy.model_validate(source.template.get("sandbox") or {})
+        state_dir = self.settings.home / "triage" / f"ci-{source.name}"
+        holder = f"triage-ci-{source.name}"
         try:
-            proc = await run_process(
-                ["bash", "-c", source.run],
-                cwd=folder,
-                env=gate_env(),
-                limit_s=source.timeout,
-                log_path=log_path,
-                pid_file=pid_file,
-            )
+            async with artifact.checkout(
+                repo, commit, state_dir / "checkout", self.settings.locks
+            ) as folder:
+                proc = await sandbox.run_sandboxed(
+                    sandbox.SandboxRun(
+                        argv=["bash", "-c", source.run],
+                        kind="gate",
+                        policy=policy,
+                        task_id=holder,
+                        home=self.settings.home,
+                        tree=folder,
+                        state_dir=state_dir,
+                        name="ci",
+                        limit_s=source.timeout,
+                        env=gate_extra_env(policy),
+                    )
+                )
         finally:
-            await _remove_worktree(self.settings, repo, folder)
+            await asyncio.to_thread(sandbox.release, self.settings.home, holder)
+        log_path = proc.log_path
         command = " ".join(source.run.split())
         if proc.exit_code == 0 and not proc.timed_out:
             return [], f"`{command}` passes on {base} ({proc.duration_s:.1f} s)"
@@ -202,9 +213,14 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
     key = str(meta.get("id") or file.stem)
     if "repo" in meta:
         return skipped(key, f"{file.name}: an issue cannot choose its repository")
-    unknown = sorted(set(meta) - ISSUE_META_KEYS - ISSUE_OVERRIDE_KEYS)
-    if unknown:
-        return skipped(key, f"{file.name}: unknown front-matter key {unknown[0]!r}")
+    refused = sorted(set(meta) - ISSUE_META_KEYS - ISSUE_OVERRIDE_KEYS)
+    if refused:
+        allowed = ", ".join(sorted(ISSUE_META_KEYS | ISSUE_OVERRIDE_KEYS))
+        return skipped(
+            key,
+            f"{file.name}: front matter may not set {refused[0]!r}; an issue gives "
+            f"goal-level fields only ({allowed})",
+        )
     labels = meta.get("labels") or []
     if not isinstance(labels, list):
         labels = [labels]
@@ -215,7 +231,32 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
     overrides = {k: v for k, v in meta.items() if k in ISSUE_OVERRIDE_KEYS}
     if "goal" not in overrides:
         overrides["goal"] = f"{title}\n\n{body}".strip()
-    return _item(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
+    note = ""
+    if "budget" in overrides:
+        try:
+            overrides["budget"], note = _budget_within(overrides["budget"], source.template)
+        except (ValidationError, TypeError) as e:
+            why = describe(e) if isinstance(e, ValidationError) else "budget must be a mapping"
+            return skipped(key, f"{file.name}: front matter budget: {why}")
+    item = _item(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
+    return item.model_copy(update={"note": note})
+
+
+def _budget_within(asked: Any, template: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The issue's budget, each limit no higher than the source's (a limit the source does
+    not set, the issue may); and a note naming what was capped."""
+    wanted = Budget.model_validate(asked)
+    allowed = Budget.model_validate(template.get("budget") or {})
+    kept: dict[str, Any] = {}
+    capped: list[str] = []
+    for name in wanted.model_fields_set:
+        value, limit = getattr(wanted, name), getattr(allowed, name)
+        if value is not None and limit is not None and value > limit:
+            capped.append(f"{name} {value} -> {limit}")
+            value = limit
+        kept[name] = value
+    note = f"budget capped at the source's ({', '.join(sorted(capped))})" if capped else ""
+    return kept, note
 
 
 def _first_heading(body: str) -> str:
@@ -397,23 +438,8 @@ def _repo_and_base(template: dict[str, Any]) -> tuple[str, str]:
     return repo, base
 
 
-def _run_key() -> str:
-    """Names the CI worktree after the triage run, so a retried try finds its leftover."""
-    if not activity.in_activity():
-        return "local"
-    return activity.info().workflow_run_id[:12]
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "file"
-
-
-async def _remove_worktree(settings: Settings, repo: str, folder: Path) -> None:
-    async with repo_lock(settings.locks, repo):
-        if folder.exists():
-            await git(["worktree", "remove", "--force", str(folder)], repo, check=False)
-        await asyncio.to_thread(shutil.rmtree, folder, True)
-        await git(["worktree", "prune"], repo, check=False)
 
 
 @contextlib.asynccontextmanager

@@ -171,6 +171,8 @@ def plan(
         starts += 1
         if autonomy != item.spec.autonomy:
             decision.reason += f"; autonomy capped at {autonomy} (asked {item.spec.autonomy})"
+        if item.note:
+            decision.reason += f"; {item.note}"
         spec = item.spec.model_copy(update={"autonomy": autonomy})
         planned.append(Planned(decision, spec, rerun=existing is not None))
     return planned
