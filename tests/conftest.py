@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.sandbox import inspect_host
 from loop.contracts import SEARCH_ATTRIBUTES
 from loop.devserver import DYNAMIC_CONFIG, temporal_binary
 from loop.settings import Settings
@@ -30,6 +32,29 @@ GIT = [
     "commit.gpgsign=false",
 ]
 FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
+HOST = inspect_host()
+REQUIRED_LEVELS = {x for x in os.environ.get("LOOP_SANDBOX_REQUIRED", "").split(",") if x}
+"""Sandbox levels this run must test (``.ci/run`` sets ``strict,basic``): where one is
+unavailable its tests fail with the reason instead of being skipped."""
+
+
+def needs(level: str) -> pytest.MarkDecorator:
+    """Skip a test of ``level`` on a host that cannot give it, unless it is required."""
+    missing = HOST.unavailable(level)
+    return pytest.mark.skipif(
+        bool(missing) and level not in REQUIRED_LEVELS, reason=missing or f"{level} available"
+    )
+
+
+LEVELS = [pytest.param(level, marks=needs(level), id=level) for level in ("basic", "strict")]
+"""Parametrize a test over both confining levels."""
+DEFAULT_SANDBOX = (
+    {"mode": "basic"}
+    if not HOST.unavailable("basic") or "basic" in REQUIRED_LEVELS
+    else {"mode": "off", "allow_unsafe_off": True}
+)
+"""What ``task()`` uses: the product's default, or, on a host that cannot give it (a
+non-root developer), mode off, so the tests of everything but the sandbox still run."""
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -80,7 +105,12 @@ def slugify(text: str) -> str:
 
 
 def write_agent(folder: Path, body: str) -> list[str]:
-    """A scripted agent (a Python script) with the protocol's variables at hand."""
+    """A scripted agent (a Python script) with the protocol's variables at hand.
+
+    It runs as its task's uid and may write only its worktree and its own folder
+    (``own``: the folder of LOOP_OUTPUT_FILE, one per attempt), so that is where it
+    notes each run (``calls.jsonl``) for ``agent_calls`` and leaves what tests read.
+    """
     script = folder / f"agent_{uuid.uuid4().hex[:6]}.py"
     prelude = (
         textwrap.dedent(
@@ -88,7 +118,8 @@ def write_agent(folder: Path, body: str) -> list[str]:
         import json, os, pathlib, sys, time
         attempt = int(os.environ["LOOP_ATTEMPT"])
         out = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"])
-        log = pathlib.Path(__file__).with_suffix(".calls")
+        own = out.parent
+        log = own / "calls.jsonl"
         with log.open("a") as f:
             f.write(json.dumps({"attempt": attempt, "t": time.time(),
                                 "feedback": os.environ.get("LOOP_FEEDBACK_FILE")}) + "\\n")
@@ -101,13 +132,21 @@ def write_agent(folder: Path, body: str) -> list[str]:
     return [sys.executable, str(script)]
 
 
-def agent_calls(argv: list[str]) -> list[dict]:
+def agent_file(settings: Settings, task_id: str, attempt: int, name: str) -> Path:
+    """A file a ``write_agent`` agent left in its own folder of that attempt."""
+    return settings.runs / task_id / f"attempt-{attempt}" / "agent" / name
+
+
+def agent_calls(settings: Settings, task_id: str) -> list[dict]:
+    """Every run of the task's agent, in order (retries of an attempt included)."""
     import json
 
-    log = Path(argv[1]).with_suffix(".calls")
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [
+        json.loads(line)
+        for log in sorted(settings.runs.glob(f"{task_id}/attempt-*/agent/calls.jsonl"))
+        for line in log.read_text().splitlines()
+    ]
+    return sorted(calls, key=lambda c: c["t"])
 
 
 def task(repo: Path, agent: list[str], **overrides: object) -> dict:
@@ -134,6 +173,7 @@ def task(repo: Path, agent: list[str], **overrides: object) -> dict:
         ],
         "budget": {"max_attempts": 3, "max_stalled_attempts": 3},
         "autonomy": "report",
+        "sandbox": dict(DEFAULT_SANDBOX),
     }
     spec.update(overrides)
     return spec

@@ -105,7 +105,15 @@ from loop.contracts import (  # noqa: E402
 from loop.devserver import DYNAMIC_CONFIG, temporal_binary  # noqa: E402
 from loop.settings import Settings  # noqa: E402
 from loop.tasks import start_task  # noqa: E402
-from tests.conftest import COMPLETE_FIX, EXAMPLES, agent_calls, git, task, write_agent  # noqa: E402
+from tests.conftest import (  # noqa: E402
+    COMPLETE_FIX,
+    EXAMPLES,
+    agent_calls,
+    agent_file,
+    git,
+    task,
+    write_agent,
+)
 from tests.model_server import ScriptedModel, reply  # noqa: E402
 from worker import build_worker  # noqa: E402
 
@@ -309,7 +317,7 @@ async def _spawn_worker(s: Scenario, log: Path) -> asyncio.subprocess.Process:
 
 async def crash_recovery(s: Scenario) -> Histories:
     agent = s.agent(CRASH)
-    orphan_file = Path(agent[1]).with_suffix(".calls.orphan")
+    orphan_file = agent_file(s.settings, s.task_id, 2, "calls.jsonl.orphan")
     log = s.folder / "worker.log"
     first = await _spawn_worker(s, log)
     handle = await s.start(s.spec(agent, budget={"max_attempts": 3}))
@@ -328,7 +336,7 @@ async def crash_recovery(s: Scenario) -> Histories:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(orphan_file.read_text()), signal.SIGKILL)  # normally already dead
     expect(result, TaskState.DONE_WITH_EVIDENCE, 2)
-    assert [c["attempt"] for c in agent_calls(agent)] == [1, 2, 2]
+    assert [c["attempt"] for c in agent_calls(s.settings, s.task_id)] == [1, 2, 2]
     return {s.name: await handle.fetch_history()}
 
 

@@ -23,7 +23,7 @@ from temporalio.worker import Worker
 from loop.contracts import OUTPUT_TAIL_CHARS, FinalAction, TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.conftest import COMPLETE_FIX, agent_calls, git, task, write_agent
+from tests.conftest import COMPLETE_FIX, agent_calls, agent_file, git, task, write_agent
 from tests.model_server import ScriptedModel, reply
 from tests.test_model_loop import model_task
 from worker import build_worker
@@ -96,12 +96,12 @@ def alive(pid: int) -> bool:
         pytest.param(
             lambda tmp: [str(_not_executable(tmp))],
             126,
-            "Permission denied",
+            "may not execute",
         ),
     ],
     ids=["missing", "not-executable"],
 )
-async def test_agent_that_cannot_start_is_evidence_not_a_crash(
+async def test_agent_that_cannot_start_ends_blocked_before_any_attempt(
     client: Client,
     settings: Settings,
     demo_repo: Path,
@@ -110,6 +110,8 @@ async def test_agent_that_cannot_start_is_evidence_not_a_crash(
     code: int,
     why: str,
 ):
+    """No attempt can help an agent the sandbox cannot start: BLOCKED with the reason,
+    found before attempt 1 (the command is checked as the task's uid in explore)."""
     argv = make_argv(tmp_path)
     spec = task(
         demo_repo,
@@ -119,17 +121,11 @@ async def test_agent_that_cannot_start_is_evidence_not_a_crash(
     )
     async with build_worker(client, settings) as worker:
         result = await run(client, settings, spec)
-        # The attempts failed like any failing agent: recorded, fed back, then escalated.
-        assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
-        assert result.human_escalation[0].reason == "attempts exhausted"
-        assert len(result.attempts) == 2
-        for a in result.attempts:
-            assert a.make is not None and a.make.exit_code == code, a.make
-            # The reason, in the words of whatever tried to start it, naming the command.
-            assert argv[0] in a.make.output_tail and why in a.make.output_tail, a.make
-            assert a.verdict is not None and not a.verdict.passed  # the gates still ran
-        assert why in result.attempts[1].feedback.previous_output
-        assert await tries(client, result, "make") == [1, 1]  # no retry loop, no crash
+        assert result.state == TaskState.BLOCKED, result.reason
+        assert result.attempts == []
+        assert argv[0] in result.reason and why in result.reason, result.reason
+        assert "\n" not in result.reason
+        assert await tries(client, result, "explore") == [1]  # permanent: not retried
         trace_of(result)
         await assert_healthy(client, settings, worker, demo_repo, tmp_path)
 
@@ -218,9 +214,10 @@ async def test_agent_writing_a_file_whose_name_is_not_utf8(
 ):
     """A file name that is not UTF-8 (legal on Linux) must not break the record."""
     agent = write_agent(tmp_path, ODD_NAME)
+    spec = task(demo_repo, agent)
     async with build_worker(client, settings) as worker:
-        result = await run(client, settings, task(demo_repo, agent))
-        assert len(agent_calls(agent)) == 1, "the agent was run again by blind retries"
+        result = await run(client, settings, spec)
+        assert len(agent_calls(settings, spec["id"])) == 1, "run again by blind retries"
         assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
         changed = result.attempts[0].make.changed_files
         assert len(changed) == 2 and changed[1] == "slugify.py", changed
@@ -239,95 +236,75 @@ shutil.rmtree(os.getcwd(), ignore_errors=True)
 """
 
 
-async def test_agent_deleting_its_worktree_blocks_with_a_reason(
+async def test_agent_deleting_its_worktree_cannot(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
 ):
+    """The worktree's folder, its ``.git`` and protected files are not the agent's: an
+    ``rm -rf`` of it removes only the agent's own files, recorded as the attempt's work."""
     agent = write_agent(tmp_path, DELETE_WORKTREE)
+    spec = task(demo_repo, agent, budget={"max_attempts": 1}, approval_timeout=1)
     async with build_worker(client, settings) as worker:
-        result = await run(client, settings, task(demo_repo, agent))
-        assert result.state == TaskState.BLOCKED, result.reason
-        assert result.worktree and result.worktree in result.reason, result.reason
-        assert "deleted" in result.reason or "gone" in result.reason, result.reason
-        assert len(agent_calls(agent)) == 1  # ran once: no crash loop
-        assert await tries(client, result, "make") == [1]  # not retried either
-        assert trace_of(result)["state"] == "BLOCKED"
+        result = await run(client, settings, spec)
+        assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
+        wt = Path(result.worktree)
+        assert (wt / ".git").is_file() and git(wt, "rev-parse", "--abbrev-ref", "HEAD")
+        assert (wt / "tests" / "test_slugify.py").is_file()  # protected: kept
+        made = result.attempts[0].make
+        assert "slugify.py" in made.changed_files  # deleted, and recorded as such
+        assert not (wt / "slugify.py").exists()
+        assert len(agent_calls(settings, spec["id"])) == 1  # ran once: no crash loop
+        assert await tries(client, result, "make") == [1]
         # Base is untouched and still usable by the next task.
         assert "findall" not in (demo_repo / "slugify.py").read_text()
         assert git(demo_repo, "status", "--porcelain") == ""
         await assert_healthy(client, settings, worker, demo_repo, tmp_path)
 
 
-CONFLICT = """
+GIT_BY_HAND = """
 import subprocess
 G = ["git", "-c", "user.name=a", "-c", "user.email=a@b", "-c", "commit.gpgsign=false"]
-state = pathlib.Path(str(log) + f".state-{attempt}")
+state = own / f"git-{attempt}.json"
 def sh(*args):
     return subprocess.run([*G, *args], capture_output=True, text=True)
 if attempt == 1:
-    me = sh("rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
-    sh("checkout", "-q", "-b", "side-" + os.environ["LOOP_TASK_ID"])
-    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return 'side'\\n")
-    sh("commit", "-qam", "side")
-    sh("checkout", "-q", me)
-    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return 'mine'\\n")
-    sh("commit", "-qam", "mine")
-    merged = sh("merge", "side-" + os.environ["LOOP_TASK_ID"])
+    pathlib.Path("slugify.py").write_text("<<<<<<< mine\\ndef slugify(t):\\n=======\\n>>>>>>>\\n")
     state.write_text(json.dumps({
-        "merge_exit": merged.returncode,
-        "merge_head": sh("rev-parse", "-q", "--verify", "MERGE_HEAD").returncode == 0,
-        "unmerged": sh("diff", "--name-only", "--diff-filter=U").stdout.split(),
+        "branch": sh("checkout", "-q", "-b", "side-" + os.environ["LOOP_TASK_ID"]).returncode,
+        "commit": sh("commit", "-qam", "mine").returncode,
+        "detach": sh("checkout", "-q", "--detach").returncode,
+        "status": sh("status", "--porcelain").stdout,
     }))
 else:
     state.write_text(json.dumps({
         "status": sh("status", "--porcelain").stdout,
-        "merge_head": sh("rev-parse", "-q", "--verify", "MERGE_HEAD").returncode == 0,
         "branch": sh("rev-parse", "--abbrev-ref", "HEAD").stdout.strip(),
     }))
     pathlib.Path("slugify.py").write_text(COMPLETE)
 """
 
 
-async def test_agent_leaving_a_merge_conflict(
+async def test_agent_using_git_reads_but_never_commits(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
 ):
-    agent = write_agent(tmp_path, CONFLICT)
-    spec = task(demo_repo, agent)
+    """The repository's git folders are read-only to the agent: ``git status`` works,
+    branching, committing and detaching fail; its edits are still the attempt's work."""
+    spec = task(demo_repo, write_agent(tmp_path, GIT_BY_HAND))
+    tip = git(demo_repo, "rev-parse", "main")
     async with build_worker(client, settings):
         result = await run(client, settings, spec)
-    left = json.loads(Path(agent[1]).with_suffix(".calls.state-1").read_text())
-    assert left["merge_exit"] == 1 and left["merge_head"] and left["unmerged"] == ["slugify.py"]
-    # Attempt 1 was recorded as a failed attempt (conflict markers fail the tests) ...
+    tried = json.loads(agent_file(settings, spec["id"], 1, "git-1.json").read_text())
+    assert tried["branch"] != 0 and tried["commit"] != 0 and tried["detach"] != 0, tried
+    assert tried["status"] == " M slugify.py\n", tried
     first = result.attempts[0]
     assert first.verdict is not None and not first.verdict.passed
     assert first.make.changed_files == ["slugify.py"]
     assert "<<<<<<<" in git(demo_repo, "show", f"{first.make.commit}:slugify.py")
-    # ... and attempt 2 started clean: no merge in progress, nothing uncommitted.
-    seen = json.loads(Path(agent[1]).with_suffix(".calls.state-2").read_text())
-    assert seen == {"status": "", "merge_head": False, "branch": f"loop/{spec['id']}"}
+    seen = json.loads(agent_file(settings, spec["id"], 2, "git-2.json").read_text())
+    assert seen == {"status": "", "branch": f"loop/{spec['id']}"}
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert [a.verdict.passed for a in result.attempts] == [False, True]
-    assert git(Path(result.worktree), "status", "--porcelain") == ""
-
-
-DETACH = """
-import subprocess
-subprocess.run(["git", "checkout", "-q", "--detach"], check=True)
-pathlib.Path("slugify.py").write_text(COMPLETE)
-"""
-
-
-async def test_agent_leaving_the_task_branch(
-    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
-):
-    spec = task(demo_repo, write_agent(tmp_path, DETACH), autonomy="assisted")
-    spec["approval_timeout"] = 1
-    async with build_worker(client, settings):
-        result = await run(client, settings, spec)
-    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
-    assert result.final_action == FinalAction.BRANCH_READY
-    # The branch the result names for review holds the verified commit.
-    assert result.branch == f"loop/{spec['id']}"
-    assert git(demo_repo, "rev-parse", result.branch) == result.commit
+    assert git(demo_repo, "branch", "--list", "side-*") == ""
+    assert git(demo_repo, "rev-parse", "main") == tip
 
 
 # --------------------------------------------------------------------------- processes
@@ -335,7 +312,7 @@ async def test_agent_leaving_the_task_branch(
 
 BACKGROUND = """
 import subprocess
-pid_file = str(log) + ".child"
+pid_file = own / "child"
 # A grandchild in the agent's process group that outlives the agent.
 subprocess.run(["sh", "-c", f"(sleep 30 & echo $! > {pid_file})"], check=True)
 while not pathlib.Path(pid_file).exists() or not pathlib.Path(pid_file).read_text().strip():
@@ -345,7 +322,7 @@ pathlib.Path("slugify.py").write_text(COMPLETE)
 
 SETSID = """
 import subprocess
-pid_file = str(log) + ".child"
+pid_file = own / "child"
 # A grandchild in a session of its own: it escapes a kill of the agent's process group.
 subprocess.run(["sh", "-c", f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 30' &"], check=True)
 while not pathlib.Path(pid_file).exists() or not pathlib.Path(pid_file).read_text().strip():
@@ -382,9 +359,10 @@ async def test_process_the_agent_leaves_behind_is_killed(
     mode: str,
 ):
     agent = write_agent(tmp_path, body)
-    child_file = Path(agent[1]).with_suffix(".calls.child")
+    spec = task(demo_repo, agent, sandbox={"mode": mode})
+    child_file = agent_file(settings, spec["id"], 1, "child")
     async with build_worker(client, settings) as worker:
-        result = await run(client, settings, task(demo_repo, agent, sandbox={"mode": mode}))
+        result = await run(client, settings, spec)
         assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
         child = int(child_file.read_text())
         try:

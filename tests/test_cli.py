@@ -165,9 +165,10 @@ time.sleep(60)
 """
 
 TOUCH_PROTECTED = """
-pathlib.Path("tests/test_slugify.py").write_text("# tests gone\\n")
+pathlib.Path("tests/test_slugify_more.py").write_text("# under the protect glob\\n")
 pathlib.Path("slugify.py").write_text(COMPLETE)
 """
+"""A new file matching ``protect: [tests/test_slugify*.py]``: a policy violation."""
 
 
 # --------------------------------------------------------------------------- bad input
@@ -351,6 +352,7 @@ async def test_start_wait_exits_1_when_the_task_is_not_done(
     cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
 ) -> None:
     spec = task(demo_repo, write_agent(tmp_path, TOUCH_PROTECTED))
+    spec["verify"][1]["diff_scope"]["protect"] = ["tests/test_slugify*.py"]
     async with build_worker(client, settings):
         ran = await cli("start", str(write_task(tmp_path, spec)), "--wait")
     assert f"{spec['id']}: BLOCKED" in ran.out, ran.out

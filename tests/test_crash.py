@@ -15,7 +15,7 @@ from temporalio.client import Client
 from loop.contracts import TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.conftest import agent_calls, task, write_agent
+from tests.conftest import agent_calls, agent_file, task, write_agent
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +53,8 @@ async def spawn_worker(client: Client, settings: Settings, log: Path) -> asyncio
 
 async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo: Path, tmp_path):
     agent = write_agent(tmp_path, AGENT)
-    orphan_file = Path(agent[1]).with_suffix(".calls.orphan")
     spec = TaskSpec.model_validate(task(demo_repo, agent, budget={"max_attempts": 3}))
+    orphan_file = agent_file(settings, spec.id, 2, "calls.jsonl.orphan")
     log = tmp_path / "worker.log"
     first = await spawn_worker(client, settings, log)
     handle, _ = await start_task(client, spec, settings.task_queue)
@@ -75,7 +75,7 @@ async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo:
         await second.wait()
 
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
-    calls = agent_calls(agent)
+    calls = agent_calls(settings, spec.id)
     assert [c["attempt"] for c in calls] == [1, 2, 2]  # attempt 1 ran once, never again
     retry_started = calls[-1]["t"] - restarted_at
     print(f"retry started {retry_started:.2f} s after the new worker")

@@ -74,7 +74,7 @@ from loop.contracts import (
 from loop.devserver import DevServer
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.conftest import COMPLETE_FIX, agent_calls, git, task, write_agent
+from tests.conftest import COMPLETE_FIX, agent_calls, agent_file, git, task, write_agent
 from tests.model_server import ScriptedModel, reply
 from worker import build_worker
 
@@ -82,6 +82,17 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[1]
 UNITTEST = f"{sys.executable} -m unittest discover -s tests -t ."
 STARTED = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+
+
+HARNESS = {"mode": "off", "allow_unsafe_off": True}
+"""These tests hold and release agents and gates through files of the test's own folder
+(a pid, a "go on" mark, a run count), which a sandboxed command can neither write nor
+even see. What they test is Temporal's side (kills, retries, outages), so their commands
+run unconfined; the sandbox's own crash handling is tested in test_sandbox.py."""
+
+
+def ftask(repo: Path, agent: list[str], **overrides: object) -> dict:
+    return task(repo, agent, sandbox=HARNESS, **overrides)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -318,7 +329,7 @@ class Case:
 
 
 def model_spec(repo: Path, model: ScriptedModel) -> TaskSpec:
-    data = task(repo, ["true"])
+    data = ftask(repo, ["true"])
     data["agent"] = {"backend": "openai", "model": "gpt-4o-mini", "base_url": model.url}
     data["agent"]["timeout"] = 120
     return TaskSpec.model_validate(data)
@@ -336,7 +347,7 @@ def make_case(kind: str, folder: Path, repo: Path, model: ScriptedModel, *, cras
 
     if kind in ("explore", "verify"):
         agent = write_agent(folder, FIX_AT_ONCE)
-        data = task(repo, agent)
+        data = ftask(repo, agent)
         # explore runs the gate at base (run 0), verify after the attempt (run 1). The
         # held verify first litters the worktree, as a gate killed half-way would.
         run = 0 if kind == "explore" else 1
@@ -352,7 +363,7 @@ def make_case(kind: str, folder: Path, repo: Path, model: ScriptedModel, *, cras
         return Case(kind, spec, pid_written, DONE_IN_WORKTREE, folder, pid, agent)
     if kind == "make":
         agent = write_agent(folder, BLOCKING_AGENT.format(noblock=str(noblock), pid=str(pid)))
-        spec = TaskSpec.model_validate(task(repo, agent))
+        spec = TaskSpec.model_validate(ftask(repo, agent))
         return Case(kind, spec, pid_written, DONE_IN_WORKTREE, folder, pid, agent)
     write = ("write_file", {"path": "slugify.py", "content": COMPLETE_FIX})
     if kind == "model":
@@ -431,7 +442,7 @@ async def test_no_crash_baseline(client: Client, settings: Settings, demo_repo: 
         if case.model is not None:
             assert len(case.model.requests) == case.script_len, case.kind
         if case.agent:
-            assert [c["attempt"] for c in agent_calls(case.agent)] == [1], case.kind
+            assert [c["attempt"] for c in agent_calls(settings, case.spec.id)] == [1], case.kind
 
 
 # --------------------------------------------------------------------------- the kill matrix
@@ -506,7 +517,7 @@ async def test_kill_9_inside_every_activity_kind(
         specs = {k: c.spec for k, c in cases.items()}
         for k in SHORT:
             autonomy = "report" if k in ("summarize", "prepare") else "assisted"
-            specs[k] = TaskSpec.model_validate(task(repos[k], fixer, autonomy=autonomy))
+            specs[k] = TaskSpec.model_validate(ftask(repos[k], fixer, autonomy=autonomy))
         ids = {k: s.id for k, s in specs.items()}
         hook = stack.enter_context(Webhook(stall_task=ids["escalate"]))
         log = tmp_path / "worker.log"
@@ -602,12 +613,13 @@ async def test_kill_9_inside_every_activity_kind(
         for k in ("explore", "verify"):
             runs = int((cases[k].folder / "gate.count").read_text())
             assert runs == 3, k  # explore, the held run and its retry; nothing more
-            assert [c["attempt"] for c in agent_calls(cases[k].agent)] == [1], k
+            assert [c["attempt"] for c in agent_calls(settings, cases[k].spec.id)] == [1], k
             assert (Path(results[k].worktree) / "slugify.py").read_text() == COMPLETE_FIX, k
-        assert [c["attempt"] for c in agent_calls(cases["make"].agent)] == [1, 1]
+        assert [c["attempt"] for c in agent_calls(settings, cases["make"].spec.id)] == [1, 1]
         # The retried make started from the attempt's start commit: half-done work gone.
         assert not (Path(results["make"].worktree) / "notes" / "partial.txt").exists()
-        assert len(agent_calls(fixer)) == len(SHORT)  # one make per task: none ran twice
+        made = sum(len(agent_calls(settings, specs[k].id)) for k in SHORT)
+        assert made == len(SHORT)  # one make per task: none ran twice
 
         bodies = [json.dumps(r["body"]["messages"], sort_keys=True) for r in requests["model"]]
         assert len(bodies) == cases["model"].script_len
@@ -667,7 +679,7 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
         slow_agent = write_agent(tmp_path, SLOW_AGENT)
         fix_agent = write_agent(tmp_path, FIX_AT_ONCE)
         gate_mark = tmp_path / "gate.running"
-        b = task(repos["b"], fix_agent)
+        b = ftask(repos["b"], fix_agent)
         b["verify"][0]["run"] = (
             "if git log -1 --format=%s | grep -q attempt; "
             f"then touch {gate_mark}; sleep 8; fi; {UNITTEST}"
@@ -682,14 +694,15 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
             ]
             model.script(script)
             specs = {
-                "a": TaskSpec.model_validate(task(repos["a"], slow_agent)),
+                "a": TaskSpec.model_validate(ftask(repos["a"], slow_agent)),
                 "b": TaskSpec.model_validate(b),
-                "c": TaskSpec.model_validate(task(repos["c"], fix_agent, autonomy="assisted")),
+                "c": TaskSpec.model_validate(ftask(repos["c"], fix_agent, autonomy="assisted")),
                 "d": model_spec(repos["d"], model),
             }
             base_c = git(repos["c"], "rev-parse", "main")
             h = {k: (await start_task(client, s, settings.task_queue))[0] for k, s in specs.items()}
-            await until(Path(slow_agent[1]).with_suffix(".calls.making").exists, "a in make")
+            making = agent_file(settings, specs["a"].id, 1, "calls.jsonl.making")
+            await until(making.exists, "a in make")
             await until(gate_mark.exists, "b in verify")
             await until(lambda: len(model.requests) >= 2, "d in a model call")
             await until(lambda: awaiting_approval(h["c"]), "c awaiting approval")
@@ -704,7 +717,8 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
             await h["c"].signal(SIGNAL_APPROVE, {"note": "after the restart"})
             results = {k: await asyncio.wait_for(x.result(), 120) for k, x in h.items()}
             requests = len(model.requests)
-        print(f"server down for {downtime:.1f} s; agent runs {len(agent_calls(slow_agent))}")
+        runs_a = len(agent_calls(settings, specs["a"].id))
+        print(f"server down for {downtime:.1f} s; agent runs {runs_a}")
     finally:
         await worker.stop()
         server.stop()
@@ -715,7 +729,7 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
         assert clean(results[k].worktree) and wip_commits(repos[k], specs[k].id) == 1, k
         assert trace_ok(results[k]), k
     # The agent is rerun only when its heartbeat timed out during the outage, never more.
-    assert 1 <= len(agent_calls(slow_agent)) <= 2
+    assert 1 <= len(agent_calls(settings, specs["a"].id)) <= 2
     # The answer that arrived while the server was down was kept, not asked for again.
     assert requests == len(script)
     c = results["c"]
@@ -729,7 +743,7 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
 
 BATCH_AGENT = """
 import random
-with open(str(log) + ".ids", "a") as f:
+with open({ids!r}, "a") as f:
     f.write(os.environ["LOOP_TASK_ID"] + "\\n")
 time.sleep(random.Random(os.environ["LOOP_TASK_ID"]).uniform(0.5, 1.0))
 pathlib.Path("slugify.py").write_text(COMPLETE)
@@ -747,8 +761,8 @@ async def test_two_workers_one_killed_during_a_batch_of_20(
     DONE_WITH_EVIDENCE; the ten unattended ones are merged into main once each."""
     rng = random.Random(20)
     address = client.service_client.config.target_host
-    agent = write_agent(tmp_path, BATCH_AGENT)
-    ids_file = Path(agent[1]).with_suffix(".calls.ids")
+    ids_file = tmp_path / "agent-runs.ids"
+    agent = write_agent(tmp_path, BATCH_AGENT.format(ids=str(ids_file)))
 
     def agent_runs() -> list[str]:
         """The task id of each agent run so far, in order."""
@@ -757,7 +771,7 @@ async def test_two_workers_one_killed_during_a_batch_of_20(
     base = git(demo_repo, "rev-parse", "main")
     specs = [
         TaskSpec.model_validate(
-            task(demo_repo, agent, autonomy="unattended" if i % 2 else "report")
+            ftask(demo_repo, agent, autonomy="unattended" if i % 2 else "report")
         )
         for i in range(20)
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from activities.gates import (
+    Bench,
     contains_gate,
     diff_scope_gate,
     evaluate,
@@ -60,6 +61,7 @@ class Repo:
     def __init__(self, root: Path) -> None:
         self.path = root / "repo"
         self.run_dir = root / "run"
+        self.home = root / "home"
         self.path.mkdir(parents=True)
         self.run_dir.mkdir()
         git(self.path, "init", "-q", "-b", "main")
@@ -89,6 +91,11 @@ class Repo:
             run_dir=str(self.run_dir),
         )
 
+    @property
+    def bench(self) -> Bench:
+        """Where its gates run: the repository itself here (verify uses a clean checkout)."""
+        return Bench(tree=self.path, log_dir=self.run_dir, home=self.home)
+
     def agent_commit(self, files: dict[str, str | None], claim: str = "") -> MakeResult:
         self.write(files)
         git(self.path, "add", "-A")
@@ -117,7 +124,7 @@ def task(*gates: Gate) -> TaskSpec:
 
 
 async def test_run_gate_passes_with_evidence(repo: Repo) -> None:
-    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace, repo.run_dir)
+    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace, repo.bench)
     assert result.passed
     assert result.kind == "run"
     assert result.evidence.exit_code == 0
@@ -128,7 +135,7 @@ async def test_run_gate_passes_with_evidence(repo: Repo) -> None:
 
 async def test_run_gate_fails_with_exit_code_and_tail(repo: Repo) -> None:
     gate = Gate(name="bad", run="echo first; echo 'it broke' >&2; exit 3")
-    result = await run_gate(gate, repo.workspace, repo.run_dir)
+    result = await run_gate(gate, repo.workspace, repo.bench)
     assert not result.passed
     assert not result.policy_violation
     assert result.evidence.exit_code == 3
@@ -138,16 +145,14 @@ async def test_run_gate_fails_with_exit_code_and_tail(repo: Repo) -> None:
 
 async def test_run_gate_runs_in_the_worktree(repo: Repo) -> None:
     result = await run_gate(
-        Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace, repo.run_dir
+        Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace, repo.bench
     )
     assert result.passed
     assert result.evidence.output_tail.strip() == str(repo.path)
 
 
 async def test_run_gate_times_out(repo: Repo) -> None:
-    result = await run_gate(
-        Gate(name="slow", run="sleep 5", timeout=1), repo.workspace, repo.run_dir
-    )
+    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo.workspace, repo.bench)
     assert not result.passed
     assert result.evidence.exit_code is None
     assert result.evidence.detail == "timed out after 1 s"
@@ -161,7 +166,7 @@ async def test_pytest_gate_leaves_no_byproducts(
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
     gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q tests")
-    result = await run_gate(gate, repo.workspace, repo.run_dir)
+    result = await run_gate(gate, repo.workspace, repo.bench)
     assert result.passed, result.evidence.output_tail
     assert "2 passed" in result.evidence.output_tail
     assert list(repo.path.rglob("__pycache__")) == []
@@ -408,7 +413,8 @@ async def test_evaluate_runs_every_gate_in_order(repo: Repo) -> None:
         Gate(name="keep-tests", no_removed_tests=True),
         Gate(name="last", run="echo reached"),
     )
-    results = await evaluate(spec, repo.workspace, make, repo.run_dir / "logs")
+    bench = Bench(tree=repo.path, log_dir=repo.run_dir / "logs", home=repo.home)
+    results = await evaluate(spec, repo.workspace, make, bench)
     assert [r.name for r in results] == ["first", "scope", "answer", "keep-tests", "last"]
     assert [r.kind for r in results] == ["run", "diff_scope", "contains", "no_removed_tests", "run"]
     assert [r.passed for r in results] == [False, False, True, False, True]
@@ -499,7 +505,7 @@ async def test_fingerprint_same_for_reruns_of_a_real_failure(tmp_path: Path) -> 
         repo = Repo(tmp_path / f"r{n}")
         make = repo.agent_commit({"src/app.py": "def add(a, b):\n    return a - b\n"})
         spec = task(Gate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests"))
-        results = await evaluate(spec, repo.workspace, make, repo.run_dir)
+        results = await evaluate(spec, repo.workspace, make, repo.bench)
         assert not results[0].passed
         assert "2 failed" in results[0].evidence.output_tail
         prints.append(fingerprint(results))

@@ -20,7 +20,7 @@ from loop.contracts import (
 )
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.conftest import COMPLETE_FIX, task, write_agent
+from tests.conftest import COMPLETE_FIX, agent_file, task, write_agent
 from tests.model_server import ScriptedModel, drop, reply, status
 from worker import build_worker
 
@@ -250,7 +250,7 @@ FIX_THEN_CHECK_FEEDBACK = """
 if attempt > 1:
     fb = json.loads(pathlib.Path(os.environ["LOOP_FEEDBACK_FILE"]).read_text())
     review = [f for f in fb["failed"] if f["gate"] == "review"][0]
-    pathlib.Path(str(log) + ".seen").write_text(review["required_correction"])
+    (own / "seen").write_text(review["required_correction"])
 pathlib.Path("slugify.py").write_text(COMPLETE)
 out.write_text("fixed")
 """
@@ -306,10 +306,11 @@ async def test_review_failure_is_fed_back(
     agent = write_agent(tmp_path, FIX_THEN_CHECK_FEEDBACK)
     with ScriptedModel() as model:
         model.script([verdict(False, "use re.findall over words"), verdict(True)])
-        result = await run_task(client, settings, review_task(demo_repo, model, agent))
+        spec = review_task(demo_repo, model, agent)
+        result = await run_task(client, settings, spec)
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert len(result.attempts) == 2
-    seen = Path(agent[1]).with_suffix(".calls.seen").read_text()
+    seen = agent_file(settings, spec.id, 2, "seen").read_text()
     assert "use re.findall over words" in seen
 
 

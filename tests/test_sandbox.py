@@ -1,10 +1,8 @@
-"""The sandbox (issue 7): one runner for agents, the ``run`` tool and ``run`` gates.
+"""The sandbox runner, one command at a time: what a confined command can see, reach and do.
 
-The runner is tested directly for what one process can show (environment, network,
-limits, escapes); real tasks through a worker show what a task sees (refused writes
-recorded and BLOCKED, a fork bomb next to a task that completes, a cancel that
-leaves nothing behind, strict without bubblewrap ending BLOCKED). basic mode's own
-uid is tested in a folder every uid can search (pytest's tmp folders are 0700).
+Each test runs real commands through ``run_sandboxed`` (the launcher, bubblewrap in
+strict, real namespaces, real uids) in both confining levels where it applies.
+Whole tasks with hostile agents are in test_trust_boundary.py.
 """
 
 from __future__ import annotations
@@ -13,115 +11,105 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
+import shlex
 import socket
 import stat
 import sys
-import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 
 from activities import sandbox
-from activities.gates import run_gate
-from activities.sandbox import kill_leftovers, refused_writes, run_sandboxed, task_uid
+from activities.files import read_untrusted
+from activities.gates import Bench, run_gate
+from activities.sandbox import SandboxRun, kill_leftovers, run_sandboxed
+from activities.sandbox import uids as leases
+from activities.sandbox.egress_rules import Refused, choose
+from activities.sandbox.probe import HostSupport
+from activities.sandbox.refusals import refused_writes
 from activities.tools import execute
-from loop.contracts import (
-    QUERY_STATUS,
-    Gate,
-    SandboxPolicy,
-    TaskSpec,
-    TaskState,
-    TaskStatus,
-    ToolPolicy,
-    Workspace,
-)
+from loop.contracts import Gate, SandboxPolicy, TaskSpec, ToolPolicy, Workspace
 from loop.errors import PERMANENT
-from loop.settings import Settings
-from loop.tasks import start_task
-from tests.conftest import COMPLETE_FIX, git, task
-from worker import build_worker
+from tests.conftest import HOST, LEVELS, git, needs, task
 
-HOST = sandbox.inspect_host()
-needs_strict = pytest.mark.skipif(
-    HOST.level != "strict", reason=f"strict sandbox unavailable here: {HOST.strict_error}"
-)
-needs_root = pytest.mark.skipif(not HOST.root, reason="a per-task uid needs a root worker")
 pytestmark = [pytest.mark.timeout(90)]
-
-STRICT = SandboxPolicy(mode="strict")
 
 
 # --------------------------------------------------------------------------- fixtures
 
 
 class Tree:
-    """A repository, a worktree of it and a LOOP_HOME, under ``root``."""
+    """A repository, a worktree of it and a LOOP_HOME (0700, as the worker makes it)."""
 
     def __init__(self, root: Path, task_id: str = "sbx") -> None:
         self.root = root
-        self.task_id = task_id
+        self.task_id = f"{task_id}-{uuid.uuid4().hex[:6]}"
         self.repo = root / "repo"
         self.home = root / "home"
-        self.wt = self.home / "worktrees" / task_id
-        self.attempt = self.home / "runs" / task_id / "attempt-1"
-        self.attempt.mkdir(parents=True)
+        self.home.mkdir(mode=0o700)
+        self.wt = self.home / "worktrees" / self.task_id
+        self.attempt = self.home / "runs" / self.task_id / "attempt-1"
+        self.attempt.mkdir(parents=True, mode=0o700)
+        self.own = self.attempt / "agent"
         (self.repo / "tests").mkdir(parents=True)
         (self.repo / "app.py").write_text("x = 1\n")
         (self.repo / "tests" / "test_app.py").write_text("def test_x():\n    pass\n")
         git(self.repo, "init", "-q", "-b", "main")
         git(self.repo, "add", "-A")
         git(self.repo, "commit", "-q", "-m", "base")
-        git(self.repo, "worktree", "add", "-q", "-b", f"loop/{task_id}", str(self.wt))
+        git(self.repo, "worktree", "add", "-q", "-b", f"loop/{self.task_id}", str(self.wt))
 
-    async def run(
-        self, command: str, policy: SandboxPolicy = STRICT, kind: str = "agent", **kw: object
-    ):
+    @property
+    def uid(self) -> int:
+        return leases.lease(self.home, self.task_id)
+
+    def request(
+        self, command: str, policy: SandboxPolicy, kind: str = "agent", **kw: object
+    ) -> SandboxRun:
         options: dict = {
-            "cwd": self.wt,
-            "policy": policy,
+            "argv": ["bash", "-c", command],
             "kind": kind,
-            "worktree": self.wt,
+            "policy": policy,
             "task_id": self.task_id,
+            "home": self.home,
+            "tree": self.wt,
+            "state_dir": self.attempt,
+            "name": f"run-{uuid.uuid4().hex[:6]}",
             "limit_s": 30,
-            "log_path": self.attempt / f"run-{uuid.uuid4().hex[:6]}.log",
-            "pid_file": self.attempt / "run.pid",
-            "hide": [self.home],
-            "writable": [self.attempt] if kind == "agent" else [],
+            "env": {"LOOP_OUTPUT_FILE": str(self.own / "output.md")},
+            "writable": [self.own] if kind == "agent" else [],
             "protected": ["tests/**"],
         }
         options.update(kw)
-        return await run_sandboxed(["bash", "-c", command], **options)  # type: ignore[arg-type]
+        return SandboxRun(**options)
+
+    async def run(self, command: str, policy: SandboxPolicy, kind: str = "agent", **kw: object):
+        return await run_sandboxed(self.request(command, policy, kind, **kw))
 
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Tree:
-    return Tree(tmp_path)
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    t = Tree(tmp_path)
+    yield t
+    leases.release(t.home, t.task_id)
 
 
-@pytest.fixture
-def open_tree() -> Iterator[Tree]:
-    """A tree every uid can search: basic mode gives the task its own uid there."""
-    root = Path(tempfile.mkdtemp(prefix="loop-sbx-test-", dir="/tmp"))
-    root.chmod(0o755)
-    t = Tree(root, task_id=f"open-{uuid.uuid4().hex[:6]}")
-    try:
-        yield t
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sandbox.SCRATCH / str(task_uid(t.task_id)), ignore_errors=True)
+def py(code: str) -> str:
+    """A bash word that runs ``code`` with the worker's Python."""
+    return f"{sys.executable} -c {shlex.quote(textwrap.dedent(code))}"
 
 
 def command_lines() -> list[str]:
-    """Every live process's command line (what ``ps`` would show)."""
+    """Every live process's command line (what ``ps`` shows every user)."""
     lines = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and not sandbox._is_zombie(int(entry)):
+        if entry.isdigit():
             with contextlib.suppress(OSError):
                 raw = Path(f"/proc/{entry}/cmdline").read_bytes()
                 lines.append(raw.replace(b"\0", b" ").decode(errors="replace"))
@@ -132,35 +120,111 @@ def owners(top: Path) -> set[int]:
     return {os.lstat(p).st_uid for p in [top, *top.rglob("*")] if ".git" not in p.parts}
 
 
-def py(code: str) -> str:
-    """A bash word that runs ``code`` with the worker's Python."""
-    return f"{sys.executable} -c {shlex_quote(textwrap.dedent(code))}"
+class Listener:
+    """A TCP server on 127.0.0.1 that answers HTTP 200 ``hello``: a destination."""
+
+    def __init__(self) -> None:
+        class Hello(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"hello from the listener")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
-def shlex_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
-# --------------------------------------------------------------------------- policy
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
 
 
-def test_task_file_policy_is_strict_and_off_needs_consent(demo_repo: Path) -> None:
+FETCH = textwrap.dedent(
+    """
+    import sys, urllib.error, urllib.request
+    direct = sys.argv[1] == "direct"  # direct: ignore the proxy variables
+    handlers = [urllib.request.ProxyHandler({})] if direct else []
+    opener = urllib.request.build_opener(*handlers)
+    for url in sys.argv[2:]:
+        try:
+            print(opener.open(url, timeout=5).status)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+        except Exception:
+            print("000")
+    """
+)
+
+
+def fetch(*urls: str, direct: bool = False) -> str:
+    """A shell command printing the HTTP status of each URL (000: it got nowhere)."""
+    how = "direct" if direct else "proxy"
+    return f"{sys.executable} -c {shlex.quote(FETCH)} {how} {' '.join(urls)}"
+
+
+# --------------------------------------------------------------------------- the task file
+
+
+def test_the_policy_refuses_what_would_open_the_boundary(demo_repo: Path) -> None:
     base = task(demo_repo, ["true"])
-    assert TaskSpec.model_validate(base).sandbox.mode == "basic"
+    base["sandbox"] = {}
+    spec = TaskSpec.model_validate(base)
+    assert spec.sandbox.mode == "basic" and spec.sandbox.network == "proxy"
+    assert spec.sandbox.gate_network == "none"
     with pytest.raises(ValueError, match=r"unknown|Extra inputs"):
         TaskSpec.model_validate({**base, "sandbox": {"mode": "strict", "netwrk": "none"}})
     with pytest.raises(ValueError, match="allow_unsafe_off"):
         TaskSpec.model_validate({**base, "autonomy": "assisted", "sandbox": {"mode": "off"}})
-    ok = {**base, "autonomy": "assisted", "sandbox": {"mode": "off", "allow_unsafe_off": True}}
-    assert TaskSpec.model_validate(ok).sandbox.mode == "off"
-    assert TaskSpec.model_validate({**base, "sandbox": {"mode": "off"}}).sandbox.mode == "off"
-    with pytest.raises(ValueError, match="environment variable name"):
-        TaskSpec.model_validate({**base, "sandbox": {"env": ["NOT A NAME"]}})
+    with pytest.raises(ValueError, match="allow_unsafe_host_network"):
+        TaskSpec.model_validate({**base, "sandbox": {"network": "host"}})
+    with pytest.raises(ValueError, match="allow_unsafe_host_network"):
+        TaskSpec.model_validate({**base, "sandbox": {"gate_network": "host"}})
+    ok = {"network": "host", "allow_unsafe_host_network": True}
+    assert TaskSpec.model_validate({**base, "sandbox": ok}).sandbox.network == "host"
+    for name in ("TEMPORAL_API_KEY", "LOOP_CODEC_KEY_FILE", "loop_home"):
+        with pytest.raises(ValueError, match="never enter a sandbox"):
+            TaskSpec.model_validate({**base, "sandbox": {"env": [name]}})
+    with pytest.raises(ValueError, match="needs its port"):
+        TaskSpec.model_validate({**base, "sandbox": {"allow_hosts": ["127.0.0.1"]}})
+    hosts = ["API.example.com", "*.pypi.org:443", "127.0.0.1:8080", "[::1]:9"]
+    got = TaskSpec.model_validate({**base, "sandbox": {"allow_hosts": hosts}})
+    assert got.sandbox.allow_hosts == ["api.example.com", "*.pypi.org:443", *hosts[2:]]
 
 
-def test_refused_writes_are_found_outside_the_worktree_only(tmp_path: Path) -> None:
+def test_egress_rules() -> None:
+    allow = ["api.example.com", "*.pypi.org", "127.0.0.1:8080", "local.test:9000"]
+    deny = ["127.0.0.1:7233"]
+    assert choose("api.example.com", 443, ["93.184.215.14"], allow, deny) == "93.184.215.14"
+    assert choose("files.pypi.org", 443, ["151.101.0.223"], allow, deny) == "151.101.0.223"
+    assert choose("127.0.0.1", 8080, ["127.0.0.1"], allow, deny) == "127.0.0.1"
+    cases = [
+        ("api.example.com", 8443, ["93.184.215.14"], "not in sandbox.allow_hosts"),
+        ("pypi.org", 443, ["151.101.0.223"], "not in sandbox.allow_hosts"),  # not the apex
+        ("evil.com", 443, ["6.6.6.6"], "not in sandbox.allow_hosts"),
+        ("api.example.com", 443, ["127.0.0.1"], "non-public address not listed"),  # rebinding
+        ("api.example.com", 443, ["169.254.169.254"], "non-public"),  # cloud metadata
+        ("local.test", 9000, ["10.0.0.5"], "non-public address not listed as 10.0.0.5:9000"),
+        ("127.0.0.1", 8081, ["127.0.0.1"], "not in sandbox.allow_hosts"),
+        ("api.example.com", 443, [], "does not resolve"),
+    ]
+    for host, port, addresses, why in cases:
+        with pytest.raises(Refused, match=why):
+            choose(host, port, addresses, allow, deny)
+    with pytest.raises(Refused, match="the worker's own service"):
+        choose("127.0.0.1", 7233, ["127.0.0.1"], [*allow, "127.0.0.1:7233"], deny)
+
+
+def test_refused_writes_name_the_path_the_error_is_about(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
     log.write_text(
         "touch: cannot touch '/etc/x': Read-only file system\n"
@@ -168,37 +232,105 @@ def test_refused_writes_are_found_outside_the_worktree_only(tmp_path: Path) -> N
         "OSError: [Errno 30] Read-only file system: '/wt/tests/t.py'\n"
         "bash: /proc/1/environ: Permission denied\n"
         "all good in /etc/passwd\n"
+        "/tmp/agent.sh: line 3: tests/test_x.py: Permission denied\n"
+        "mkdir: cannot create directory ‘/opt/y’: Read-only file system\n"
+        "OSError: [Errno 30] Read-only file system: '/etc/shadow' -> '/run/link'\n"
     )
     assert refused_writes(log, "/wt") == [
         "/etc/x (Read-only file system)",
         "/root/.ssh/id (Permission denied)",
+        "/opt/y (Read-only file system)",
+        "/run/link (Read-only file system)",
     ]
 
 
-# --------------------------------------------------------------------------- strict: the runner
+def test_reading_a_file_a_sandbox_wrote(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    (tmp_path / "link").symlink_to(secret)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big").write_bytes(b"x" * 5000)
+    (tmp_path / "ok").write_text("claim")
+    assert read_untrusted(tmp_path / "ok", 100) == (b"claim", "")
+    assert read_untrusted(tmp_path / "missing", 100) == (b"", "missing")
+    data, why = read_untrusted(tmp_path / "link", 100)
+    assert data == b"" and "symbolic link" in why
+    started = time.monotonic()
+    data, why = read_untrusted(tmp_path / "fifo", 100)  # no writer: would block forever
+    assert data == b"" and "not a regular file" in why and time.monotonic() - started < 1
+    data, why = read_untrusted(tmp_path / "big", 100)
+    assert data == b"x" * 100 and "5000 bytes" in why
 
 
-@needs_strict
-async def test_strict_filesystem(tree: Tree) -> None:
+def test_a_host_without_root_says_what_to_change() -> None:
+    host = HostSupport(
+        level="off",
+        root=False,
+        bwrap="/usr/bin/bwrap",
+        bwrap_version="0.8.0",
+        bwrap_error="",
+        basic_trial="",
+        setpriv="/usr/bin/setpriv",
+        userns="available",
+        cgroup="not used",
+        seccomp=True,
+    )
+    why = host.unavailable("basic")
+    assert "needs a root worker" in why and "sandbox.mode: off" in why
+    assert host.unavailable("strict").startswith("sandbox strict is not available")
+
+
+# --------------------------------------------------------------------------- uids
+
+
+def test_uid_leases_are_never_shared(tmp_path: Path) -> None:
+    table = tmp_path / "leases.json"
+    home = tmp_path / "home"
+    home.mkdir()
+    got = [leases.lease(home, f"task-{i}", table=table) for i in range(200)]
+    assert len(set(got)) == 200 and all(leases.is_task_uid(u) for u in got)
+    assert leases.lease(home, "task-7", table=table) == got[7]  # the same holder, the same
+    assert leases.release(home, "task-7", table=table) == got[7]
+    assert leases.holders(home, table=table).get("task-7") is None
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    stale = leases.lease(gone, "x", table=table)
+    gone.rmdir()  # its LOOP_HOME is gone: the lease is reclaimed by the next one
+    leases.lease(home, "y", table=table)
+    assert str(stale) not in json.loads(table.read_text())
+
+
+# --------------------------------------------------------------------------- both levels
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_the_files_a_command_sees(tree: Tree, mode: str) -> None:
     secret = tree.root / "secret"
     secret.write_text("root only")
     secret.chmod(0o600)
-    ran = await tree.run(
-        "id -u; echo fix > app.py; echo new > new.txt;"
-        " echo x > tests/test_app.py; echo x > /etc/loop-probe; echo x > /root/loop-probe;"
-        f" echo x > {tree.home}/probe; echo x > {tree.repo}/.git/probe;"
-        f" echo answer > {tree.attempt}/output.md; rm -f {tree.attempt}/run.pid;"
-        " rm -f .git; git status --short | sort | tr '\\n' ' '; echo;"
-        f" cat {secret} || echo read-refused;"
-        " mount -o remount,rw / 2>&1 || echo remount-refused;"
-        " unshare -U true 2>&1 || echo userns-refused;"
-        " unshare -Ur true 2>&1 || echo userns-root-refused",
-        readonly=[secret],
+    other_task = tree.home / "runs" / "other" / "attempt-1"
+    other_task.mkdir(parents=True)
+    (other_task / "prompt.md").write_text("other task's prompt")
+    (tree.home / "temporal.db").write_text("every payload")
+    # What a hostile agent does, from a script: nothing it names is on the command line.
+    script = tree.root / "hostile.sh"
+    script.write_text(
+        "id -u; echo fix > app.py; echo new > new.txt; echo x > tests/test_app.py\n"
+        "echo x > /etc/loop-probe; echo x > /root/loop-probe\n"
+        f"echo x > {tree.home}/probe; echo x > {tree.repo}/.git/probe\n"
+        f"echo answer > {tree.own}/output.md; echo x > {tree.attempt}/forged.pid\n"
+        "rm -f .git; git status --short | sort | tr '\\n' ' '; echo\n"
+        f"cat {secret} || echo read-refused\n"
+        f"cat {other_task}/prompt.md {tree.home}/temporal.db || echo home-hidden\n"
+        "echo planted > /tmp/conftest.py; ls /tmp\n"
+        "unshare -U true 2>&1 || echo userns-refused\n"
     )
+    script.chmod(0o755)
+    ran = await tree.run("", SandboxPolicy(mode=mode), argv=["bash", str(script)])
     out = ran.output_tail
     assert ran.exit_code == 0, out
-    assert out.splitlines()[0] == str(task_uid(tree.task_id))
-    assert ran.sandbox.startswith(f"strict uid={task_uid(tree.task_id)} ")
+    assert out.splitlines()[0] == str(tree.uid) and tree.uid not in (0, os.getuid())
+    assert ran.sandbox.startswith(f"{mode} uid={tree.uid} net=proxy")
     # Writes in the worktree land; everywhere else they are refused and recorded.
     assert (tree.wt / "app.py").read_text() == "fix\n"
     assert "M app.py ?? new.txt" in out
@@ -207,69 +339,270 @@ async def test_strict_filesystem(tree: Tree) -> None:
         assert not Path(path).exists()
         assert any(r.startswith(f"{path} (") for r in ran.refused), ran.refused
     assert not (tree.repo / ".git" / "probe").exists()
-    assert f"{tree.repo}/.git/probe (Read-only file system)" in ran.refused
+    assert any(r.startswith(f"{tree.repo}/.git/probe") for r in ran.refused)
     assert not any("tests/test_app.py" in r for r in ran.refused)  # diff_scope's call
-    # The LOOP_* folder: the agent's output arrives, the worker's files stay.
-    assert (tree.attempt / "output.md").read_text() == "answer\n"
+    # Its own folder takes its output; the worker's folder beside it takes nothing.
+    assert (tree.own / "output.md").read_text() == "answer\n"
+    assert not (tree.attempt / "forged.pid").exists()
     assert (tree.wt / ".git").is_file()
     assert "read-refused" in out and "root only" not in out
-    assert "remount-refused" in out
-    assert "userns-refused" in out and "userns-root-refused" in out
-    # The worktree is root's again, ready for the worker's git.
+    assert "home-hidden" in out and "other task's prompt" not in out and "every payload" not in out
+    assert "userns-refused" in out
+    assert not Path("/tmp/conftest.py").exists()  # its /tmp was its own
+    # The worktree is the worker's again, ready for its git.
     assert owners(tree.wt) == {0}
-    assert stat.S_IMODE(tree.wt.stat().st_mode) == 0o755
     assert git(tree.wt, "status", "--porcelain") == "M app.py\n?? new.txt"
 
 
-@needs_strict
-async def test_strict_environment_hides_the_workers_secrets(
-    tree: Tree, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_the_environment_holds_no_secret_of_the_worker(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    key = tree.root / "codec.key"
+    key.write_text("0123456789abcdef" * 4)
+    key.chmod(0o644)  # readable by anyone: the sandbox must cover it anyway
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-planted-github")
-    show = "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null; done"
-    ran = await tree.run(show)
-    assert ran.exit_code == 0
-    assert "planted" not in Path(ran.log_path).read_text()
-    assert "LOOP_" not in ran.output_tail
-    passed = await tree.run(show, SandboxPolicy(mode="strict", env=["GITHUB_TOKEN"]))
+    monkeypatch.setenv("TEMPORAL_API_KEY", "planted-temporal")
+    show = (
+        "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null; done;"
+        f" cat {key}; echo end"
+    )
+    ran = await tree.run(show, SandboxPolicy(mode=mode))
+    text = Path(ran.log_path).read_text()
+    assert ran.exit_code == 0 and text.rstrip().endswith("end"), text
+    assert "planted" not in text and "0123456789abcdef" not in text
+    passed = await tree.run(show, SandboxPolicy(mode=mode, env=["GITHUB_TOKEN"]))
     text = Path(passed.log_path).read_text()
     assert "GITHUB_TOKEN=ghp-planted-github" in text
-    assert "sk-planted-openai" not in text
+    assert "sk-planted-openai" not in text and "planted-temporal" not in text
 
 
-@needs_strict
-async def test_strict_network_none(tree: Tree) -> None:
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    try:
-        connect = py(
-            f"""
-            import socket
-            try:
-                socket.create_connection(("127.0.0.1", {port}), timeout=2)
-                print("connected")
-            except OSError as e:
-                print("refused:", e)
-            print("interfaces:", sorted(l.split(":")[0].strip()
-                  for l in open("/proc/net/dev").read().splitlines()[2:]))
-            """
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_no_secret_on_a_command_line(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a sandbox is given goes through its environment: ``ps`` never shows it."""
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-planted-on-the-command-line")
+    run = asyncio.ensure_future(
+        tree.run(
+            "touch $LOOP_OUTPUT_FILE; sleep 30",
+            SandboxPolicy(mode=mode, env=["GITHUB_TOKEN"]),
+            env={"LOOP_OUTPUT_FILE": str(tree.own / "output.md"), "LOOP_TOKEN": "ghp-too"},
         )
-        none = await tree.run(connect, SandboxPolicy(mode="strict", network="none"))
-        assert "refused:" in none.output_tail, none.output_tail
-        assert "interfaces: ['lo']" in none.output_tail
-        assert "net=none" in none.sandbox
-        # The same command reaches the port with the host's network (the test is real).
-        host = await tree.run(connect, SandboxPolicy(mode="strict", network="host"))
-        assert "connected" in host.output_tail, host.output_tail
-        # Gates default to no network.
-        gate = await tree.run(connect, STRICT, kind="gate")
-        assert "refused:" in gate.output_tail
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tree.own / "output.md").exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        lines = command_lines()
+        assert any("sleep 30" in line for line in lines)
+        assert not [line for line in lines if "planted" in line or "ghp-too" in line]
     finally:
-        server.close()
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
 
 
-@needs_strict
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_network_none_reaches_nothing(tree: Tree, mode: str, listener: Listener) -> None:
+    connect = py(
+        f"""
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", {listener.port}), timeout=2)
+            print("connected")
+        except OSError as e:
+            print("refused:", e)
+        print("interfaces:", sorted(l.split(":")[0].strip()
+              for l in open("/proc/net/dev").read().splitlines()[2:]))
+        """
+    )
+    none = await tree.run(connect, SandboxPolicy(mode=mode, network="none"))
+    assert "refused:" in none.output_tail, none.output_tail
+    assert "interfaces: ['lo']" in none.output_tail
+    # Gates default to no network; the same command on the host's network connects.
+    gate = await tree.run(connect, SandboxPolicy(mode=mode), kind="gate")
+    assert "refused:" in gate.output_tail
+    unsafe = SandboxPolicy(mode=mode, network="host", allow_unsafe_host_network=True)
+    host = await tree.run(connect, unsafe)
+    assert "connected" in host.output_tail, host.output_tail
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_the_egress_proxy_lets_through_only_what_is_listed(
+    tree: Tree, mode: str, listener: Listener, env
+) -> None:
+    temporal = env.client.service_client.config.target_host.rsplit(":", 1)[1]
+    sandbox.protect([f"127.0.0.1:{temporal}"])
+    other = Listener()
+    try:
+        allowed = f"127.0.0.1:{listener.port}"
+        policy = SandboxPolicy(mode=mode, allow_hosts=[allowed, f"127.0.0.1:{temporal}"])
+        ran = await tree.run(
+            fetch(
+                f"http://{allowed}/",
+                f"http://127.0.0.1:{other.port}/",
+                f"http://127.0.0.1:{temporal}/",
+                "https://example.com/",
+            )
+            + "; "
+            + fetch(f"http://{allowed}/", direct=True),
+            policy,
+        )
+        codes = ran.output_tail.split()
+        assert codes[:3] == ["200", "403", "403"], ran.output_tail
+        assert codes[3] == "000" and codes[4] == "000", ran.output_tail  # no way around it
+        refused = "\n".join(ran.network_refused)
+        assert f"127.0.0.1:{other.port}: 127.0.0.1:{other.port} is not in" in refused
+        assert "the worker's own service" in refused and "example.com:443" in refused
+        # The run tool (the model's commands) and a gate given the proxy: the same rules.
+        out = await execute(
+            "run",
+            json.dumps({"command": fetch(f"http://{allowed}/", f"http://127.0.0.1:{other.port}/")}),
+            tree.wt,
+            ToolPolicy(),
+            [],
+            tree.attempt,
+            sandbox=policy,
+            task_id=tree.task_id,
+            home=tree.home,
+        )
+        assert out.text.split()[-2:] == ["200", "403"], out.text
+        gate = await tree.run(
+            fetch(f"http://{allowed}/"),
+            SandboxPolicy(mode=mode, gate_network="proxy", allow_hosts=[allowed]),
+            kind="gate",
+        )
+        assert gate.output_tail.split() == ["200"]
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_cancel_kills_the_whole_tree(tree: Tree, mode: str) -> None:
+    marker = tree.own / "started"
+    run = asyncio.ensure_future(
+        tree.run(f"(setsid sleep 300.4243 &); touch {marker}; sleep 300", SandboxPolicy(mode=mode))
+    )
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert not sandbox.uid_processes(tree.uid)
+    assert not [a for a in command_lines() if "300.4243" in a]
+    assert owners(tree.wt) == {0}
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -> None:
+    """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree,
+    the state file in the worker's own folder that says what to undo."""
+    from activities.sandbox import ownership
+
+    uid = tree.uid
+    request = tree.request("true", SandboxPolicy(mode=mode))
+    record = ownership.record(str(tree.wt))
+    ownership.lend_tree(record, uid, uid, set())
+    request.state_file.write_text(json.dumps({"uid": uid, "cgroups": [], "lent": [record]}))
+    orphan = await asyncio.create_subprocess_exec(
+        *["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"],
+        start_new_session=True,
+    )
+    assert sandbox.uid_processes(uid) == [orphan.pid]
+    assert uid in owners(tree.wt)
+    assert await kill_leftovers(request.state_dir, request.name)
+    assert await asyncio.wait_for(orphan.wait(), 5) == -9
+    assert owners(tree.wt) == {0}
+    assert not request.state_file.exists()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
+    ws = Workspace(
+        task_id=tree.task_id,
+        repo=str(tree.repo),
+        path=str(tree.wt),
+        branch=f"loop/{tree.task_id}",
+        base_ref="main",
+        base_commit=git(tree.repo, "rev-parse", "HEAD"),
+        run_dir=str(tree.home / "runs" / tree.task_id),
+    )
+    bench = Bench(tree=tree.wt, log_dir=tree.attempt, home=tree.home)
+    policy = SandboxPolicy(mode=mode)
+    writes = await run_gate(
+        Gate(name="writes", run="cat app.py && touch made.txt && echo wrote"), ws, bench, policy
+    )
+    assert not writes.passed and "x = 1" in writes.evidence.output_tail
+    assert "wrote" not in writes.evidence.output_tail and not (tree.wt / "made.txt").exists()
+    home = await run_gate(
+        Gate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new"),
+        ws,
+        bench,
+        policy,
+    )
+    assert home.evidence.output_tail.split() == ["/tmp/home", "/tmp", "1", "new"], home
+    reads = await run_gate(Gate(name="reads", run=f"{sys.executable} app.py"), ws, bench, policy)
+    assert reads.passed, reads.evidence.output_tail
+
+
+async def test_the_run_tool_names_nothing_into_view(tree: Tree) -> None:
+    """The model's command line is untrusted: naming a hidden file does not show it."""
+    hidden = Path.home() / f".loop-sbx-{uuid.uuid4().hex[:6]}"
+    hidden.write_text("worker's file")
+    hidden.chmod(0o644)
+    mode = "strict" if not HOST.unavailable("strict") else "basic"
+    try:
+        out = await execute(
+            "run",
+            json.dumps(
+                {
+                    "command": f"cat {hidden} || echo hidden; echo made > made.txt;"
+                    " echo x > tests/test_app.py || echo protected;"
+                    " python3 -c 'print(6 * 7)' || python -c 'print(6 * 7)'"
+                }
+            ),
+            tree.wt,
+            ToolPolicy(),
+            ["tests/**"],
+            tree.attempt,
+            sandbox=SandboxPolicy(mode=mode),
+            task_id=tree.task_id,
+            home=tree.home,
+        )
+    finally:
+        hidden.unlink()
+    assert "worker's file" not in out.text and "hidden" in out.text
+    assert "protected" in out.text and "42" in out.text
+    assert (tree.wt / "made.txt").read_text() == "made\n"
+    assert owners(tree.wt) == {0}
+
+
+async def test_a_command_the_task_uid_cannot_run_is_refused_before_it_starts(
+    tree: Tree,
+) -> None:
+    script = tree.root / "agent.sh"
+    script.write_text("#!/bin/sh\necho never\n")
+    script.chmod(0o744)  # the owner's (root) only
+    mode = "basic" if not HOST.unavailable("basic") else "off"
+    with pytest.raises(Exception) as info:
+        await tree.run("", SandboxPolicy(mode=mode), argv=[str(script)])
+    if mode == "basic":
+        assert getattr(info.value, "type", "") == PERMANENT
+        assert f"may not execute {script} (mode 0744, owner uid 0)" in str(info.value)
+    with pytest.raises(Exception, match="command not found: 'no-such-agent'"):
+        await tree.run("", SandboxPolicy(mode=mode), argv=["no-such-agent"])
+
+
+# --------------------------------------------------------------------------- strict only
+
+
+@needs("strict")
 async def test_strict_limits_stop_runaways(tree: Tree) -> None:
     tight = {"processes": 32, "memory_mb": 64, "cpu_seconds": 1, "file_size_mb": 1}
     policy = SandboxPolicy(mode="strict", limits=tight)
@@ -294,7 +627,7 @@ async def test_strict_limits_stop_runaways(tree: Tree) -> None:
     )
     assert "fork failed after" in bomb.output_tail, bomb.output_tail
     assert int(bomb.output_tail.split("fork failed after")[1].split()[0]) < 32
-    assert not sandbox.uid_processes(task_uid(tree.task_id))  # the sleepers are gone
+    assert not sandbox.uid_processes(tree.uid)  # the sleepers are gone
 
     memory = await tree.run(
         py("b = [bytearray(16 << 20) for _ in range(32)]; print('fits')"), policy
@@ -313,309 +646,29 @@ async def test_strict_limits_stop_runaways(tree: Tree) -> None:
     assert time.monotonic() - started < 15
 
 
-@needs_strict
-async def test_strict_gate_sees_a_read_only_worktree(tree: Tree) -> None:
-    ws = Workspace(
-        task_id=tree.task_id,
-        repo=str(tree.repo),
-        path=str(tree.wt),
-        branch=f"loop/{tree.task_id}",
-        base_ref="main",
-        base_commit=git(tree.repo, "rev-parse", "HEAD"),
-        run_dir=str(tree.home / "runs" / tree.task_id),
-    )
-    result = await run_gate(
-        Gate(name="writes", run="cat app.py && touch made.txt"), ws, tree.attempt, STRICT
-    )
-    assert not result.passed
-    assert "x = 1" in result.evidence.output_tail
-    assert "Read-only file system" in result.evidence.output_tail
-    assert not (tree.wt / "made.txt").exists()
-    reads = await run_gate(
-        Gate(name="reads", run=f"{sys.executable} app.py"), ws, tree.attempt, STRICT
-    )
-    assert reads.passed, reads.evidence.output_tail
-
-
-@needs_strict
-async def test_strict_run_tool_names_nothing_into_view(tree: Tree) -> None:
-    """The model's command line is untrusted: naming a hidden file does not show it."""
-    hidden = Path.home() / f".loop-sbx-{uuid.uuid4().hex[:6]}"
-    hidden.write_text("worker's file")
-    hidden.chmod(0o644)
-    try:
-        out = await execute(
-            "run",
-            json.dumps(
-                {
-                    "command": f"cat {hidden} || echo hidden; echo made > made.txt;"
-                    " echo x > tests/test_app.py || echo protected;"
-                    " python3 -c 'print(6 * 7)' || python -c 'print(6 * 7)'"
-                }
-            ),
-            tree.wt,
-            ToolPolicy(),
-            ["tests/**"],
-            tree.attempt,
-            sandbox=STRICT,
-            task_id=tree.task_id,
-            hide=(tree.home,),
-        )
-    finally:
-        hidden.unlink()
-    assert "worker's file" not in out.text and "hidden" in out.text
-    assert "protected" in out.text and "42" in out.text
-    assert (tree.wt / "made.txt").read_text() == "made\n"
-    assert owners(tree.wt) == {0}
-
-
 async def test_strict_without_bubblewrap_fails_closed(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOOP_BWRAP", "/nonexistent/bwrap")
     with pytest.raises(Exception) as info:
-        await tree.run("echo should not run")
+        await tree.run("echo should not run", SandboxPolicy(mode="strict"))
     assert getattr(info.value, "type", "") == PERMANENT
     assert getattr(info.value, "non_retryable", False)
-    assert "bubblewrap not found at /nonexistent/bwrap" in str(info.value)
+    assert "sandbox strict is not available on this host" in str(info.value)
 
 
-# --------------------------------------------------------------------------- basic: the runner
+def test_the_home_folder_and_the_database_are_the_workers_alone(tmp_path: Path) -> None:
+    from loop.devserver import DevServer
 
-
-@needs_root
-async def test_basic_gives_the_task_its_own_uid(
-    open_tree: Tree, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    t = open_tree
-    uid = task_uid(t.task_id)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai")
-    basic = SandboxPolicy(mode="basic")
-    ran = await t.run(
-        "id -u; echo fix > app.py; echo x > tests/test_app.py; rm -f .git;"
-        f" echo x > /etc/loop-probe; echo x > {t.home}/probe; echo x > {t.repo}/.git/probe;"
-        " (setsid sleep 300.4242 &); cat /proc/1/environ > /dev/null || echo environ-refused;"
-        f" env | grep -c planted; echo answer > {t.attempt}/output.md",
-        basic,
-    )
-    out = ran.output_tail
-    assert out.splitlines()[0] == str(uid), out
-    assert ran.sandbox.startswith(f"basic uid={uid} ")
-    assert (t.wt / "app.py").read_text() == "fix\n"
-    assert (t.wt / "tests" / "test_app.py").read_text() == "def test_x():\n    pass\n"
-    assert (t.wt / ".git").is_file()
-    assert "environ-refused" in out
-    assert "\n0\n" in out  # no planted variable in its environment
-    for path in ("/etc/loop-probe", f"{t.home}/probe", f"{t.repo}/.git/probe"):
-        assert not Path(path).exists()
-        assert f"{path} (Permission denied)" in ran.refused
-    assert (t.attempt / "output.md").read_text() == "answer\n"
-    assert not sandbox.uid_processes(uid)  # the setsid grandchild is gone
-    assert owners(t.wt) == {0} and owners(t.attempt) == {0}
-    assert git(t.wt, "status", "--porcelain") == "M app.py"
-
-
-async def test_basic_keeps_the_workers_uid_where_the_task_uid_cannot_reach(tree: Tree) -> None:
-    ran = await tree.run("id -u", SandboxPolicy(mode="basic"))
-    assert ran.exit_code == 0
-    if HOST.root:
-        assert ran.output_tail.strip() == "0"
-        assert "cannot reach" in ran.sandbox and "is 0700" in ran.sandbox
-
-
-@needs_root
-async def test_cancel_kills_the_whole_tree(open_tree: Tree) -> None:
-    t = open_tree
-    uid = task_uid(t.task_id)
-    for policy in (SandboxPolicy(mode="basic"), STRICT if HOST.level == "strict" else None):
-        if policy is None:
-            continue
-        marker = t.attempt / "started"
-        marker.unlink(missing_ok=True)
-        run = asyncio.create_task(
-            t.run(f"(setsid sleep 300.4243 &); touch {marker}; sleep 300", policy)
-        )
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-        assert not sandbox.uid_processes(uid), policy.mode
-        assert not [a for a in command_lines() if "300.4243" in a]
-        assert owners(t.wt) == {0}
-
-
-@needs_root
-async def test_a_crashed_run_is_cleaned_up_by_the_retry(open_tree: Tree) -> None:
-    """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree."""
-    t = open_tree
-    uid = task_uid(t.task_id)
-    pid_file = t.attempt / "agent.pid"
-    state = {"uid": uid, "cgroups": [], "lent": []}
-    record = sandbox._owner_record(str(t.wt), "worktree")
-    sandbox._lend_tree(record, uid, uid, set())
-    state["lent"].append(record)
-    sandbox._state_path(pid_file).write_text(json.dumps(state))
-    orphan = await asyncio.create_subprocess_exec(
-        *["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"],
-        start_new_session=True,
-    )
-    assert sandbox.uid_processes(uid) == [orphan.pid]
-    assert uid in owners(t.wt)
-    assert await kill_leftovers(pid_file)
-    assert await asyncio.wait_for(orphan.wait(), 5) == -9
-    assert owners(t.wt) == {0}
-    assert not sandbox._state_path(pid_file).exists()
-
-
-# --------------------------------------------------------------------------- real tasks
-
-
-def agent_script(folder: Path, body: str) -> list[str]:
-    """An agent that needs nothing outside its worktree and LOOP_* files."""
-    script = folder / f"agent_{uuid.uuid4().hex[:6]}.py"
-    script.write_text(
-        "import os, pathlib, sys, time\n"
-        'out = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"])\n'
-        f"COMPLETE = {COMPLETE_FIX!r}\n" + textwrap.dedent(body)
-    )
-    return [sys.executable, str(script)]
-
-
-def strict_task(repo: Path, agent: list[str], **overrides: object) -> TaskSpec:
-    spec = task(repo, agent, sandbox={"mode": "strict"}, budget={"max_attempts": 1})
-    spec.update(overrides)
-    return TaskSpec.model_validate(spec)
-
-
-@needs_strict
-async def test_task_refused_writes_are_recorded_and_block(
-    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
-) -> None:
-    probes = [
-        "/root/loop-probe",
-        "/etc/loop-probe",
-        f"{settings.home}/probe",
-        f"{demo_repo}/.git/probe",
-    ]
-    agent = agent_script(
-        tmp_path,
-        f"""
-        for p in {probes!r} + ["tests/test_slugify.py"]:
-            try:
-                pathlib.Path(p).write_text("x")
-            except OSError as e:
-                print(e)
-        pathlib.Path("notes").mkdir()
-        pathlib.Path("notes/ok.txt").write_text("in the worktree")
-        pathlib.Path("slugify.py").write_text(COMPLETE)
-        """,
-    )
-    protected_before = (demo_repo / "tests" / "test_slugify.py").read_text()
-    async with build_worker(client, settings):
-        handle, _ = await start_task(client, strict_task(demo_repo, agent), settings.task_queue)
-        result = await handle.result()
-    assert result.state == TaskState.BLOCKED, result.reason
-    made = result.attempts[0].make
-    assert result.reason.startswith("write outside the worktree: refused by the sandbox: ")
-    for p in probes:
-        assert not Path(p).exists()
-        assert f"refused by the sandbox: {p} (Read-only file system)" in made.outside_writes
-    assert sorted(made.changed_files) == ["notes/ok.txt", "slugify.py"]
-    assert "Read-only file system" in made.output_tail  # the protected file, too
-    wt_protected = Path(result.worktree, "tests", "test_slugify.py").read_text()
-    assert wt_protected == protected_before
-    assert made.sandbox_level.startswith("strict uid=") and "host=strict" in made.sandbox_level
-
-
-@needs_strict
-async def test_task_fork_bomb_stops_and_the_worker_stays_responsive(
-    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
-) -> None:
-    bomb = agent_script(
-        tmp_path,
-        """
-        n = 0
-        while n < 2000:
-            try:
-                pid = os.fork()
-            except OSError as e:
-                out.write_text(f"forked {n}: {e}")
-                break
-            if pid == 0:
-                time.sleep(60)
-                os._exit(0)
-            n += 1
-        time.sleep(3)  # hold every process while the other task runs
-        pathlib.Path("slugify.py").write_text(COMPLETE)
-        """,
-    )
-    fixer = agent_script(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n')
-    bomb_spec = strict_task(
-        demo_repo, bomb, sandbox={"mode": "strict", "limits": {"processes": 48}}
-    )
-    fix_spec = strict_task(demo_repo, fixer)
-    assert task_uid(bomb_spec.id) != task_uid(fix_spec.id)
-    async with build_worker(client, settings):
-        hb, _ = await start_task(client, bomb_spec, settings.task_queue)
-        deadline = time.monotonic() + 30
-        while (await hb.query(QUERY_STATUS, result_type=TaskStatus)).phase != "make":
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.1)
-        hf, _ = await start_task(client, fix_spec, settings.task_queue)
-        fixed, bombed = await asyncio.gather(hf.result(), hb.result())
-    assert fixed.state == TaskState.DONE_WITH_EVIDENCE, fixed.reason
-    assert bombed.state == TaskState.DONE_WITH_EVIDENCE, bombed.reason
-    claim = bombed.attempts[0].make.claim
-    assert claim.startswith("forked ") and int(claim.split()[1].rstrip(":")) < 48, claim
-    assert "Resource temporarily unavailable" in claim
-    assert not sandbox.uid_processes(task_uid(bomb_spec.id))
-
-
-@needs_strict
-async def test_task_cancel_leaves_no_process_behind(
-    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
-) -> None:
-    agent = agent_script(
-        tmp_path,
-        """
-        import subprocess
-        subprocess.Popen(["sleep", "300.4244"], start_new_session=True)
-        out.write_text("grandchild started")
-        time.sleep(300)
-        """,
-    )
-    spec = strict_task(demo_repo, agent)
-    output = settings.runs / spec.id / "attempt-1" / "output.md"
-    async with build_worker(client, settings):
-        handle, _ = await start_task(client, spec, settings.task_queue)
-        deadline = time.monotonic() + 30
-        while not output.exists():
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.1)
-        await handle.cancel()
-        result = await handle.result()
-    assert result.state == TaskState.CANCELLED
-    assert not sandbox.uid_processes(task_uid(spec.id))
-    assert not [a for a in command_lines() if "300.4244" in a]
-    assert owners(Path(result.worktree)) == {0}
-
-
-async def test_task_strict_without_bubblewrap_ends_blocked(
-    client: Client,
-    settings: Settings,
-    demo_repo: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("LOOP_BWRAP", "/nonexistent/bwrap")
-    agent = agent_script(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n')
-    async with build_worker(client, settings):
-        handle, _ = await start_task(client, strict_task(demo_repo, agent), settings.task_queue)
-        result = await handle.result()
-    assert result.state == TaskState.BLOCKED
-    assert "sandbox strict is not available on this host" in result.reason
-    assert "bubblewrap not found at /nonexistent/bwrap" in result.reason
-    assert "\n" not in result.reason
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tmp_path / "server"
+    server = DevServer.start(home=home, port=port, headless=True)
+    try:
+        asyncio.run(server.wait_ready())
+    finally:
+        server.stop()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    dbs = list(home.glob("temporal.db*"))
+    assert dbs and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in dbs), dbs

@@ -210,8 +210,13 @@ async def test_a_planted_secret_appears_nowhere_even_when_the_agent_prints_it(
     assert "[redacted]" in result.attempts[0].make.claim  # the agent did print it
     assert planted not in result.model_dump_json()
     assert planted not in (await handle.fetch_history()).to_json()
+    # Everything the worker wrote is redacted; the agent's own folders (its output folder
+    # and HOME, where it put what it was given on purpose) are its own, never copied as-is.
+    own = {"agent", "home"}
     for path in settings.home.rglob("*"):
-        if path.is_file():
+        if path.is_file() and not own & set(path.relative_to(settings.home).parts[1:4]):
             assert planted not in path.read_text(errors="replace"), path
+    claim = settings.runs / spec["id"] / "attempt-1" / "claim.md"
+    assert "[redacted]" in claim.read_text() and planted not in claim.read_text()
     out, err = capfd.readouterr()
     assert planted not in out + err

@@ -68,7 +68,7 @@ async def test_pass_after_feedback(client: Client, settings: Settings, demo_repo
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert [a.verdict.passed for a in result.attempts] == [False, True]
     assert result.final_action == FinalAction.LEFT_IN_WORKTREE
-    calls = agent_calls(agent)
+    calls = agent_calls(settings, spec["id"])
     assert [c["attempt"] for c in calls] == [1, 2]
     assert calls[0]["feedback"] is None and calls[1]["feedback"].endswith("feedback.json")
     # The feedback reached the prompt of attempt 2, structured, with the failing evidence.
@@ -115,7 +115,11 @@ async def test_attempts_exhausted_then_extend(
 
 
 TOUCH_PROTECTED = """
-pathlib.Path("tests/test_slugify.py").write_text("# tests gone\\n")
+try:
+    pathlib.Path("tests/test_slugify.py").write_text("# tests gone\\n")
+except OSError as e:
+    out.write_text(f"refused: {e}")
+pathlib.Path("tests/test_slugify_more.py").write_text("# a new file under the protect glob\\n")
 pathlib.Path("slugify.py").write_text(COMPLETE)
 """
 
@@ -123,13 +127,19 @@ pathlib.Path("slugify.py").write_text(COMPLETE)
 async def test_protected_path_blocks_at_once(
     client: Client, settings: Settings, demo_repo: Path, tmp_path
 ):
+    """A protected file stays read-only to the agent; a new one matching the glob blocks."""
     agent = write_agent(tmp_path, TOUCH_PROTECTED)
+    spec = task(demo_repo, agent)
+    spec["verify"][1]["diff_scope"]["protect"] = ["tests/test_slugify*.py"]
+    before = (demo_repo / "tests" / "test_slugify.py").read_text()
     async with build_worker(client, settings):
-        handle = await start(client, settings, task(demo_repo, agent))
+        handle = await start(client, settings, spec)
         result = await handle.result()
     assert result.state == TaskState.BLOCKED
-    assert "protected path touched: tests/test_slugify.py" in result.reason
-    assert len(result.attempts) == 1 and len(agent_calls(agent)) == 1
+    assert "protected path touched: tests/test_slugify_more.py" in result.reason
+    assert result.attempts[0].make.claim.startswith("refused: ")
+    assert Path(result.worktree, "tests", "test_slugify.py").read_text() == before
+    assert len(result.attempts) == 1 and len(agent_calls(settings, spec["id"])) == 1
 
 
 FIX_AT_ONCE = """
@@ -198,7 +208,7 @@ async def test_cancel_during_make_kills_agent_and_keeps_worktree(
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
         await wait_for(handle, lambda s: s.phase == "make")
-        pid_file = settings.runs / spec["id"] / "attempt-1" / "output.md.pid"
+        pid_file = settings.runs / spec["id"] / "attempt-1" / "agent" / "output.md.pid"
         deadline = time.monotonic() + 20
         while not pid_file.exists():
             assert time.monotonic() < deadline
@@ -252,7 +262,7 @@ async def test_max_seconds_timer_cancels_the_running_agent(
     assert result.state == TaskState.BUDGET_EXCEEDED
     assert result.reason == "wall-clock budget of 3 s spent"
     assert took < 15  # the 60 s agent was cut short, not waited for
-    pid = int((settings.runs / spec["id"] / "attempt-1" / "output.md.pid").read_text())
+    pid = int((settings.runs / spec["id"] / "attempt-1" / "agent" / "output.md.pid").read_text())
     assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
     assert 3 <= result.execution_seconds < 10
     assert len(result.attempts) == 1 and result.attempts[0].verdict is None
