@@ -18,7 +18,7 @@ demo: $(STAMP)        ## the offline demo: a real bug fixed after one round of f
 	$(BIN)/loop demo
 
 test: $(STAMP)        ## every test: unit, time-skipping, real dev server, crash
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
