@@ -1,0 +1,42 @@
+"""Bases of every contract model, and the patterns ids follow.
+
+Two strictness levels, on purpose: files people write refuse unknown keys (a typo in a
+budget must not silently mean "no budget"), payloads ignore them (a hand-typed
+``temporal workflow signal --input`` with an extra field still works).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+GATE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+MAX_GOAL_CHARS = 20_000
+OUTPUT_TAIL_CHARS = 4_000
+
+
+def workflow_id_for(task_id: str) -> str:
+    """The one place that maps a task id to its workflow id (DESIGN: ``task-<id>``)."""
+    return f"task-{task_id}"
+
+
+def branch_for(task_id: str) -> str:
+    return f"loop/{task_id}"
+
+
+class _TaskFileModel(BaseModel):
+    """Base of the task-file models: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Payload(BaseModel):
+    """Base of signal payloads: unknown keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Record(BaseModel):
+    """Base of results and records produced by Loopwork itself."""
+
+    model_config = ConfigDict(extra="ignore")

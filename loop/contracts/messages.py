@@ -1,0 +1,53 @@
+"""Signals, queries and the status a person reads."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from loop.contracts.base import _Payload, _Record
+from loop.contracts.states import Phase, TaskState
+
+
+class ApproveSignal(_Payload):
+    note: str = ""
+
+
+class RejectSignal(_Payload):
+    reason: str = ""
+
+
+class FeedbackSignal(_Payload):
+    text: str = Field(min_length=1)
+
+
+class ExtendBudgetSignal(_Payload):
+    attempts: int = Field(default=0, ge=0)
+    seconds: int = Field(default=0, ge=0)
+    tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0)
+
+
+class BudgetFigures(_Record):
+    attempts: int | None = None
+    seconds: float | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    tool_calls: int | None = None
+
+
+class BudgetStatus(_Record):
+    used: BudgetFigures
+    left: BudgetFigures
+
+
+class TaskStatus(_Record):
+    """The ``status`` query."""
+
+    task_id: str
+    state: TaskState
+    phase: Phase | None = None
+    attempt: int = 0
+    waiting_for: str = ""
+    reason: str = ""
+    budget: BudgetStatus
+    last_verdict: str = ""

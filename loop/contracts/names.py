@@ -1,0 +1,51 @@
+"""Wire names pinned once: workflows, signals, queries, updates, search attributes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from temporalio.common import SearchAttributeKey
+
+from loop.contracts.base import TASK_ID_PATTERN
+
+TASK_WORKFLOW = "TaskWorkflow"
+AGENT_WORKFLOW = "AgentWorkflow"
+LEDGER_WORKFLOW = "PeriodBudgetWorkflow"
+UPDATE_RESERVE = "reserve"
+UPDATE_REPORT = "report"
+UPDATE_SET_LIMITS = "set_limits"
+QUERY_LEDGER = "ledger"
+
+SIGNAL_APPROVE = "approve"
+SIGNAL_REJECT = "reject"
+SIGNAL_FEEDBACK = "feedback"
+SIGNAL_EXTEND_BUDGET = "extend_budget"
+QUERY_STATUS = "status"
+QUERY_TRACE = "trace"
+
+WAITING_APPROVAL = "approve/reject"
+WAITING_DECISION = "feedback/extend_budget/reject"
+
+
+# Search attributes (DESIGN: registered by the embedded server and by the worker).
+SA_STATE = SearchAttributeKey.for_keyword("LoopState")
+SA_ATTEMPTS = SearchAttributeKey.for_int("LoopAttempts")
+SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
+SA_REPO = SearchAttributeKey.for_keyword("LoopRepo")
+SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO)
+
+
+def ledger_id_for(repo: str) -> str:
+    """One period-budget ledger per repository, found again from the repository's path."""
+    return "budget-" + hashlib.sha1(repo.encode()).hexdigest()[:16]
+
+
+def is_valid_task_id(task_id: str) -> bool:
+    return re.fullmatch(TASK_ID_PATTERN, task_id) is not None
+
+
+EVAL_WORKFLOW = "EvalWorkflow"
+
+
+TRIAGE_WORKFLOW = "TriageWorkflow"

@@ -1,0 +1,158 @@
+"""The inputs and results of the task loop's activities."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from loop.contracts.base import _Record
+from loop.contracts.evidence import Feedback, Verdict
+from loop.contracts.states import TaskState
+from loop.contracts.task import TaskSpec
+
+
+class PrepareInput(_Record):
+    task_id: str
+    repo: str
+    base: str | None = None
+    run_id: str
+    """The workflow run that owns the worktree; a new run resets a clean leftover."""
+
+
+class Workspace(_Record):
+    task_id: str
+    repo: str
+    """Top level of the main repository (absolute)."""
+    path: str
+    """The task's worktree (absolute)."""
+    branch: str
+    base_ref: str
+    """Branch name of base, or the commit when base is not a branch."""
+    base_commit: str
+    run_dir: str
+    """``LOOP_HOME/runs/<id>/``: prompts, logs, agent output, outside the worktree."""
+    base_is_branch: bool = True
+
+
+class ExploreInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+
+
+class ExploreResult(_Record):
+    brief: str
+    """Bounded read-only brief: file map and the reproducer's evidence."""
+    brief_path: str
+    files: int
+    reproducer: Verdict
+
+
+class PromptParts(_Record):
+    goal: str
+    brief: str = ""
+    gates: list[str] = Field(default_factory=list)
+    feedback: Feedback | None = None
+    human_feedback: list[str] = Field(default_factory=list)
+    backend: Literal["command", "openai"] = "command"
+    """Which protocol the prompt explains: LOOP_OUTPUT_FILE, or the finish tool."""
+    instructions: str = ""
+
+
+class MakeInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    prompt: PromptParts
+
+
+class MakeResult(_Record):
+    attempt: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    output_tail: str = ""
+    claim: str = ""
+    """The final answer (LOOP_OUTPUT_FILE, else the stdout tail): recorded, never trusted."""
+    claim_path: str = ""
+    start_commit: str = ""
+    commit: str = ""
+    """Work-in-progress commit at the end of the attempt: the artifact that verify checks."""
+    changed_files: list[str] = Field(default_factory=list)
+    """Files the attempt's commit changes against base."""
+    outside_writes: list[str] = Field(default_factory=list)
+    """Paths the agent changed outside its worktree (a policy violation)."""
+    duration_s: float = 0.0
+    log_path: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    sandbox_level: str = ""
+    """How the attempt's commands were confined, e.g. ``strict uid=123456 net=proxy``
+    (``activities.sandbox``); the host's level is in ``host=``."""
+    ignored_files: list[str] = Field(default_factory=list)
+    """Files the agent made that git ignores: not committed, so not judged."""
+    disk_exceeded: str = ""
+    """Set when the worktree grew past ``sandbox.limits.disk_mb``: nothing was committed."""
+    network_refused: list[str] = Field(default_factory=list)
+    """Destinations the egress proxy refused the agent."""
+    not_started: str = ""
+    """Why the agent's command never ran (missing, not executable)."""
+
+
+class VerifyInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    attempt: int
+    make: MakeResult
+
+
+class CommitInput(_Record):
+    task: TaskSpec
+    workspace: Workspace
+    artifact: str
+    """The verified work-in-progress commit."""
+    message: str
+
+
+class CommitResult(_Record):
+    branch: str
+    commit: str
+
+
+class MergeInput(_Record):
+    workspace: Workspace
+    commit: str
+    message: str
+
+
+class MergeResult(_Record):
+    merged: bool
+    commit: str = ""
+    how: str = ""
+    """``fast-forward``, ``merge-commit`` or ``already-merged``."""
+    reason: str = ""
+    """Why it could not merge (dirty base tree, conflict, base is a commit)."""
+
+
+class RemoveInput(_Record):
+    workspace: Workspace
+    delete_branch: bool = False
+
+
+class RemoveResult(_Record):
+    removed: bool
+    reason: str = ""
+
+
+class EscalateInput(_Record):
+    task_id: str
+    goal: str
+    state: TaskState
+    reason: str
+    waiting_for: str
+    attempt: int
+    last_verdict: str = ""
+
+
+class EscalateResult(_Record):
+    notified: list[str] = Field(default_factory=list)

@@ -1,0 +1,137 @@
+"""Every activity as a typed stub: its pinned name, its one input, its one result.
+
+Workflows call activities through these; the worker registers an implementation for
+each (a test checks that none is missing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from loop.contracts.eval import EvalReport, WriteEvalResult
+from loop.contracts.evidence import GateResult, Verdict
+from loop.contracts.ledger import (
+    ReportUsageInput,
+    ReportUsageResult,
+    ReserveBudgetInput,
+    ReserveReply,
+)
+from loop.contracts.model import (
+    AttemptStart,
+    EndAttemptInput,
+    ModelStepInput,
+    ModelStepResult,
+    ReviewInput,
+    ToolStepInput,
+    ToolStepResult,
+)
+from loop.contracts.results import SummarizeInput, SummarizeResult
+from loop.contracts.steps import (
+    CommitInput,
+    CommitResult,
+    EscalateInput,
+    EscalateResult,
+    ExploreInput,
+    ExploreResult,
+    MakeInput,
+    MakeResult,
+    MergeInput,
+    MergeResult,
+    PrepareInput,
+    RemoveInput,
+    RemoveResult,
+    VerifyInput,
+    Workspace,
+)
+from loop.contracts.triage import DiscoverInput, DiscoverResult, LookupInput, LookupResult
+
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ActivityDef(Generic[In, Out]):
+    """A typed activity stub: the pinned wire name with its one input and one result."""
+
+    name: str
+    input: type[In]
+    output: type[Out]
+
+
+PREPARE_WORKSPACE = ActivityDef("prepare_workspace", PrepareInput, Workspace)
+
+
+EXPLORE = ActivityDef("explore", ExploreInput, ExploreResult)
+
+
+MAKE = ActivityDef("make", MakeInput, MakeResult)
+
+
+BEGIN_ATTEMPT = ActivityDef("begin_attempt", MakeInput, AttemptStart)
+
+
+END_ATTEMPT = ActivityDef("end_attempt", EndAttemptInput, MakeResult)
+
+
+MODEL_STEP = ActivityDef("model_step", ModelStepInput, ModelStepResult)
+
+
+TOOL_STEP = ActivityDef("tool_step", ToolStepInput, ToolStepResult)
+
+
+VERIFY = ActivityDef("verify", VerifyInput, Verdict)
+
+
+REVIEW = ActivityDef("review", ReviewInput, GateResult)
+
+
+COMMIT = ActivityDef("commit_branch", CommitInput, CommitResult)
+
+
+MERGE = ActivityDef("merge", MergeInput, MergeResult)
+
+
+REMOVE_WORKSPACE = ActivityDef("remove_workspace", RemoveInput, RemoveResult)
+
+
+ESCALATE = ActivityDef("escalate", EscalateInput, EscalateResult)
+
+
+RESERVE_BUDGET = ActivityDef("reserve_budget", ReserveBudgetInput, ReserveReply)
+
+
+REPORT_USAGE = ActivityDef("report_usage", ReportUsageInput, ReportUsageResult)
+
+
+SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
+
+
+WRITE_EVAL = ActivityDef("write_eval_results", EvalReport, WriteEvalResult)
+DISCOVER = ActivityDef("discover", DiscoverInput, DiscoverResult)
+LOOKUP_TASKS = ActivityDef("lookup_tasks", LookupInput, LookupResult)
+
+ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
+    PREPARE_WORKSPACE,
+    EXPLORE,
+    MAKE,
+    BEGIN_ATTEMPT,
+    END_ATTEMPT,
+    MODEL_STEP,
+    TOOL_STEP,
+    VERIFY,
+    REVIEW,
+    COMMIT,
+    MERGE,
+    REMOVE_WORKSPACE,
+    ESCALATE,
+    RESERVE_BUDGET,
+    REPORT_USAGE,
+    SUMMARIZE,
+    WRITE_EVAL,
+    DISCOVER,
+    LOOKUP_TASKS,
+)
+"""The one registry: every activity a workflow may call."""

@@ -1,0 +1,315 @@
+"""The task file: what a person asks for, validated (unknown keys are errors)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from loop.contracts.base import GATE_NAME_PATTERN, MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel
+
+
+class Autonomy(StrEnum):
+    """What the loop may do with a verified result."""
+
+    REPORT = "report"
+    ASSISTED = "assisted"
+    UNATTENDED = "unattended"
+
+
+class ToolPolicy(_TaskFileModel):
+    """What the model loop's tools may do (openai backend)."""
+
+    run_allow: list[str] | None = None
+    """First words of commands the ``run`` tool may start (None: any not denied)."""
+    run_deny: list[str] = Field(default_factory=list)
+    """First words of commands the ``run`` tool refuses."""
+    run_timeout: int = Field(default=120, ge=1, le=3_600)
+    """Seconds one ``run`` tool call may take."""
+    output_limit: int = Field(default=16_384, ge=256, le=1_000_000)
+    """Characters of a tool's output shown to the model; the rest is cut, with a note."""
+
+
+class AgentSpec(_TaskFileModel):
+    backend: Literal["command", "openai"] = "command"
+    """``command`` runs an external agent CLI in the worktree; ``openai`` drives a model."""
+    command: list[str] | None = None
+    """argv of the agent (command backend), run with cwd = the worktree."""
+    model: str | None = None
+    """Model name (openai backend)."""
+    max_steps: int = Field(default=40, ge=1, le=10_000)
+    """Model turns per attempt (openai backend)."""
+    timeout: int = Field(default=900, ge=1, le=7 * 86_400)
+    """Seconds one attempt may take before the agent is stopped."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint (openai backend); default OPENAI_BASE_URL, else OpenAI."""
+    tools: ToolPolicy = Field(default_factory=ToolPolicy)
+    max_tokens_per_call: int = Field(default=4_096, ge=16, le=1_000_000)
+    """Upper bound of one model call's output tokens (lowered to what the budget has left)."""
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> AgentSpec:
+        if self.backend == "command":
+            if not self.command or not all(isinstance(a, str) and a for a in self.command):
+                raise ValueError("the command backend needs a non-empty 'command' argv list")
+        if self.backend == "openai" and not self.model:
+            raise ValueError("the openai backend needs 'model' (e.g. gpt-4o-mini)")
+        return self
+
+
+class DiffScope(_TaskFileModel):
+    allow: list[str] = Field(default_factory=lambda: ["**"])
+    """Globs (gitignore style) the agent may change; others are a recoverable failure."""
+    protect: list[str] = Field(default_factory=list)
+    """Globs the agent must not change; touching one is a policy violation (BLOCKED)."""
+
+    @field_validator("allow", "protect")
+    @classmethod
+    def _no_empty_globs(cls, globs: list[str]) -> list[str]:
+        for g in globs:
+            if not g.strip():
+                raise ValueError("globs must not be empty strings")
+            if g.startswith("/") or ".." in g.split("/"):
+                raise ValueError(f"glob {g!r} must be relative to the repository root")
+        return globs
+
+
+class LlmReview(_TaskFileModel):
+    """A checker in a fresh context: goal, rubric, diff and the other gates' evidence."""
+
+    rubric: str = Field(min_length=1)
+    model: str | None = None
+    """Default: the agent's model."""
+    base_url: str | None = None
+    """Default: the agent's endpoint, else OPENAI_BASE_URL."""
+
+
+GateKind = Literal["run", "diff_scope", "no_removed_tests", "contains", "llm_review"]
+
+
+class Gate(_TaskFileModel):
+    """One check in the task's ``verify`` list; exactly one kind per gate."""
+
+    name: str = Field(pattern=GATE_NAME_PATTERN)
+    run: str | None = None
+    """Shell command in the worktree; passes on exit 0."""
+    timeout: int = Field(default=300, ge=1, le=86_400)
+    """Seconds a ``run`` gate may take."""
+    diff_scope: DiffScope | None = None
+    no_removed_tests: bool | None = None
+    """Fails if a test function or file present at base is gone or newly skipped."""
+    contains: list[str] | None = None
+    """Strings the agent's final answer must contain."""
+    llm_review: LlmReview | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> Gate:
+        kinds = [
+            k
+            for k in ("run", "diff_scope", "no_removed_tests", "contains", "llm_review")
+            if getattr(self, k) not in (None, False)
+        ]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) or "none"
+            raise ValueError(
+                "a gate needs exactly one of run, diff_scope, no_removed_tests, contains, "
+                f"llm_review (found: {found})"
+            )
+        if self.run is not None and not self.run.strip():
+            raise ValueError("'run' must be a non-empty shell command")
+        if self.contains is not None and not [s for s in self.contains if s]:
+            raise ValueError("'contains' needs at least one non-empty string")
+        return self
+
+    @property
+    def kind(self) -> GateKind:
+        for k in ("run", "diff_scope", "no_removed_tests", "contains"):
+            if getattr(self, k) not in (None, False):
+                return k  # type: ignore[return-value]
+        return "llm_review"
+
+
+class Budget(_TaskFileModel):
+    """Limits enforced by workflow code, never by the prompt."""
+
+    max_attempts: int = Field(default=3, ge=1, le=1_000)
+    max_seconds: int | None = Field(default=None, ge=1)
+    """Wall clock for the task, excluding time spent waiting on a person."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    max_stalled_attempts: int = Field(default=2, ge=1, le=1_000)
+    """Consecutive attempts with the same failure fingerprint before escalating."""
+
+
+class SandboxLimits(_TaskFileModel):
+    """Resource limits of everything the sandbox runs (agent, ``run`` tool, ``run`` gates)."""
+
+    processes: int = Field(default=1_024, ge=8, le=1_000_000)
+    """Processes and threads of the task's uid at once (a fork bomb stops here)."""
+    memory_mb: int = Field(default=4_096, ge=16, le=1_048_576)
+    """Memory of the whole run (a memory cgroup), else the address space of each process."""
+    cpu_seconds: int = Field(default=3_600, ge=1, le=7 * 86_400)
+    """CPU seconds per process."""
+    file_size_mb: int = Field(default=1_024, ge=1, le=1_048_576)
+    """Largest file a process may write."""
+    open_files: int = Field(default=4_096, ge=16, le=1_048_576)
+    tmp_mb: int = Field(default=1_024, ge=1, le=1_048_576)
+    """Size of the private /tmp."""
+    disk_mb: int = Field(default=1_024, ge=1, le=1_048_576)
+    """How much the worktree may grow in one attempt; checked before anything reaches git."""
+
+
+Network = Literal["proxy", "none", "host"]
+HOST_PATTERN = re.compile(
+    r"^(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?$"
+)
+"""A host name, ``*.domain``, each with an optional ``:port``."""
+RESERVED_ENV_PREFIXES = ("LOOP_", "TEMPORAL_")
+"""The worker's own configuration and Temporal credentials: never passed into a sandbox."""
+
+
+def _allow_entry(entry: str) -> str:
+    """``host``, ``host:port``, ``*.domain[:port]``, ``ip:port`` or ``[v6]:port``."""
+    text = entry.strip().lower()
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]:")
+        if not bracket:
+            raise ValueError(f"allow_hosts entry {entry!r}: write an IPv6 address as [addr]:port")
+    elif text.count(":") > 1:
+        raise ValueError(f"allow_hosts entry {entry!r}: write an IPv6 address as [addr]:port")
+    else:
+        host, _, port = text.partition(":")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"allow_hosts entry {entry!r}: {port!r} is not a port")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not HOST_PATTERN.match(f"{host}:{port}" if port else host):
+            raise ValueError(
+                f"allow_hosts entry {entry!r} is not a host, host:port, *.domain or ip:port"
+            ) from None
+        return text
+    if not port:
+        raise ValueError(f"allow_hosts entry {entry!r}: an address needs its port (ip:port)")
+    return text
+
+
+class SandboxPolicy(_TaskFileModel):
+    """How agents, the ``run`` tool and ``run`` gates are confined (README, "Sandbox")."""
+
+    mode: Literal["strict", "basic", "off"] = "basic"
+    """``strict``: bubblewrap, read-only host; ``basic``: the task's own uid, network and
+    private /tmp, without bubblewrap; ``off``: the worker's user, environment and network
+    (only with ``autonomy: report`` or ``allow_unsafe_off``)."""
+    network: Network = "proxy"
+    """The agent and the ``run`` tool: ``proxy`` (HTTP(S) to ``allow_hosts`` only),
+    ``none``, or ``host`` (needs ``allow_unsafe_host_network``)."""
+    gate_network: Network = "none"
+    """``run`` gates: ``none`` by default."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """What the egress proxy lets through: ``host`` (ports 80 and 443), ``host:port``,
+    ``*.domain[:port]``, and ``ip:port`` (the only way to a private or loopback address)."""
+    env: list[str] = Field(default_factory=list)
+    """Names of worker variables passed through, beyond PATH, LANG, TERM, TZ and the LOOP_*."""
+    readonly: list[str] = Field(default_factory=list)
+    """Host paths made visible read-only (toolchains under a home folder)."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    allow_unsafe_off: bool = False
+    allow_unsafe_host_network: bool = False
+    """``network: host`` shares the worker's network: its loopback services (the Temporal
+    frontend, UI, codec server, metrics) become reachable from the sandbox."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, names: list[str]) -> list[str]:
+        for n in names:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
+                raise ValueError(f"{n!r} is not an environment variable name")
+            if n.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{n!r} is the worker's own configuration or Temporal credentials; "
+                    "LOOP_* and TEMPORAL_* never enter a sandbox"
+                )
+        return names
+
+    @field_validator("readonly")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for p in paths:
+            if not p.startswith(("/", "~")):
+                raise ValueError(f"readonly path {p!r} must be absolute (or start with ~)")
+        return paths
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, entries: list[str]) -> list[str]:
+        return [_allow_entry(e) for e in entries]
+
+    @model_validator(mode="after")
+    def _host_network_needs_consent(self) -> SandboxPolicy:
+        if self.mode != "off" and not self.allow_unsafe_host_network:
+            for key in ("network", "gate_network"):
+                if getattr(self, key) == "host":
+                    raise ValueError(
+                        f"sandbox.{key}: host shares the worker's network, so the Temporal "
+                        "frontend, UI, codec server and metrics on its loopback become "
+                        "reachable; use proxy with allow_hosts, or set "
+                        "sandbox.allow_unsafe_host_network: true"
+                    )
+        return self
+
+
+class TaskSpec(_TaskFileModel):
+    """A task file, validated. ``repo`` is absolute once the CLI has resolved it."""
+
+    id: str = Field(pattern=TASK_ID_PATTERN)
+    goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
+    repo: str = Field(min_length=1)
+    base: str | None = None
+    """Branch or commit to start from; the CLI fills in the repo's current branch."""
+    agent: AgentSpec
+    verify: list[Gate] = Field(min_length=1)
+    budget: Budget = Field(default_factory=Budget)
+    autonomy: Autonomy = Autonomy.REPORT
+    approval_timeout: int = Field(default=86_400, ge=1)
+    """Seconds a task waiting on a person waits for a signal."""
+    instructions: str = Field(default="", max_length=MAX_GOAL_CHARS)
+    """Guidance for the agent shown after the goal (an eval harness's prompt additions)."""
+    sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
+    """How the agent, the ``run`` tool and ``run`` gates are confined."""
+
+    @model_validator(mode="after")
+    def _off_needs_consent(self) -> TaskSpec:
+        sandbox = self.sandbox
+        if sandbox.mode == "off" and self.autonomy != Autonomy.REPORT:
+            if not sandbox.allow_unsafe_off:
+                raise ValueError(
+                    "sandbox.mode: off runs the agent as the worker's user; it is allowed "
+                    "with autonomy: report, or with sandbox.allow_unsafe_off: true"
+                )
+        return self
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_has_text(cls, goal: str) -> str:
+        if not goal.strip():
+            raise ValueError("goal must say what must be true when done")
+        return goal
+
+    @field_validator("verify")
+    @classmethod
+    def _unique_gate_names(cls, gates: list[Gate]) -> list[Gate]:
+        seen: set[str] = set()
+        for g in gates:
+            if g.name in seen:
+                raise ValueError(f"gate name {g.name!r} appears twice")
+            seen.add(g.name)
+        return gates
+
+    def protected_paths(self) -> list[str]:
+        return [p for g in self.verify if g.diff_scope for p in g.diff_scope.protect]
