@@ -22,7 +22,7 @@ A source that cannot be read (a missing folder, invalid JSON, a base that does
 not resolve) fails the activity for good, so the Temporal UI shows why; the
 workflow reports it and triages the other sources. ``lookup_tasks`` describes the
 ``task-<id>`` workflows of the items (status, LoopState, close time) and counts the
-open tasks on the queue, for the policy in ``loop.triage``.
+open tasks on the queue, for the policy in ``loop.rules.triage``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from activities import artifact, sandbox
 from activities.gates import gate_extra_env
 from activities.git import GitError, git
 from activities.proc import heartbeat
-from loop import triage
 from loop.contracts import (
     DISCOVER,
     ISSUE_META_KEYS,
@@ -71,6 +70,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import permanent
+from loop.rules import triage
 from loop.settings import Settings
 from loop.taskfile import describe
 

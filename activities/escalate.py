@@ -23,7 +23,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.logs import log_for
-from loop.render import answer_with
+from loop.rules.answers import answer_with
 from loop.settings import Settings
 
 

@@ -15,7 +15,6 @@ from temporalio import activity
 from activities import artifact, gates, sandbox
 from activities.git import git
 from activities.make import agent_home, endpoints
-from loop import memory
 from loop.contracts import (
     EXPLORE,
     ExploreInput,
@@ -25,6 +24,7 @@ from loop.contracts import (
     Verdict,
     Workspace,
 )
+from loop.rules import memory
 from loop.settings import Settings
 
 BRIEF_CHARS = 6_000

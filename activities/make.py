@@ -36,7 +36,6 @@ from activities.workspace import (
     restore,
     wip_commit,
 )
-from loop import feedback as fb
 from loop.contracts import (
     BEGIN_ATTEMPT,
     END_ATTEMPT,
@@ -51,6 +50,7 @@ from loop.contracts import (
 from loop.errors import permanent
 from loop.logs import log_for
 from loop.redact import redact, redact_file
+from loop.rules import feedback as fb
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000

@@ -1,7 +1,7 @@
 """summarize: the trace a machine reads and the progress file a person reads.
 
 ``runs/<id>.json`` is the task's full record; ``memory.json`` learns what the
-task taught about its repository (see ``loop.memory``); ``notes.md`` keeps one section per
+task taught about its repository (see ``loop.rules.memory``); ``notes.md`` keeps one section per
 task (rewritten in place, so a retried or re-run summarize never duplicates it)
 with what was done, what failed, the test results, the limits and the last
 stable commit — what the next run, or the next person, needs first.
@@ -22,9 +22,9 @@ from temporalio import activity
 
 from activities import sandbox
 from activities.files import update_atomic, write_atomic
-from loop import memory
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
 from loop.redact import redact, redact_obj
+from loop.rules import memory
 from loop.settings import Settings
 
 

@@ -70,7 +70,8 @@ from loop.contracts import (
 )
 from loop.doctor import doctor
 from loop.errors import BadInput, LoopError, UnknownTask
-from loop.render import answer_with, event_line, print_result, status_line
+from loop.render import event_line, print_result, status_line
+from loop.rules.answers import answer_with
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 from loop.triage_cli import schedule_app, triage

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
+from loop.contracts.names import PERMANENT
+
 
 class LoopError(Exception):
     """Base of the errors Loopwork raises on purpose; the message is one line for a person."""
@@ -39,10 +41,6 @@ class ServerUnavailable(LoopError):
 
 class DevServerError(LoopError):
     pass
-
-
-PERMANENT = "LoopPermanent"
-POLICY_VIOLATION = "LoopPolicyViolation"
 
 
 def permanent(message: str, *, kind: str = PERMANENT) -> ApplicationError:

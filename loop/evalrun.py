@@ -22,7 +22,7 @@ from temporalio.client import Client
 from loop import taskfile
 from loop.contracts import EVAL_WORKFLOW, EvalInput, EvalReport, Harness, Suite
 from loop.errors import TaskFileError
-from loop.evaluation import suite_hash
+from loop.rules.evaluation import suite_hash
 
 PINNED = {
     "GIT_AUTHOR_NAME": "Loopwork eval",

@@ -6,26 +6,12 @@ from rich.console import Console
 from rich.table import Table
 
 from loop.contracts import (
-    WAITING_APPROVAL,
-    WAITING_DECISION,
     GateResult,
     TaskResult,
     TaskState,
     TaskStatus,
     TraceEvent,
 )
-
-
-def answer_with(task_id: str, waiting_for: str) -> str:
-    """The commands that answer a waiting task (CLI inbox and escalation messages)."""
-    if waiting_for == WAITING_APPROVAL:
-        return f"loop approve {task_id}  |  loop reject {task_id} --reason …"
-    if waiting_for == WAITING_DECISION:
-        return (
-            f"loop feedback {task_id} '…'  |  loop extend {task_id} --attempts 1  |  "
-            f"loop reject {task_id} --reason …"
-        )
-    return ""
 
 
 def status_line(st: TaskStatus) -> str:

@@ -60,9 +60,9 @@ from loop.contracts import (
     TriageSources,
 )
 from loop.errors import BadInput, LoopError, TaskFileError
+from loop.rules.triage import merge
 from loop.settings import Settings
 from loop.tasks import has_worker
-from loop.triage import merge
 
 TRIAGE_SLACK = timedelta(hours=1)
 

@@ -17,7 +17,13 @@ from loop.contracts import (
     PromptParts,
     Verdict,
 )
-from loop.feedback import build, describe_gate, feedback_json, render_prompt, required_correction
+from loop.rules.feedback import (
+    build,
+    describe_gate,
+    feedback_json,
+    render_prompt,
+    required_correction,
+)
 
 TAIL = "FAIL: test_punctuation (tests.test_slugify.SlugifyTest)\nAssertionError: 'hello, world!'"
 

@@ -29,7 +29,7 @@ from loop.contracts import (
     TaskSpec,
     Workspace,
 )
-from loop.fingerprint import fingerprint, normalise
+from loop.rules.fingerprint import fingerprint, normalise
 
 GIT_ID = ["-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false"]
 

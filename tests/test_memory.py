@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import Client
 
 from activities.files import update_atomic
-from loop import memory
 from loop.contracts import TaskSpec
+from loop.rules import memory
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.conftest import task, write_agent

@@ -32,7 +32,6 @@ from temporalio.worker import Replayer, Worker
 
 from activities.discover import DiscoverActivities
 from activities.sandbox import holders as sandbox_holders
-from loop import triage as policy
 from loop.contracts import (
     LOOKUP_TASKS,
     QUERY_TRACE,
@@ -55,6 +54,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import TaskFileError
+from loop.rules import triage as policy
 from loop.settings import Settings
 from loop.triage_cli import load_sources
 from tests.conftest import COMPLETE_FIX, DEFAULT_SANDBOX, EXAMPLES, git, task, write_agent

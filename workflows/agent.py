@@ -19,7 +19,6 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from loop import ledger
     from loop.contracts import (
         AGENT_WORKFLOW,
         MODEL_STEP,
@@ -30,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ToolStepInput,
         Usage,
     )
+    from loop.rules import budget
     from workflows.options import HEARTBEAT, MODEL_RETRY
 
 MODEL_CALL_TIMEOUT = timedelta(minutes=10)
@@ -62,7 +62,7 @@ class AgentWorkflow:
             if step >= agent.max_steps:
                 return end("max_steps", f"{agent.max_steps} model steps used")
             cap = agent.max_tokens_per_call
-            spent = ledger.spent(usage, limits.tokens, limits.cost_usd, limits.tool_calls)
+            spent = budget.spent(usage, limits.tokens, limits.cost_usd, limits.tool_calls)
             if spent:
                 return end("budget", spent)
             if limits.tokens is not None:

@@ -15,7 +15,6 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from loop import evaluation
     from loop.contracts import (
         EVAL_WORKFLOW,
         TASK_WORKFLOW,
@@ -26,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         workflow_id_for,
     )
+    from loop.rules import evaluation
     from workflows.options import HEARTBEAT
 
 

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ReserveRequest,
         UsageReport,
     )
+    from loop.rules import budget
 
 KEEP_DAYS = 31
 KEEP_SETTLED = 500
@@ -55,14 +56,14 @@ class PeriodBudgetWorkflow:
             return ReserveReply(granted=True, cost_usd=held.cost_usd, tokens=held.tokens)
         limits = self.state.limits
         day = self._day(req.day)
-        cost_left = _left(limits.cost_per_day, day.cost_usd + day.reserved_cost_usd)
-        tokens_left = _left(limits.tokens_per_day, day.tokens + day.reserved_tokens)
+        cost_left = budget.left(limits.cost_per_day, day.cost_usd + day.reserved_cost_usd)
+        tokens_left = budget.left(limits.tokens_per_day, day.tokens + day.reserved_tokens)
         if _spent(cost_left) or _spent(tokens_left):
             return ReserveReply(granted=False, reason="period budget spent")
         grant = Reservation(
             day=req.day,
-            cost_usd=_smaller(req.cost_usd, cost_left),
-            tokens=_smaller(req.tokens, tokens_left),
+            cost_usd=budget.smaller(req.cost_usd, cost_left),
+            tokens=budget.smaller(req.tokens, tokens_left),
         )
         self.state.open[req.key] = grant
         day.reserved_cost_usd += grant.cost_usd or 0.0
@@ -102,15 +103,3 @@ class PeriodBudgetWorkflow:
 
 def _spent(left: float | None) -> bool:
     return left is not None and left <= EPSILON
-
-
-def _left(limit: float | None, spent: float) -> float | None:
-    return None if limit is None else limit - spent
-
-
-def _smaller(asked: float | None, left: float | None):  # type: ignore[no-untyped-def]
-    if left is None:
-        return asked
-    if asked is None:
-        return left
-    return min(asked, left)

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from loop.errors import PERMANENT, POLICY_VIOLATION
+from loop.contracts import PERMANENT, POLICY_VIOLATION
 
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),

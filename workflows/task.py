@@ -29,8 +29,6 @@ from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowEr
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from loop import feedback as fb
-    from loop import ledger
     from loop.contracts import (
         AGENT_WORKFLOW,
         BEGIN_ATTEMPT,
@@ -103,7 +101,9 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         Workspace,
     )
-    from loop.fingerprint import fingerprint
+    from loop.rules import budget
+    from loop.rules import feedback as fb
+    from loop.rules.fingerprint import fingerprint
     from workflows.options import HEARTBEAT, NOTIFY_RETRY, SHORT, STEP_RETRY
 
 Out = TypeVar("Out", bound=BaseModel)
@@ -235,8 +235,8 @@ class TaskWorkflow:
                     request=ReserveRequest(
                         key=self._budget_key(n),
                         day=workflow.now().date().isoformat(),
-                        cost_usd=_left(self.max_cost, self.result.cost_usd),
-                        tokens=_left(self.max_tokens, self.result.tokens),
+                        cost_usd=budget.left(self.max_cost, self.result.cost_usd),
+                        tokens=budget.left(self.max_tokens, self.result.tokens),
                     ),
                 ),
                 summary="reserve from the period budget",
@@ -385,9 +385,9 @@ class TaskWorkflow:
             workspace=self.ws,
             attempt=n,
             limits=AgentLimits(  # the task's own budget, within what the period granted
-                tokens=_smaller(_left(self.max_tokens, used.tokens), grant.tokens),
-                cost_usd=_smaller(_left(self.max_cost, used.cost_usd), grant.cost_usd),
-                tool_calls=_left(limit, used.tool_calls),
+                tokens=budget.smaller(budget.left(self.max_tokens, used.tokens), grant.tokens),
+                cost_usd=budget.smaller(budget.left(self.max_cost, used.cost_usd), grant.cost_usd),
+                tool_calls=budget.left(limit, used.tool_calls),
             ),
         )
 
@@ -678,7 +678,7 @@ class TaskWorkflow:
             cost_usd=self.result.cost_usd,
             tool_calls=self.result.tool_calls,
         )
-        return ledger.spent(used, self.max_tokens, self.max_cost, self.spec.budget.max_tool_calls)
+        return budget.spent(used, self.max_tokens, self.max_cost, self.spec.budget.max_tool_calls)
 
     def _budget(self) -> BudgetStatus:
         used = BudgetFigures(
@@ -692,11 +692,11 @@ class TaskWorkflow:
         return BudgetStatus(
             used=used,
             left=BudgetFigures(
-                attempts=_left(self.max_attempts, used.attempts or 0),
-                seconds=_left(self.max_seconds, used.seconds or 0.0),
-                tokens=_left(self.max_tokens, used.tokens or 0),
-                cost_usd=_left(self.max_cost, used.cost_usd or 0.0),
-                tool_calls=_left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
+                attempts=budget.left(self.max_attempts, used.attempts or 0),
+                seconds=budget.left(self.max_seconds, used.seconds or 0.0),
+                tokens=budget.left(self.max_tokens, used.tokens or 0),
+                cost_usd=budget.left(self.max_cost, used.cost_usd or 0.0),
+                tool_calls=budget.left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
             ),
         )
 
@@ -754,14 +754,6 @@ class TaskWorkflow:
 
 class _Blocked(Exception):
     """An activity failed for good: the task cannot go on by itself (ends BLOCKED)."""
-
-
-def _left(limit: Any, spent: Any) -> Any:
-    return None if limit is None else max(limit - spent, 0)
-
-
-def _smaller(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else min(a, b)
 
 
 def _cause(e: BaseException) -> str:

@@ -4,7 +4,7 @@ Read it top to bottom:
 
     discover (one activity per source) -> look up earlier tasks -> policy -> start tasks
 
-The policy (``loop.triage.plan``) is workflow code, so each decision is in
+The policy (``loop.rules.triage.plan``) is workflow code, so each decision is in
 history with its reason. A dry run stops before starting anything and returns
 the same table.
 
@@ -37,7 +37,6 @@ from temporalio.common import (
 from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from loop import triage
     from loop.contracts import (
         DISCOVER,
         LOOKUP_TASKS,
@@ -59,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         TriageResult,
         workflow_id_for,
     )
+    from loop.rules import triage
     from workflows.options import STEP_RETRY
 
 HEARTBEAT = timedelta(seconds=10)

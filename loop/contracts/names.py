@@ -24,6 +24,10 @@ SIGNAL_EXTEND_BUDGET = "extend_budget"
 QUERY_STATUS = "status"
 QUERY_TRACE = "trace"
 
+PERMANENT = "LoopPermanent"
+POLICY_VIOLATION = "LoopPolicyViolation"
+"""Error types of activity failures that no retry can fix (``loop.errors.permanent``)."""
+
 WAITING_APPROVAL = "approve/reject"
 WAITING_DECISION = "feedback/extend_budget/reject"
 

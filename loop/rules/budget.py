@@ -1,6 +1,8 @@
-"""Budget arithmetic shared by the task loop and the model loop (pure; workflows import it)."""
+"""Budget arithmetic of the task loop, the model loop and the period ledger, in one place."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from loop.contracts import Usage
 
@@ -14,3 +16,13 @@ def spent(used: Usage, tokens: int | None, cost_usd: float | None, tool_calls: i
     if tool_calls is not None and used.tool_calls >= tool_calls:
         return "tool-call budget spent"
     return ""
+
+
+def left(limit: Any, used: Any) -> Any:
+    """What a limit has left (never below 0); None for no limit."""
+    return None if limit is None else max(limit - used, 0)
+
+
+def smaller(a: Any, b: Any) -> Any:
+    """The tighter of two limits, where None means none."""
+    return b if a is None else a if b is None else min(a, b)
