@@ -14,23 +14,31 @@ number. Budgets are a ledger: before each call the workflow caps the call's
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         AGENT_WORKFLOW,
+        BEGIN_ATTEMPT,
+        END_ATTEMPT,
         MODEL_STEP,
         TOOL_STEP,
         AgentInput,
+        AgentLimits,
         AgentResult,
+        EndAttemptInput,
+        MakeInput,
+        MakeResult,
         ModelStepInput,
         ToolStepInput,
         Usage,
     )
     from loop.rules import budget
-    from workflows.options import HEARTBEAT, MODEL_RETRY
+    from workflows.steps import HEARTBEAT, MODEL_RETRY, StepFailed, act, failure_reason
 
 MODEL_CALL_TIMEOUT = timedelta(minutes=10)
 
@@ -130,3 +138,36 @@ class AgentWorkflow:
 
             if workflow.info().is_continue_as_new_suggested():
                 workflow.continue_as_new(inp.model_copy(update={"step": step, "usage": usage}))
+
+
+async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult, AgentResult]:
+    """One attempt of the ``openai`` backend, for the task loop: open it, run this workflow
+    as a child within the agent's timeout, close it (the work-in-progress commit)."""
+    n, task = inp.attempt, inp.task
+    await act(BEGIN_ATTEMPT, inp, summary=f"begin attempt {n}")
+    child = AgentInput(task=task, workspace=inp.workspace, attempt=n, limits=limits)
+
+    async def loop() -> AgentResult:
+        try:
+            return await workflow.execute_child_workflow(
+                AGENT_WORKFLOW,
+                child,
+                id=f"{workflow.info().workflow_id}-attempt-{n}",
+                result_type=AgentResult,
+                static_summary=f"model loop, attempt {n}",
+            )
+        except ChildWorkflowError as e:
+            if isinstance(e.cause, CancelledError):
+                raise asyncio.CancelledError from e  # the task's own timeout or cancel request
+            raise StepFailed(f"model loop failed: {failure_reason(e)}") from e
+
+    try:
+        agent = await asyncio.wait_for(loop(), timeout=task.agent.timeout)
+    except TimeoutError:
+        agent = AgentResult(ended="timeout", reason=f"{task.agent.timeout} s passed")
+    made = await act(
+        END_ATTEMPT,
+        EndAttemptInput(task=task, workspace=inp.workspace, attempt=n, agent=agent),
+        summary=f"end attempt {n}",
+    )
+    return made, agent

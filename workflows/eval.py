@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from loop.rules import evaluation
-    from workflows.options import HEARTBEAT
+    from workflows.steps import HEARTBEAT
 
 
 @workflow.defn(name=EVAL_WORKFLOW)

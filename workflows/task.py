@@ -1,6 +1,6 @@
 """TaskWorkflow: one task, from its task file to a named terminal state.
 
-Read it top to bottom as DESIGN.md's diagram:
+Read it top to bottom as the diagram in docs/architecture.md ("The task loop"):
 
     prepare workspace -> explore -> (make -> verify)xN -> finalize by autonomy -> summarize
 
@@ -17,24 +17,15 @@ wall-clock budget, so the timer runs only around the active segments.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import BaseModel
-
     from loop.contracts import (
-        AGENT_WORKFLOW,
-        BEGIN_ATTEMPT,
         COMMIT,
-        END_ATTEMPT,
-        ESCALATE,
         EXPLORE,
         MAKE,
         MERGE,
@@ -42,8 +33,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATUS,
         QUERY_TRACE,
         REMOVE_WORKSPACE,
-        REPORT_USAGE,
-        RESERVE_BUDGET,
         REVIEW,
         SA_ATTEMPTS,
         SA_COST,
@@ -58,17 +47,13 @@ with workflow.unsafe.imports_passed_through():
         VERIFY,
         WAITING_APPROVAL,
         WAITING_DECISION,
-        ActivityDef,
-        AgentInput,
         AgentLimits,
-        AgentResult,
         ApproveSignal,
         AttemptRecord,
         Autonomy,
         BudgetFigures,
         BudgetStatus,
         CommitInput,
-        EndAttemptInput,
         EscalateInput,
         Escalation,
         ExploreInput,
@@ -84,10 +69,7 @@ with workflow.unsafe.imports_passed_through():
         PromptParts,
         RejectSignal,
         RemoveInput,
-        ReportUsageInput,
-        ReserveBudgetInput,
         ReserveReply,
-        ReserveRequest,
         ReviewInput,
         SummarizeInput,
         TaskResult,
@@ -96,7 +78,6 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
         TraceEvent,
         Usage,
-        UsageReport,
         Verdict,
         VerifyInput,
         Workspace,
@@ -104,11 +85,11 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules import budget
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
-    from workflows.options import HEARTBEAT, NOTIFY_RETRY, SHORT, STEP_RETRY
-
-Out = TypeVar("Out", bound=BaseModel)
-
-# Fast recovery (DESIGN): a short first retry, heartbeats of a few seconds.
+    from loop.rules.record import commit_message, merge_message, spec_hash
+    from workflows import period
+    from workflows.agent import model_attempt
+    from workflows.clock import OutOfTime, WallClock
+    from workflows.steps import StepFailed, act, failure_reason, notify
 
 
 @dataclass
@@ -139,11 +120,9 @@ class TaskWorkflow:
         self.ws: Workspace | None = None
         self.brief = ""
         self.max_attempts = spec.budget.max_attempts
-        self.max_seconds: float | None = spec.budget.max_seconds
+        self.clock = WallClock(spec.budget.max_seconds)
         self.max_tokens = spec.budget.max_tokens
         self.max_cost = spec.budget.max_cost_usd
-        self.seconds_used = 0.0
-        self.segment_started: Any = None
         self.stalled = 0
         self.last_fingerprint = ""
         self.human_feedback: list[str] = []
@@ -157,12 +136,12 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, spec: TaskSpec) -> TaskResult:
-        self.result.spec_hash = _spec_hash(spec)
+        self.result.spec_hash = spec_hash(spec)
         self._event("started", f"autonomy={spec.autonomy} base={spec.base or 'HEAD'}")
         self._publish()
         try:
             await self._process()
-        except _Blocked as e:
+        except StepFailed as e:
             self._end(TaskState.BLOCKED, str(e))
         except asyncio.CancelledError:
             self._end(TaskState.CANCELLED, "cancelled by request")
@@ -174,7 +153,10 @@ class TaskWorkflow:
 
     async def _process(self) -> None:
         while True:
-            stop = await self._timed(self._attempts())
+            try:
+                stop = await self.clock.run(self._attempts())
+            except OutOfTime as e:
+                stop = _Stop(TaskState.BUDGET_EXCEEDED, str(e))
             if stop is None:
                 await self._finalize()
                 return
@@ -197,7 +179,7 @@ class TaskWorkflow:
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
         if self.ws is None:
             self.phase = Phase.EXPLORE
-            self.ws = await self._act(
+            self.ws = await act(
                 PREPARE_WORKSPACE,
                 PrepareInput(
                     task_id=self.spec.id,
@@ -209,7 +191,7 @@ class TaskWorkflow:
             )
             self.result.worktree = self.ws.path
             self.result.branch = self.ws.branch
-            explored = await self._act(
+            explored = await act(
                 EXPLORE,
                 ExploreInput(task=self.spec, workspace=self.ws),
                 summary="explore",
@@ -228,18 +210,11 @@ class TaskWorkflow:
             if spent:
                 return _Stop(TaskState.NEEDS_HUMAN, spent, budget=True)
             n = len(self.result.attempts) + 1
-            grant = await self._act(
-                RESERVE_BUDGET,
-                ReserveBudgetInput(
-                    repo=self.spec.repo,
-                    request=ReserveRequest(
-                        key=self._budget_key(n),
-                        day=workflow.now().date().isoformat(),
-                        cost_usd=budget.left(self.max_cost, self.result.cost_usd),
-                        tokens=budget.left(self.max_tokens, self.result.tokens),
-                    ),
-                ),
-                summary="reserve from the period budget",
+            grant = await period.reserve(
+                self.spec,
+                n,
+                cost_usd=budget.left(self.max_cost, self.result.cost_usd),
+                tokens=budget.left(self.max_tokens, self.result.tokens),
             )
             if not grant.granted:
                 return _Stop(TaskState.NEEDS_HUMAN, grant.reason, budget=True)
@@ -271,7 +246,7 @@ class TaskWorkflow:
                 made, violation = await self._model_attempt(make_input, grant)
             else:
                 made, violation = (
-                    await self._act(
+                    await act(
                         MAKE,
                         make_input,
                         summary=f"make: attempt {n}",
@@ -279,14 +254,12 @@ class TaskWorkflow:
                     ),
                     "",
                 )
-        except _Blocked:
-            await self._report_usage(n, Usage())  # release what the attempt held
+        except StepFailed:
+            await period.settle(self.spec, n, Usage())  # release what the attempt held
             raise
-        await self._report_usage(
-            n, Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
-        )
-        record.make = made
-        record.usage = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
+        used = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
+        await period.settle(self.spec, n, used)
+        record.make, record.usage = made, used
         self.result.tokens += made.tokens
         self.result.cost_usd += made.cost_usd
         self.result.tool_calls += made.tool_calls
@@ -299,7 +272,7 @@ class TaskWorkflow:
             )
 
         self.phase = Phase.VERIFY
-        verdict = await self._act(
+        verdict = await act(
             VERIFY,
             VerifyInput(task=self.spec, workspace=self.ws, attempt=n, make=made),
             summary=f"verify: attempt {n}",
@@ -337,7 +310,7 @@ class TaskWorkflow:
             return verdict
         by_name = {g.name: g for g in verdict.gates}
         for gate in reviews:
-            by_name[gate.name] = await self._act(
+            by_name[gate.name] = await act(
                 REVIEW,
                 ReviewInput(
                     task=self.spec,
@@ -356,65 +329,18 @@ class TaskWorkflow:
             update={"gates": ordered, "passed": all(g.passed for g in ordered)}
         )
 
-    def _budget_key(self, n: int) -> str:
-        return f"{self.spec.id}:{workflow.info().run_id}:{n}"
-
-    async def _report_usage(self, n: int, used: Usage) -> None:
-        await self._act(
-            REPORT_USAGE,
-            ReportUsageInput(
-                repo=self.spec.repo,
-                report=UsageReport(
-                    key=self._budget_key(n), cost_usd=used.cost_usd, tokens=used.tokens
-                ),
-            ),
-            summary="report usage to the period budget",
-        )
-
     async def _model_attempt(
         self, make_input: MakeInput, grant: ReserveReply
     ) -> tuple[MakeResult, str]:
         """The openai backend: the model loop as a child workflow between open and close."""
-        assert self.ws is not None
-        n = make_input.attempt
-        await self._act(BEGIN_ATTEMPT, make_input, summary=f"begin attempt {n}")
-        used = self.result
-        limit = self.spec.budget.max_tool_calls
-        agent_input = AgentInput(
-            task=self.spec,
-            workspace=self.ws,
-            attempt=n,
-            limits=AgentLimits(  # the task's own budget, within what the period granted
-                tokens=budget.smaller(budget.left(self.max_tokens, used.tokens), grant.tokens),
-                cost_usd=budget.smaller(budget.left(self.max_cost, used.cost_usd), grant.cost_usd),
-                tool_calls=budget.left(limit, used.tool_calls),
-            ),
+        used, limit = self.result, self.spec.budget.max_tool_calls
+        limits = AgentLimits(  # the task's own budget, within what the period granted
+            tokens=budget.smaller(budget.left(self.max_tokens, used.tokens), grant.tokens),
+            cost_usd=budget.smaller(budget.left(self.max_cost, used.cost_usd), grant.cost_usd),
+            tool_calls=budget.left(limit, used.tool_calls),
         )
-
-        async def model_loop() -> AgentResult:
-            try:
-                return await workflow.execute_child_workflow(
-                    AGENT_WORKFLOW,
-                    agent_input,
-                    id=f"{workflow.info().workflow_id}-attempt-{n}",
-                    result_type=AgentResult,
-                    static_summary=f"model loop, attempt {n}",
-                )
-            except ChildWorkflowError as e:
-                if isinstance(e.cause, CancelledError):
-                    raise asyncio.CancelledError from e  # our own timeout or cancel request
-                raise _Blocked(f"model loop failed: {_cause(e)}") from e
-
-        try:
-            agent = await asyncio.wait_for(model_loop(), timeout=self.spec.agent.timeout)
-        except TimeoutError:
-            agent = AgentResult(ended="timeout", reason=f"{self.spec.agent.timeout} s passed")
-        made = await self._act(
-            END_ATTEMPT,
-            EndAttemptInput(task=self.spec, workspace=self.ws, attempt=n, agent=agent),
-            summary=f"end attempt {n}",
-        )
-        self._event("agent", f"attempt {n}: {agent.ended}: {agent.reason}")
+        made, agent = await model_attempt(make_input, limits)
+        self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
 
     async def _finalize(self) -> None:
@@ -426,13 +352,13 @@ class TaskWorkflow:
             self.result.final_action = FinalAction.LEFT_IN_WORKTREE
             self._end(TaskState.DONE_WITH_EVIDENCE, "verified; change left in the worktree")
             return
-        committed = await self._act(
+        committed = await act(
             COMMIT,
             CommitInput(
                 task=self.spec,
                 workspace=self.ws,
                 artifact=artifact,
-                message=_commit_message(self.spec, self.last_verdict),
+                message=commit_message(self.spec, self.last_verdict),
             ),
             summary="commit on branch",
         )
@@ -458,12 +384,12 @@ class TaskWorkflow:
 
         while True:
             self.phase = Phase.FINALIZE
-            merged = await self._act(
+            merged = await act(
                 MERGE,
                 MergeInput(
                     workspace=self.ws,
                     commit=committed.commit,
-                    message=f"Merge {committed.branch}: {_first_line(self.spec.goal)}",
+                    message=merge_message(committed.branch, self.spec),
                 ),
                 summary="merge into base",
             )
@@ -471,7 +397,7 @@ class TaskWorkflow:
                 self.result.final_action = FinalAction.MERGED
                 self.result.commit = merged.commit
                 self._event("merged", f"{merged.how} into {self.ws.base_ref}")
-                removed = await self._act(
+                removed = await act(
                     REMOVE_WORKSPACE,
                     RemoveInput(workspace=self.ws, delete_branch=True),
                     summary="remove worktree",
@@ -494,15 +420,15 @@ class TaskWorkflow:
                 return
 
     async def _summarize(self) -> None:
-        self.result.execution_seconds = round(self.seconds_used, 3)
+        self.result.execution_seconds = round(self.clock.used, 3)
         try:
-            written = await self._act(
+            written = await act(
                 SUMMARIZE,
                 SummarizeInput(result=self.result, goal=self.spec.goal, repo=self.spec.repo),
                 summary="write trace and notes",
             )
         except ActivityError as e:
-            self._event("summarize-failed", _cause(e))
+            self._event("summarize-failed", failure_reason(e))
             return
         self.result.trace_path, self.result.notes_path = written.trace_path, written.notes_path
 
@@ -541,26 +467,19 @@ class TaskWorkflow:
 
     async def _notify(self, reason: str, waiting_for: str) -> None:
         """Tell people; a sink that keeps failing is retried, then recorded, never fatal."""
-        try:
-            await workflow.execute_activity(
-                ESCALATE.name,
-                EscalateInput(
-                    task_id=self.spec.id,
-                    goal=self.spec.goal,
-                    state=self.state,
-                    reason=reason,
-                    waiting_for=waiting_for,
-                    attempt=len(self.result.attempts),
-                    last_verdict=self.last_verdict.summary() if self.last_verdict else "",
-                ),
-                result_type=ESCALATE.output,
-                start_to_close_timeout=timedelta(seconds=30),
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=NOTIFY_RETRY,
-                summary="escalate",
+        failed = await notify(
+            EscalateInput(
+                task_id=self.spec.id,
+                goal=self.spec.goal,
+                state=self.state,
+                reason=reason,
+                waiting_for=waiting_for,
+                attempt=len(self.result.attempts),
+                last_verdict=self.last_verdict.summary() if self.last_verdict else "",
             )
-        except ActivityError as e:
-            self._event("notify-failed", _cause(e))
+        )
+        if failed:
+            self._event("notify-failed", failed)
 
     @workflow.signal(name=SIGNAL_APPROVE)
     def approve(self, payload: ApproveSignal) -> None:
@@ -590,7 +509,7 @@ class TaskWorkflow:
         if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
             self.max_attempts += payload.attempts
             if payload.seconds:
-                self.max_seconds = (self.max_seconds or self.seconds_used) + payload.seconds
+                self.clock.limit = (self.clock.limit or self.clock.used) + payload.seconds
             if payload.tokens:
                 self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
             if payload.cost_usd:
@@ -627,50 +546,10 @@ class TaskWorkflow:
 
     @workflow.query(name=QUERY_TRACE)
     def trace(self) -> TaskResult:
-        self.result.execution_seconds = round(self._seconds_now(), 3)
+        self.result.execution_seconds = round(self.clock.seconds(), 3)
         return self.result
 
     # ------------------------------------------------------------------ budgets
-
-    async def _timed(self, segment: Any) -> _Stop | None:
-        """Run an active segment under what is left of the wall-clock budget.
-
-        The budget is a durable timer: when it fires, ``wait_for`` cancels the
-        segment, which cancels the running activity and waits until it is dead.
-        """
-        self.segment_started = workflow.now()
-        try:
-            stop = await self._within_budget(segment)
-        except (asyncio.CancelledError, _Blocked):
-            self._close_segment()
-            raise
-        # Anything else (a worker evicting this run from its cache) must not touch the
-        # workflow clock: the run is not ending, it is being dropped from memory.
-        self._close_segment()
-        return stop
-
-    async def _within_budget(self, segment: Any) -> _Stop | None:
-        if self.max_seconds is None:
-            return await segment
-        left = self.max_seconds - self.seconds_used
-        if left <= 0:
-            segment.close()
-            return _Stop(TaskState.BUDGET_EXCEEDED, "wall-clock budget spent")
-        try:
-            return await asyncio.wait_for(segment, timeout=left)
-        except TimeoutError:
-            return _Stop(
-                TaskState.BUDGET_EXCEEDED, f"wall-clock budget of {self.max_seconds:g} s spent"
-            )
-
-    def _close_segment(self) -> None:
-        self.seconds_used = self._seconds_now()
-        self.segment_started = None
-
-    def _seconds_now(self) -> float:
-        if self.segment_started is None:
-            return self.seconds_used
-        return self.seconds_used + (workflow.now() - self.segment_started).total_seconds()
 
     def _spent_budget(self) -> str:
         used = Usage(
@@ -683,50 +562,21 @@ class TaskWorkflow:
     def _budget(self) -> BudgetStatus:
         used = BudgetFigures(
             attempts=len(self.result.attempts),
-            seconds=round(self._seconds_now(), 3),
+            seconds=round(self.clock.seconds(), 3),
             tokens=self.result.tokens,
             cost_usd=round(self.result.cost_usd, 6),
             tool_calls=self.result.tool_calls,
         )
-
-        return BudgetStatus(
-            used=used,
-            left=BudgetFigures(
-                attempts=budget.left(self.max_attempts, used.attempts or 0),
-                seconds=budget.left(self.max_seconds, used.seconds or 0.0),
-                tokens=budget.left(self.max_tokens, used.tokens or 0),
-                cost_usd=budget.left(self.max_cost, used.cost_usd or 0.0),
-                tool_calls=budget.left(self.spec.budget.max_tool_calls, used.tool_calls or 0),
-            ),
+        limits = BudgetFigures(
+            attempts=self.max_attempts,
+            seconds=self.clock.limit,
+            tokens=self.max_tokens,
+            cost_usd=self.max_cost,
+            tool_calls=self.spec.budget.max_tool_calls,
         )
+        return budget.status(used, limits)
 
     # ------------------------------------------------------------------ plumbing
-
-    async def _act(
-        self,
-        d: ActivityDef[Any, Out],
-        inp: BaseModel,
-        *,
-        summary: str,
-        seconds: float | None = None,
-    ) -> Out:
-        """Run one activity; a permanent failure becomes BLOCKED with its one-line reason."""
-        try:
-            return await workflow.execute_activity(
-                d.name,
-                inp,
-                result_type=d.output,
-                start_to_close_timeout=timedelta(seconds=seconds) if seconds else SHORT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=STEP_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=summary,
-            )
-        except ActivityError as e:
-            if isinstance(e.cause, CancelledError):
-                # Cancelled by the wall-clock timer or a cancel request, not a failure.
-                raise asyncio.CancelledError from e
-            raise _Blocked(f"{d.name} failed: {_cause(e)}") from e
 
     def _end(self, state: TaskState, reason: str) -> None:
         self.state, self.reason, self.waiting_for, self.phase = state, reason, "", None
@@ -752,30 +602,5 @@ class TaskWorkflow:
         )
 
 
-class _Blocked(Exception):
-    """An activity failed for good: the task cannot go on by itself (ends BLOCKED)."""
-
-
-def _cause(e: BaseException) -> str:
-    while e.__cause__ is not None:
-        e = e.__cause__
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
 def _now() -> str:
     return workflow.now().isoformat(timespec="seconds")
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:72]
-
-
-def _spec_hash(spec: TaskSpec) -> str:
-    """Gates, budget and protected paths are hashed into the trace (DESIGN)."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _commit_message(spec: TaskSpec, verdict: Verdict) -> str:
-    gates = "\n".join(f"- {g.name}: pass" for g in verdict.gates)
-    return f"{_first_line(spec.goal)}\n\nVerified by Loopwork ({spec.id}):\n{gates}"

@@ -59,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from loop.rules import triage
-    from workflows.options import STEP_RETRY
+    from workflows.steps import STEP_RETRY
 
 HEARTBEAT = timedelta(seconds=10)
 SHORT = timedelta(seconds=300)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loop.contracts import Usage
+from loop.contracts import BudgetFigures, BudgetStatus, Usage
 
 
 def spent(used: Usage, tokens: int | None, cost_usd: float | None, tool_calls: int | None) -> str:
@@ -26,3 +26,17 @@ def left(limit: Any, used: Any) -> Any:
 def smaller(a: Any, b: Any) -> Any:
     """The tighter of two limits, where None means none."""
     return b if a is None else a if b is None else min(a, b)
+
+
+def status(used: BudgetFigures, limits: BudgetFigures) -> BudgetStatus:
+    """What is used and what is left of each limit (None: no limit)."""
+    return BudgetStatus(
+        used=used,
+        left=BudgetFigures(
+            attempts=left(limits.attempts, used.attempts or 0),
+            seconds=left(limits.seconds, used.seconds or 0.0),
+            tokens=left(limits.tokens, used.tokens or 0),
+            cost_usd=left(limits.cost_usd, used.cost_usd or 0.0),
+            tool_calls=left(limits.tool_calls, used.tool_calls or 0),
+        ),
+    )
