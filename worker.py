@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import signal
 import sys
 from collections.abc import Callable
@@ -130,6 +131,10 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
 async def serve(settings: Settings, *, address: str | None = None, dev: bool = False) -> None:
     """Serve the task queue until SIGINT/SIGTERM, then drain in-flight activities."""
     log = structlog.get_logger("loop.worker")
+    # Every sandbox's connections through the egress proxy cost the worker descriptors:
+    # take all the host allows (each run is capped at its share, egress.MAX_CONNECTIONS).
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     server = await ensure_running(settings, address) if dev else None
     try:
         client = await connect(address, runtime=metrics_runtime(settings))

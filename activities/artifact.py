@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.git import git, repo_lock
+from activities.sandbox.ownership import remove_nested_git
 from activities.workspace import is_byproduct, printable
 
 
@@ -35,12 +36,15 @@ class Scan:
     """Bytes of the regular files outside ``.git`` (hard links counted once)."""
     largest: list[tuple[int, str]] = field(default_factory=list)
     special: list[str] = field(default_factory=list)
-    """FIFOs, sockets and device nodes (removed by ``scan(remove_special=True)``)."""
+    """FIFOs, sockets, device nodes and nested repositories' ``.git`` (removed by
+    ``scan(remove_special=True)``)."""
 
 
 def scan(top: str, *, remove_special: bool = False) -> Scan:
     """Walk the worktree with ``lstat`` only; call it off the event loop."""
     found = Scan()
+    if remove_special:
+        found.special += remove_nested_git(top)
     seen: set[tuple[int, int]] = set()
     sizes: list[tuple[int, str]] = []
     for dirpath, dirnames, filenames in os.walk(top):
@@ -76,6 +80,26 @@ def over_limit(before: int, after: Scan, limit_mb: int) -> str:
     return (
         f"the worktree grew by {grown / 1048576:.0f} MB in this attempt, over "
         f"sandbox.limits.disk_mb ({limit_mb} MB); nothing was committed; largest: {largest}"
+    )
+
+
+def empty_if_over(places: list[Path], limit_mb: int) -> str:
+    """The agent's own folders (its output folder, its HOME) count against the same
+    limit as the worktree: over it, they are emptied, and the evidence says so."""
+    sizes = {p: scan(str(p)).size for p in places if p.is_dir() and not p.is_symlink()}
+    total = sum(sizes.values())
+    if total <= limit_mb * 1024 * 1024:
+        return ""
+    for place in sizes:
+        for entry in list(os.scandir(place)):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    return (
+        f"the agent's own folders (its HOME and output folder) hold {total / 1048576:.0f} MB, "
+        f"over sandbox.limits.disk_mb ({limit_mb} MB); they were emptied"
     )
 
 

@@ -3,12 +3,14 @@
 Every call pins what a user's configuration could otherwise change under us:
 an identity (a worker's machine may have none), no commit signing and no hooks
 (an internal commit must not wait for a passphrase or run a repository's
-pre-commit checks), no terminal prompts (a worker has no person to answer
-them) and the C locale (so messages we parse look the same everywhere).
-Variables such as ``GIT_DIR`` that a parent process (a git hook, an IDE) may
-have exported are dropped, since they would point every call at another
-repository. git runs as a subprocess on the event loop, never blocking it,
-because the same worker heartbeats other activities meanwhile.
+pre-commit checks), nothing read from a repository nested in a worktree (an
+agent could have made one, with a config that names commands), no terminal
+prompts (a worker has no person to answer them) and the C locale (so messages
+we parse look the same everywhere). Variables such as ``GIT_DIR`` that a parent
+process (a git hook, an IDE) may have exported are dropped, since they would
+point every call at another repository. git runs as a subprocess on the event
+loop, never blocking it, because the same worker heartbeats other activities
+meanwhile.
 
 ``repo_lock`` exists because git itself does not serialise everything that
 touches shared state of a repository: two ``git worktree add`` or a merge
@@ -33,6 +35,14 @@ _CONFIG = (
     "-c", "user.email=loopwork@localhost",
     "-c", "commit.gpgsign=false",
     "-c", "core.hooksPath=/dev/null",
+    # A worktree is the agent's: a repository it made inside it has a config of the
+    # agent's choosing, and git would run that config's commands (fsmonitor) as the
+    # worker when it recurses into it. Nothing recurses, nothing runs.
+    "-c", "core.fsmonitor=false",
+    "-c", "diff.ignoreSubmodules=all",
+    "-c", "status.submoduleSummary=false",
+    "-c", "submodule.recurse=false",
+    "-c", "protocol.file.allow=never",
 )  # fmt: skip
 
 # Variables that would redirect git away from the ``cwd`` we give it.

@@ -154,6 +154,7 @@ class MakeActivities:
                 "log_path": ran.log_path,
                 "network_refused": ran.network_refused,
                 "not_started": ran.not_started,
+                "removed": ran.removed + closed.removed,
             }
         )
 
@@ -229,7 +230,11 @@ class MakeActivities:
         )
         found = await asyncio.to_thread(artifact.scan, ws.path, remove_special=True)
         grown_from = int((folder / SIZE_FILE).read_text() or 0)
-        too_big = artifact.over_limit(grown_from, found, task.sandbox.limits.disk_mb)
+        limit_mb = task.sandbox.limits.disk_mb
+        too_big = artifact.over_limit(grown_from, found, limit_mb)
+        too_big = too_big or await asyncio.to_thread(
+            artifact.empty_if_over, [agent_dir(folder), agent_home(ws)], limit_mb
+        )
         if too_big:
             await restore(ws, start.start_commit)
             await git(["clean", "-q", "-ffdx"], ws.path)
@@ -239,6 +244,7 @@ class MakeActivities:
                 commit=start.start_commit,
                 outside_writes=outside,
                 disk_exceeded=too_big,
+                removed=found.special,
             )
         commit = await wip_commit(ws, n)
         return MakeResult(
@@ -248,4 +254,5 @@ class MakeActivities:
             changed_files=await changed_files(ws, commit),
             outside_writes=outside,
             ignored_files=await artifact.ignored(ws.path),
+            removed=found.special,
         )

@@ -45,6 +45,8 @@ class ProcResult(BaseModel):
     """Writes outside the worktree the sandbox refused, as found in the output."""
     network_refused: list[str] = []
     """Destinations the egress proxy refused (``host:port: why``)."""
+    removed: list[str] = []
+    """What the sandbox removed from the worktree afterwards (repositories made inside it)."""
     not_started: str = ""
     """Why the command itself never ran (missing, not executable); the exit code is then
     126 or 127 set by Loopwork, not by the command."""

@@ -222,6 +222,13 @@ def test_egress_rules() -> None:
             choose(host, port, addresses, allow, deny)
     with pytest.raises(Refused, match="the worker's own service"):
         choose("127.0.0.1", 7233, ["127.0.0.1"], [*allow, "127.0.0.1:7233"], deny)
+    # The same service by another name of a local address: refused all the same.
+    sandbox.protect(["127.0.0.1:7233"])
+    deny = sandbox.egress.protected()
+    for host, ip in [("0.0.0.0", "0.0.0.0"), ("::ffff:127.0.0.1", "::ffff:127.0.0.1")]:
+        listed = ["0.0.0.0:7233", "[::ffff:127.0.0.1]:7233"]
+        with pytest.raises(Refused, match="the worker's own service"):
+            choose(host, 7233, [ip], listed, deny)
 
 
 def test_refused_writes_name_the_path_the_error_is_about(tmp_path: Path) -> None:
@@ -404,6 +411,87 @@ async def test_no_secret_on_a_command_line(
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await run
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_link_under_a_protect_glob_shows_nothing(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A protected path that is a link (in the repository, or left by an earlier run) is
+    not bound: bound read-only, it would show what it points to, a covered secret too."""
+    key = tree.root / "codec.key"
+    key.write_text("CODEC-KEY-SECRET")
+    key.chmod(0o644)
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
+    (tree.wt / "tests" / "fixture.txt").symlink_to(os.path.relpath(key, tree.wt / "tests"))
+    ran = await tree.run("cat tests/fixture.txt; echo end", SandboxPolicy(mode=mode))
+    assert "CODEC-KEY-SECRET" not in Path(ran.log_path).read_text()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_protected_files_cannot_be_set_aside(tree: Tree, mode: str) -> None:
+    (tree.wt / "src" / "tests").mkdir(parents=True)
+    (tree.wt / "src" / "tests" / "test_deep.py").write_text("def test_y():\n    pass\n")
+    ran = await tree.run(
+        "mv tests tests.old || echo kept-1; mv src/tests src/t || echo kept-2;"
+        " echo new > tests/test_new.py && echo added",
+        SandboxPolicy(mode=mode),
+        protected=["tests/**", "src/tests/**"],
+    )
+    assert all(w in ran.output_tail for w in ("kept-1", "kept-2", "added")), ran.output_tail
+    assert (tree.wt / "tests" / "test_app.py").is_file()
+    assert (tree.wt / "src" / "tests" / "test_deep.py").is_file()
+    assert stat.S_IMODE((tree.wt / "tests").stat().st_mode) == 0o755  # given back as it was
+    assert owners(tree.wt) == {0}
+
+
+@needs("basic")
+async def test_basic_leaves_nothing_in_shared_folders(tree: Tree) -> None:
+    """Folders any user may write (and System V IPC) are the run's own in basic."""
+    name = f"loop-probe-{uuid.uuid4().hex[:6]}"
+    ran = await tree.run(
+        f"echo x > /run/lock/{name} && echo wrote; ipcmk -M 4096 >/dev/null && echo shm",
+        SandboxPolicy(mode="basic"),
+    )
+    assert "wrote" in ran.output_tail and "shm" in ran.output_tail, ran.output_tail
+    assert not Path(f"/run/lock/{name}").exists()
+    segments = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    assert not [s for s in segments if int(s.split()[7]) == tree.uid]  # uid column
+
+
+async def test_one_sandbox_cannot_exhaust_the_workers_descriptors(
+    tree: Tree, listener: Listener
+) -> None:
+    from activities.sandbox.egress import MAX_CONNECTIONS
+
+    mode = "strict" if not HOST.unavailable("strict") else "basic"
+    hold = py(
+        """
+        import socket, time
+        held = []
+        for _ in range(300):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", 3128), timeout=2))
+            except OSError:
+                break
+        time.sleep(1)
+        alive = 0
+        for s in held:
+            s.setblocking(False)
+            try:
+                alive += s.recv(1) != b""
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+        print("alive", alive)
+        """
+    )
+    before = len(os.listdir("/proc/self/fd"))
+    ran = await tree.run(hold, SandboxPolicy(mode=mode))
+    alive = int(ran.output_tail.split("alive")[1].split()[0])
+    assert alive <= MAX_CONNECTIONS, ran.output_tail
+    assert len(os.listdir("/proc/self/fd")) < before + 16
 
 
 @pytest.mark.parametrize("mode", LEVELS)

@@ -386,3 +386,92 @@ async def test_every_task_runs_as_a_uid_of_its_own(
     assert all(s["uid"] == s["euid"] and s["groups"] in ([], [s["uid"]]) for s in seen), seen
     assert all(r.state == TaskState.DONE_WITH_EVIDENCE for r in results)
     assert not sandbox.holders(settings.home)  # each lease went back when its task ended
+
+
+# --------------------------------------------------------------------------- 8. a repository inside
+
+
+NESTED = """
+import subprocess
+pathlib.Path("slugify.py").write_text(COMPLETE)
+sub = pathlib.Path("notes/sub")
+sub.mkdir(parents=True)
+(sub / "f").write_text("y\\n")
+G = ["git", "-c", "user.name=a", "-c", "user.email=a@a"]
+subprocess.run(G + ["init", "-q"], cwd=sub, check=True)
+subprocess.run(G + ["add", "f"], cwd=sub, check=True)
+subprocess.run(G + ["commit", "-qm", "s"], cwd=sub, check=True)
+# A command for the worker's git to run, as root, when it looks into this repository.
+subprocess.run(G + ["config", "core.fsmonitor", "id > {mark}; false"], cwd=sub, check=True)
+out.write_text("fixed")
+"""
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_repository_the_agent_made_runs_nothing_as_the_worker(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    """A nested repository's config is the agent's: it is removed before the commit, and the
+    worker's git never reads such a config anyway."""
+    mark = tmp_path / "ran-as-root"
+    spec = task(
+        demo_repo,
+        write_agent(tmp_path, NESTED.format(mark=mark)),
+        sandbox={"mode": mode},
+        autonomy="unattended",
+    )
+    spec["verify"][1]["diff_scope"]["allow"].append("notes/**")
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+    assert not mark.exists(), mark.read_text()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert "notes/sub/.git" in result.attempts[0].make.removed
+    tree = git(demo_repo, "ls-tree", "-r", "main")
+    assert "160000" not in tree and "notes/sub/f" in tree  # its files, never a gitlink
+
+
+async def test_the_workers_git_never_runs_a_nested_repositorys_commands(tmp_path: Path) -> None:
+    """The second line of defence alone: a committed gitlink to a repository whose config
+    names an fsmonitor command, owned by the worker, as a crash could leave it."""
+    from activities.workspace import dirty_files
+
+    repo, mark = tmp_path / "repo", tmp_path / "ran"
+    sub = repo / "sub"
+    sub.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (sub / "f").write_text("y\n")
+    git(sub, "init", "-q")
+    git(sub, "add", "f")
+    git(sub, "commit", "-q", "-m", "s")
+    git(sub, "config", "core.fsmonitor", f"id > {mark}; false")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "gitlink")
+    (sub / "f").write_text("changed\n")
+    await dirty_files(str(repo))
+    assert not mark.exists()
+
+
+# --------------------------------------------------------------------------- 9. its own folders
+
+
+HOARD = """
+home = pathlib.Path(os.environ["HOME"])
+for i in range(3):
+    (home / f"cache-{i}.bin").write_bytes(os.urandom(6 << 20))
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_its_own_folders_count_against_the_disk_limit(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    spec = hostile(demo_repo, write_agent(tmp_path, HOARD), mode)
+    spec["sandbox"]["limits"] = {"disk_mb": 10}
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+    made = result.attempts[0].make
+    assert "the agent's own folders (its HOME and output folder) hold 18 MB" in made.disk_exceeded
+    assert result.attempts[0].verdict.gates[0].name == "disk"
+    home = settings.runs / result.task_id / "home"
+    assert not home.exists() or not list(home.iterdir())

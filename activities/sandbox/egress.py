@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ipaddress
+import itertools
 import json
 import os
 import secrets
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activities.sandbox.egress_rules import address_entry
+from activities.sandbox.egress_rules import address_entry, parse
 from activities.sandbox.paths import DEFAULT_PATH
 
 PROXY_PORT = 3128
@@ -44,6 +46,9 @@ START_TIMEOUT_S = 20.0
 CHUNK = 64 * 1024
 MAX_REFUSALS = 20
 PROTECTED_DEFAULT = ("localhost:7233", "localhost:8233")
+MAX_CONNECTIONS = 64
+"""Connections one run may hold open through the proxy at once: each costs the worker
+two file descriptors, and the worker serves every task."""
 
 _lock = threading.Lock()
 _process: subprocess.Popen[bytes] | None = None
@@ -89,11 +94,40 @@ def endpoint_entries(base_url: str | None, *, openai: bool) -> list[str]:
     return list(dict.fromkeys([named, *resolve(named)]))
 
 
+def local_addresses() -> set[str]:
+    """Every address of this host: loopback, "any", and each interface's (from procfs)."""
+    found = {"127.0.0.1", "::1", "0.0.0.0", "::"}
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for before, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line:
+                found.add(before.split()[-1])
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            raw = line.split()[0]
+            found.add(str(ipaddress.ip_address(int(raw, 16))))
+    return found
+
+
 def protect(services: list[str]) -> None:
     """The worker's own services (Temporal frontend, UI, metrics): refused to every
-    sandbox even when a task lists them. Called by the composition root."""
-    found = [a for s in (*PROTECTED_DEFAULT, *services) for a in resolve(s)]
-    _protected[:] = sorted(set(found))
+    sandbox even when a task lists them. A service on a local address is refused at
+    that port on every local address (it may listen on all of them). Called by the
+    composition root."""
+    local = local_addresses()
+    found: set[str] = set()
+    for service in (*PROTECTED_DEFAULT, *services):
+        for entry in resolve(service):
+            e = parse(entry)
+            if is_local(e.host, local):
+                found.update(address_entry(ip, e.port or 0) for ip in local)
+            found.add(entry)
+    _protected[:] = sorted(found)
+
+
+def is_local(ip: str, local: set[str]) -> bool:
+    addr = ipaddress.ip_address(ip)
+    return addr.is_loopback or addr.is_unspecified or str(addr) in local
 
 
 def protected() -> list[str]:
@@ -204,6 +238,9 @@ async def serving(
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(relays) >= MAX_CONNECTIONS:
+            writer.close()  # over its share: refused, the worker's descriptors are for all
+            return
         relays.add(task)
         try:
             await _relay(reader, writer, sock, run.ticket)

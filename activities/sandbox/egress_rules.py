@@ -59,6 +59,14 @@ def is_public(ip: str) -> bool:
     )
 
 
+def _plain(ip: str) -> str:
+    """An IPv4 address written as IPv6 (``::ffff:127.0.0.1``) as what it is."""
+    addr = ipaddress.ip_address(ip)
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
 def _is_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -94,7 +102,7 @@ def choose(host: str, port: int, addresses: list[str], allow: list[str], deny: l
     denied = set(deny)
     reasons: list[str] = []
     for ip in addresses:
-        where = address_entry(ip, port)
+        where = address_entry(_plain(ip), port)
         if where in denied:
             reasons.append(f"{where} is the worker's own service, never reachable from a sandbox")
         elif not is_public(ip) and where not in explicit:

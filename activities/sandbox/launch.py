@@ -29,11 +29,13 @@ import json
 import os
 import resource
 import socket
+import stat
 import struct
 import sys
 import warnings  # noqa: F401  os.execvpe imports it; after the view, the stdlib may be hidden
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -110,7 +112,8 @@ def _make_target(path, like_dir):
 
 def _view(ops):
     """Apply ``mounts.View.operations()`` in a mount namespace of this process."""
-    _check(libc.unshare(CLONE_NEWNS), "cannot make a mount namespace")
+    # Its own mounts, and its own System V IPC (a shared memory segment outlives nothing).
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "cannot make mount and IPC namespaces")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "cannot make / private")
     # Every bind source is opened before anything covers it (a tmpfs over /root hides
     # a toolchain below it); binds then come from /proc/self/fd.
@@ -118,10 +121,13 @@ def _view(ops):
     for op in ops:
         if op["kind"] == "bind" and op["path"] not in sources:
             try:
-                sources[op["path"]] = os.open(op["path"], O_PATH | os.O_CLOEXEC)
+                sources[op["path"]] = os.open(op["path"], O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as e:
                 raise SetupError(f"cannot open {op['path']}: {e.strerror}") from None
     null = os.open("/dev/null", O_PATH | os.O_CLOEXEC)
+    for path, fd in sources.items():
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise SetupError(f"{path} became a symbolic link; not bound")
     for op in ops:
         kind, path = op["kind"], op["path"]
         if kind == "tmpfs":

@@ -9,8 +9,9 @@ with mount(2) in a mount namespace of its own. The rules:
   and ``/run``, and every folder above a needed path that the task's uid could not
   search anyway (``/root`` above a pyenv Python, a 0700 ``mktemp -d``). Files that
   hold the worker's credentials are covered by ``/dev/null``.
-- private: ``/tmp`` (and in basic ``/var/tmp`` and ``/dev/shm``) is a fresh tmpfs per
-  run, so nothing planted there by one run is seen by the next, or by a gate.
+- private: ``/tmp`` (and in basic every folder any user may write: ``/var/tmp``,
+  ``/dev/shm``, ``/run/lock``, ...) is a fresh tmpfs per run, so nothing planted there
+  by one run is seen by the next, by a gate, or by another user.
 - bound: each needed path at its own place, read-only unless it is the agent's to
   write (the worktree for agents and the ``run`` tool, the agent's output folder
   and HOME). The repository's git folders and protected files stay read-only.
@@ -30,7 +31,6 @@ from typing import Literal
 from activities.sandbox.paths import blocked_ancestor, depth, outermost, under
 
 STRICT_HIDDEN = ("/home", "/root", "/run")
-BASIC_SCRATCH = ("/var/tmp", "/dev/shm")
 
 OpKind = Literal["tmpfs", "dir", "bind", "null", "remount_ro"]
 
@@ -121,13 +121,15 @@ def plan_view(
     hide: list[str],
     secrets: list[str],
     tmp_bytes: int,
+    shared: list[str] = (),  # type: ignore[assignment]
 ) -> View:
     """The view of one run.
 
     ``read_only``: host paths to show (toolchains, git folders, files for the agent);
     ``writable``: the agent's own folders; ``protected``: worktree-relative files kept
     read-only in a writable tree; ``hide``: folders to cover (LOOP_HOME); ``secrets``:
-    files to cover with /dev/null wherever they are.
+    files to cover with /dev/null wherever they are; ``shared``: the host's world-writable
+    folders, each a private tmpfs in basic (strict's host is read-only anyway).
     """
     hides = [*(STRICT_HIDDEN if strict else ()), *hide]
     hides = [h for h in hides if os.path.isdir(h)]
@@ -142,13 +144,16 @@ def plan_view(
             hides.append(blocked)  # the uid could not see past it anyway
     scratch = [("/tmp", tmp_bytes)]
     if not strict:
-        scratch += [(p, tmp_bytes) for p in BASIC_SCRATCH if os.path.isdir(p)]
+        scratch += [(p, tmp_bytes) for p in outermost(shared) if p != "/tmp" and os.path.isdir(p)]
     binds: dict[str, bool] = {}
     for path, rw in needed:
         binds[path] = binds.get(path, False) or rw
     if tree_writable:
         for rel in protected:
             binds[os.path.join(tree, rel)] = False
+    # A bind of a link shows whatever it points to, in the sandbox's view: only real
+    # paths are bound (what a link leads to is in the list already, or not shown).
+    binds = {p: rw for p, rw in binds.items() if not os.path.islink(p)}
     nulls = [
         s
         for s in secrets

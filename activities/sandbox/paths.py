@@ -57,6 +57,36 @@ def _allows(st: os.stat_result, uid: int, gid: int, bit: int) -> bool:
     return bool(st.st_mode & bit)
 
 
+SKIP_SCAN = ("/proc", "/sys", "/usr", "/boot", "/home", "/root", "/nix", "/snap")
+
+
+def world_writable_folders(top: str = "/", depth: int = 4) -> list[str]:
+    """Folders any user may write (``/tmp``, ``/var/tmp``, ``/run/lock``, ...), found by a
+    shallow walk that follows no link: in basic each gets a private tmpfs, so nothing a
+    task leaves there outlives its run or reaches another user."""
+    found: list[str] = []
+
+    def walk(folder: str, left: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.path in SKIP_SCAN or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if mode & stat.S_IWOTH:
+                found.append(entry.path)
+            elif left > 1:
+                walk(entry.path, left - 1)
+
+    walk(top, depth)
+    return sorted(found)
+
+
 def blocked_ancestor(path: str, uid: int, gid: int) -> str:
     """The first folder above ``path`` that ``uid`` may not search; empty when none."""
     parts = Path(path).parts
@@ -188,7 +218,8 @@ def toolchain(paths: Iterable[str]) -> list[str]:
 
 
 def protected_files(worktree: str, globs: list[str]) -> list[str]:
-    """Files of the worktree (outside ``.git``) that a ``protect`` glob matches."""
+    """Regular files of the worktree (outside ``.git``) that a ``protect`` glob matches.
+    A link is not one: bound read-only, it would show what it points to."""
     if not globs:
         return []
     spec = pathspec.GitIgnoreSpec.from_lines(globs)
@@ -198,7 +229,8 @@ def protected_files(worktree: str, globs: list[str]) -> list[str]:
         for name in filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), worktree)
             if rel != ".git" and spec.match_file(rel):
-                found.append(rel)
+                if stat.S_ISREG(os.lstat(os.path.join(dirpath, name)).st_mode):
+                    found.append(rel)
     return sorted(found)
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 from activities.sandbox import cgroups, launcher, seccomp
 from activities.sandbox.mounts import plan_view
-from activities.sandbox.paths import DEFAULT_PATH
+from activities.sandbox.paths import DEFAULT_PATH, world_writable_folders
 from activities.sandbox.uids import UID_BASE, UID_SPAN
 
 Level = Literal["strict", "basic", "off"]
@@ -52,6 +52,8 @@ class HostSupport:
     userns: str
     cgroup: str
     seccomp: bool
+    shared: tuple[str, ...] = ()
+    """Folders any user may write, each a private tmpfs in basic."""
 
     @property
     def basic_error(self) -> str:
@@ -106,6 +108,7 @@ class HostSupport:
             f"user namespaces: {self.userns}",
             f"seccomp filter: {'yes' if self.seccomp else 'no'} ({platform.machine()})",
             f"cgroups: {self.cgroup}",
+            "world-writable folders (private in basic): " + (", ".join(self.shared) or "none"),
         ]
 
 
@@ -241,6 +244,7 @@ def _inspect(bwrap: str) -> HostSupport:
         userns=_userns(),
         cgroup=cgroups.probe() if root else "not used (the worker is not root)",
         seccomp=seccomp.program() is not None,
+        shared=tuple(world_writable_folders()) if root else (),
     )
     level: Level = "off" if host.basic_error else "basic" if host.strict_error else "strict"
     return dataclasses.replace(host, level=level)

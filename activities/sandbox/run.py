@@ -233,6 +233,7 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
             hide=[home_dir],
             secrets=secret_files(),
             tmp_bytes=policy.limits.tmp_mb * 1024 * 1024,
+            shared=list(host.shared),
         )
         return view, keep
 
@@ -300,7 +301,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     network_refused: list[str] = []
     try:
         # Recorded before anything changes: a crash half-way is undone by the retry.
-        state["lent"] = [ownership.record(tree)] if writes_tree else []
+        state["lent"] = [ownership.record(tree, keep)] if writes_tree else []
         save()
         await _beating(_lend, state["lent"], places, uid, gid, set(keep))
         seccomp_fd = seccomp.memfd()
@@ -360,7 +361,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
             launch.close()
         if seccomp_fd >= 0:
             os.close(seccomp_fd)
-        await asyncio.shield(_beating(_clean_up, state))
+        removed = await asyncio.shield(_beating(_clean_up, state))
         run.state_file.unlink(missing_ok=True)
     # A command that never started wrote nothing: its launcher's "Permission denied" is
     # about executing it, not a refused write.
@@ -374,6 +375,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
             f"host={ready.level}",
             "refused": refused,
             "network_refused": network_refused,
+            "removed": removed,
         }
     )
 
@@ -387,17 +389,20 @@ def _lend(
         ownership.give(place, uid, gid)
 
 
-def _clean_up(state: Mapping[str, Any]) -> None:
-    """Kill what is left of the run (task uid, cgroup), then take the worktree back."""
+def _clean_up(state: Mapping[str, Any]) -> list[str]:
+    """Kill what is left of the run (task uid, cgroup), then take the worktree back; the
+    paths of repositories the run made inside it, which are removed."""
     uid = state.get("uid")
     if isinstance(uid, int):
         uids.kill_uid(uid)
     cgroups.kill_recorded([str(d) for d in state.get("cgroups") or []])
     if isinstance(uid, int):
         uids.kill_uid(uid, wait_s=0.5)
+    removed: list[str] = []
     for record in reversed(state.get("lent") or []):
         with contextlib.suppress(OSError):
-            ownership.take_back(record)
+            removed += ownership.take_back(record)
+    return removed
 
 
 async def _beating(fn: Any, *args: Any) -> Any:
