@@ -20,13 +20,13 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from activities import sandbox
 from activities.budget import BudgetActivities
 from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
-from activities.liveness import Liveness
+from activities.host import sandbox
+from activities.host.liveness import Liveness
 from activities.make import MakeActivities
 from activities.model import ModelActivities
 from activities.reconcile import reconcile_worktrees, release_leases

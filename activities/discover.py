@@ -42,10 +42,10 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import artifact, sandbox
 from activities.gates import gate_extra_env
-from activities.git import GitError, git
-from activities.proc import heartbeat
+from activities.host import artifact, sandbox
+from activities.host.git import GitError, git
+from activities.host.proc import heartbeat
 from loop.contracts import (
     DISCOVER,
     ISSUE_META_KEYS,

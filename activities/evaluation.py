@@ -11,7 +11,7 @@ import json
 
 from temporalio import activity
 
-from activities.files import update_atomic
+from activities.host.files import update_atomic
 from loop.contracts import WRITE_EVAL, EvalReport, WriteEvalResult
 from loop.settings import Settings
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities import artifact, gates, sandbox
-from activities.git import git
+from activities import gates
+from activities.host import artifact, sandbox
+from activities.host.git import git
 from activities.make import agent_home, endpoints
 from loop.contracts import (
     EXPLORE,

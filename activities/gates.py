@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from activities import sandbox
+from activities.host import sandbox
 from loop.contracts import (
     Evidence,
     Gate,

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities import artifact, sandbox
-from activities.files import read_untrusted
-from activities.git import git
+from activities.host import artifact, sandbox
+from activities.host.files import read_untrusted
+from activities.host.git import git
 from activities.workspace import (
     changed_files,
     outside_changes,

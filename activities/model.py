@@ -39,7 +39,7 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.proc import heartbeating
+from activities.host.proc import heartbeating
 from loop.contracts import MODEL_STEP, ModelStepInput, ModelStepResult, ToolCallRef
 from loop.errors import permanent
 from loop.logs import log_for

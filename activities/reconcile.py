@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from activities import sandbox
+from activities.host import sandbox
 from activities.summarize import release_task
 from activities.workspace import MARKER, WorkspaceActivities, is_ancestor, read_marker
 from loop.contracts import RemoveInput, Workspace, workflow_id_for

@@ -19,9 +19,9 @@ import openai
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import activity
 
-from activities.git import git
+from activities.host.git import git
+from activities.host.proc import heartbeating
 from activities.model import classify, display_url, write_once
-from activities.proc import heartbeating
 from loop.contracts import REVIEW, Evidence, GateResult, ReviewInput
 from loop.errors import permanent
 from loop.logs import log_for

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities import sandbox
-from activities.files import update_atomic, write_atomic
+from activities.host import sandbox
+from activities.host.files import update_atomic, write_atomic
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
 from loop.redact import redact, redact_obj
 from loop.rules import memory

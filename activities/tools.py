@@ -55,12 +55,12 @@ from typing import Any
 import pathspec
 from temporalio import activity
 
-from activities import sandbox
-from activities.files import write_atomic
 from activities.gates import gate_extra_env
-from activities.git import GitError, git
+from activities.host import sandbox
+from activities.host.files import write_atomic
+from activities.host.git import GitError, git
+from activities.host.proc import heartbeating, kill_stale, run_process
 from activities.make import agent_home
-from activities.proc import heartbeating, kill_stale, run_process
 from loop.contracts import TOOL_STEP, SandboxPolicy, ToolPolicy, ToolStepInput, ToolStepResult
 from loop.errors import permanent
 from loop.logs import log_for
@@ -302,7 +302,7 @@ def resolve_path(root: Path, rel: str, *, write: bool, protected: list[str]) -> 
     made it); a hard link inside the worktree to a file outside is not a symlink
     and can be read (writes replace the file by rename, so they never write through
     one); and none of this confines the ``run`` tool: its commands are confined by
-    the task's sandbox (``activities.sandbox``: in strict mode a read-only host, the
+    the task's sandbox (``activities.host.sandbox``: in strict mode a read-only host, the
     worktree writable, protected files read-only). What ``run`` changes in the
     repository is judged afterwards by the gates (``diff_scope`` protects paths the
     same way), and changes outside the worktree by the make step's outside-write check.

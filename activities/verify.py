@@ -15,7 +15,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities import artifact, gates
+from activities import gates
+from activities.host import artifact
 from loop.contracts import VERIFY, Evidence, GateResult, Verdict, VerifyInput
 from loop.redact import redact, redact_file
 from loop.settings import Settings

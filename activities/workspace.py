@@ -30,7 +30,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.git import GitError, git, git_ok, repo_lock
+from activities.host.git import GitError, git, git_ok, repo_lock
 from loop import contracts
 from loop.contracts import (
     COMMIT,

@@ -60,7 +60,7 @@ def demo_task(repo: Path, agent: Path, sandbox: dict[str, object]) -> dict[str, 
 def demo_sandbox() -> tuple[dict[str, object], str]:
     """The default sandbox, or, on a host that cannot give it (a worker that is not root),
     mode off with the reason: the demo's agent is a script of ours, not an AI."""
-    from activities.sandbox import inspect_host  # the probe runs a trial sandbox
+    from activities.host.sandbox import inspect_host  # the probe runs a trial sandbox
 
     missing = inspect_host().unavailable("basic")
     if missing:

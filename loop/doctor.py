@@ -14,7 +14,7 @@ from __future__ import annotations
 
 def doctor() -> None:
     """Print the sandbox level this host supports (strict, basic or off) and why."""
-    from activities.sandbox import GUARANTEES, inspect_host  # the probe runs trial sandboxes
+    from activities.host.sandbox import GUARANTEES, inspect_host  # the probe runs trial sandboxes
 
     host = inspect_host()
     print(f"sandbox level: {host.level}")

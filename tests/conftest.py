@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.sandbox import inspect_host
+from activities.host.sandbox import inspect_host
 from loop.contracts import SEARCH_ATTRIBUTES
 from loop.devserver import DYNAMIC_CONFIG, temporal_binary
 from loop.settings import Settings

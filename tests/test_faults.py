@@ -60,7 +60,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from activities.git import _lock_file
+from activities.host.git import _lock_file
 from loop.client import connect
 from loop.contracts import (
     QUERY_STATUS,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.files import update_atomic
+from activities.host.files import update_atomic
 from loop.contracts import TaskSpec
 from loop.rules import memory
 from loop.settings import Settings

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from activities import sandbox
-from activities.files import read_untrusted
 from activities.gates import Bench, run_gate
-from activities.sandbox import SandboxRun, kill_leftovers, run_sandboxed
-from activities.sandbox import uids as leases
-from activities.sandbox.egress_rules import Refused, choose
-from activities.sandbox.probe import HostSupport
-from activities.sandbox.refusals import refused_writes
+from activities.host import sandbox
+from activities.host.files import read_untrusted
+from activities.host.sandbox import SandboxRun, kill_leftovers, run_sandboxed
+from activities.host.sandbox import uids as leases
+from activities.host.sandbox.egress_rules import Refused, choose
+from activities.host.sandbox.probe import HostSupport
+from activities.host.sandbox.refusals import refused_writes
 from activities.tools import execute
 from loop.contracts import Gate, SandboxPolicy, TaskSpec, ToolPolicy, Workspace
 from loop.errors import PERMANENT
@@ -462,7 +462,7 @@ async def test_basic_leaves_nothing_in_shared_folders(tree: Tree) -> None:
 async def test_one_sandbox_cannot_exhaust_the_workers_descriptors(
     tree: Tree, listener: Listener
 ) -> None:
-    from activities.sandbox.egress import MAX_CONNECTIONS
+    from activities.host.sandbox.egress import MAX_CONNECTIONS
 
     mode = "strict" if not HOST.unavailable("strict") else "basic"
     hold = py(
@@ -591,7 +591,7 @@ async def test_cancel_kills_the_whole_tree(tree: Tree, mode: str) -> None:
 async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -> None:
     """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree,
     the state file in the worker's own folder that says what to undo."""
-    from activities.sandbox import ownership
+    from activities.host.sandbox import ownership
 
     uid = tree.uid
     request = tree.request("true", SandboxPolicy(mode=mode))

@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.discover import DiscoverActivities
-from activities.sandbox import holders as sandbox_holders
+from activities.host.sandbox import holders as sandbox_holders
 from loop.contracts import (
     LOOKUP_TASKS,
     QUERY_TRACE,

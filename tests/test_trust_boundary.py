@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities import sandbox
+from activities.host import sandbox
 from loop.contracts import QUERY_STATUS, TaskResult, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import start_task

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.git import GitError, git, git_ok, repo_lock
+from activities.host.git import GitError, git, git_ok, repo_lock
 from activities.workspace import (
     WorkspaceActivities,
     changed_files,

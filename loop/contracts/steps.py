@@ -88,7 +88,7 @@ class MakeResult(_Record):
     tool_calls: int = 0
     sandbox_level: str = ""
     """How the attempt's commands were confined, e.g. ``strict uid=123456 net=proxy``
-    (``activities.sandbox``); the host's level is in ``host=``."""
+    (``activities.host.sandbox``); the host's level is in ``host=``."""
     ignored_files: list[str] = Field(default_factory=list)
     """Files the agent made that git ignores: not committed, so not judged."""
     disk_exceeded: str = ""

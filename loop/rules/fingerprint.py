@@ -23,7 +23,7 @@ KEEP_CHARS = 3_000
 """Normalised text kept from the end: a tail window that moved a little still matches."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# ``activities.proc.tail_of`` marks a cut tail; the line after the mark starts mid-line.
+# ``activities.host.proc.tail_of`` marks a cut tail; the line after the mark starts mid-line.
 _TRUNCATED = re.compile(r"\A\[… \d+ earlier bytes in the log\]\n[^\n]*(?:\n|\Z)")
 
 _RULES: list[tuple[re.Pattern[str], str]] = [

@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from activities.sandbox.paths import NEVER_BOUND, under
+from activities.host.sandbox.paths import NEVER_BOUND, under
 
 SCAN_BYTES = 1 << 20
 MAX_REFUSED = 20

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from activities.sandbox.paths import blocked_ancestor, depth, outermost, under
+from activities.host.sandbox.paths import blocked_ancestor, depth, outermost, under
 
 STRICT_HIDDEN = ("/home", "/root", "/run")
 

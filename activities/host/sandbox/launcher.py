@@ -156,7 +156,7 @@ def plan(
     proxy_port: int = 0,
 ) -> dict[str, Any]:
     """The launcher's plan for one run (``ops``: ``mounts.Op`` values, in order)."""
-    from activities.sandbox.mounts import bwrap_args  # the one place ops become bwrap words
+    from activities.host.sandbox.mounts import bwrap_args  # the one place ops become bwrap words
 
     if mode == "strict":
         argv = [

@@ -17,7 +17,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities.proc import heartbeating
+from activities.host.proc import heartbeating
 
 
 class Liveness(Interceptor):

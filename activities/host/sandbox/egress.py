@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activities.sandbox.egress_rules import address_entry, parse
-from activities.sandbox.paths import DEFAULT_PATH
+from activities.host.sandbox.egress_rules import address_entry, parse
+from activities.host.sandbox.paths import DEFAULT_PATH
 
 PROXY_PORT = 3128
 """Where the proxy answers inside every sandbox's own network namespace."""
@@ -154,7 +154,7 @@ def _running() -> tuple[Path, Path]:
         _stop()
         _folder = Path(tempfile.mkdtemp(prefix="loop-egress-"))  # 0700, the worker's
         sock = _folder / "proxy.sock"
-        package_root = Path(__file__).resolve().parents[2]
+        package_root = Path(__file__).resolve().parents[3]  # where `activities` is
         env = {
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "LANG": "C.UTF-8",
@@ -163,7 +163,7 @@ def _running() -> tuple[Path, Path]:
         }
         with (_folder / "proxy.log").open("ab") as log:
             _process = subprocess.Popen(
-                [sys.executable, "-m", "activities.sandbox.egress_main", str(_folder)],
+                [sys.executable, "-m", "activities.host.sandbox.egress_main", str(_folder)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -23,7 +23,7 @@ from proxy.http.exception import HttpRequestRejected
 from proxy.http.parser import HttpParser
 from proxy.http.proxy import HttpProxyBasePlugin
 
-from activities.sandbox.egress_rules import Refused, choose
+from activities.host.sandbox.egress_rules import Refused, choose
 
 TICKETS = Path(os.environ.get("LOOP_EGRESS_DIR", "/nonexistent"))
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from activities.sandbox import cgroups, launcher, seccomp
-from activities.sandbox.mounts import plan_view
-from activities.sandbox.paths import DEFAULT_PATH, world_writable_folders
-from activities.sandbox.uids import UID_BASE, UID_SPAN
+from activities.host.sandbox import cgroups, launcher, seccomp
+from activities.host.sandbox.mounts import plan_view
+from activities.host.sandbox.paths import DEFAULT_PATH, world_writable_folders
+from activities.host.sandbox.uids import UID_BASE, UID_SPAN
 
 Level = Literal["strict", "basic", "off"]
 PROBE_UID = UID_BASE + UID_SPAN

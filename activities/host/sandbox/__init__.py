@@ -11,10 +11,10 @@ and ``launcher`` (the first process of a run and how the worker talks to it),
 ``ownership`` (the worktree lent and taken back), ``refusals``, ``run``.
 """
 
-from activities.sandbox.egress import endpoint_entries, protect
-from activities.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
-from activities.sandbox.run import SandboxRun, check_runnable, kill_leftovers, run_sandboxed
-from activities.sandbox.uids import holders, lease, release, uid_processes
+from activities.host.sandbox.egress import endpoint_entries, protect
+from activities.host.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
+from activities.host.sandbox.run import SandboxRun, check_runnable, kill_leftovers, run_sandboxed
+from activities.host.sandbox.uids import holders, lease, release, uid_processes
 
 __all__ = [
     "GUARANTEES",

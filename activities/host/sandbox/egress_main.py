@@ -1,6 +1,6 @@
 """The egress proxy's process: proxy.py with Loopwork's allowlist, tied to its worker.
 
-``python -m activities.sandbox.egress_main FOLDER`` serves ``FOLDER/proxy.sock``
+``python -m activities.host.sandbox.egress_main FOLDER`` serves ``FOLDER/proxy.sock``
 (PROXY protocol first, one thread per connection, so a slow name lookup holds up
 no one else). A watchdog ends the whole process group when the worker that
 started it is gone: a worker killed with ``-9`` runs no cleanup of its own.
@@ -31,7 +31,7 @@ def main() -> None:
         "--enable-proxy-protocol",
         "--threaded",
         "--num-acceptors", "1",
-        "--plugins", "activities.sandbox.egress_plugin.Allowlist",
+        "--plugins", "activities.host.sandbox.egress_plugin.Allowlist",
         "--data-dir", folder,
         "--log-level", "WARNING",
     ]  # fmt: skip

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from activities.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
-from activities.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
-from activities.sandbox.mounts import View, plan_view
-from activities.sandbox.paths import (
+from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
+from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.host.sandbox.mounts import View, plan_view
+from activities.host.sandbox.paths import (
     DEFAULT_PATH,
     cannot_execute,
     command_paths,
@@ -46,8 +46,8 @@ from activities.sandbox.paths import (
     toolchain,
     under,
 )
-from activities.sandbox.probe import inspect_host
-from activities.sandbox.refusals import refused_writes
+from activities.host.sandbox.probe import inspect_host
+from activities.host.sandbox.refusals import refused_writes
 from loop.contracts import SandboxPolicy
 from loop.errors import permanent
 

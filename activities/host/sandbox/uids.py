@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from activities.files import locked, write_atomic
+from activities.host.files import locked, write_atomic
 from loop.errors import permanent
 
 UID_BASE = 100_000

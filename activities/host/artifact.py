@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.git import git, repo_lock
-from activities.sandbox.ownership import remove_nested_git
+from activities.host.git import git, repo_lock
+from activities.host.sandbox.ownership import remove_nested_git
 from activities.workspace import is_byproduct, printable
 
 

@@ -40,7 +40,7 @@ class ProcResult(BaseModel):
     duration_s: float = 0.0
     log_path: str = ""
     sandbox: str = ""
-    """How it was confined (``activities.sandbox``); empty for Loopwork's own helpers."""
+    """How it was confined (``activities.host.sandbox``); empty for Loopwork's own helpers."""
     refused: list[str] = []
     """Writes outside the worktree the sandbox refused, as found in the output."""
     network_refused: list[str] = []
