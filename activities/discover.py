@@ -28,11 +28,9 @@ open tasks on the queue, for the policy in ``loop.rules.triage``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.gates import gate_extra_env
 from activities.host import artifact, sandbox
 from activities.host.git import GitError, git
-from activities.host.proc import heartbeat
 from loop.contracts import (
     DISCOVER,
     ISSUE_META_KEYS,
@@ -87,16 +84,15 @@ class DiscoverActivities:
     @activity.defn(name=DISCOVER.name)
     async def discover(self, inp: DiscoverInput) -> DiscoverResult:
         source = inp.source
-        async with _heartbeating():
-            match source:
-                case IssueFilesSource():
-                    items, note = await asyncio.to_thread(_issue_files, source)
-                case GitHubIssuesSource():
-                    items, note = await asyncio.to_thread(_github_issues, source)
-                case CiSource():
-                    items, note = await self._ci(source)
-                case TodoSource():
-                    items, note = await _todo(source)
+        match source:
+            case IssueFilesSource():
+                items, note = await asyncio.to_thread(_issue_files, source)
+            case GitHubIssuesSource():
+                items, note = await asyncio.to_thread(_github_issues, source)
+            case CiSource():
+                items, note = await self._ci(source)
+            case TodoSource():
+                items, note = await _todo(source)
         return _bounded(source.name, items, source.max_items, note)
 
     @activity.defn(name=LOOKUP_TASKS.name)
@@ -440,21 +436,3 @@ def _repo_and_base(template: dict[str, Any]) -> tuple[str, str]:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24] or "file"
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
-    """Heartbeat every second while a source is read (git grep on a big tree takes a while)."""
-
-    async def beat() -> None:
-        while True:
-            heartbeat()
-            await asyncio.sleep(1)
-
-    beating = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        beating.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beating

@@ -40,10 +40,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.host.proc import heartbeating
+from activities.host.step_files import model_artifact, tool_artifact
+from activities.host.toolbox import TOOL_SCHEMAS
 from loop.contracts import MODEL_STEP, ModelStepInput, ModelStepResult, ToolCallRef
 from loop.errors import permanent
 from loop.logs import log_for
 from loop.pricing import cost, load_prices, lookup
+from loop.redact import redact
 from loop.settings import Settings
 
 SYSTEM_PROMPT = """\
@@ -64,21 +67,11 @@ NAME_CHARS = 128
 DEFAULT_CALL_TIMEOUT = 570.0
 """Seconds for one HTTP call: under the workflow's 10-minute start-to-close, so a slow
 endpoint ends in a classified, retryable error rather than an activity timeout."""
-HEARTBEAT_EVERY = 1.0
 MAX_RETRY_AFTER = 600.0
 RETRYABLE_STATUS = {408, 409, 429}
 """Plus every 5xx (the statuses the openai client itself would retry)."""
 _REASONING_MODEL = re.compile(r"^(?:[\w.-]+/)?(?:o\d|gpt-5)(?:[-:@]|$)")
 """OpenAI reasoning models refuse ``max_tokens``; they take ``max_completion_tokens``."""
-_SECRET = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_*.\-]{4,}|(?i:bearer)\s+\S+")
-
-
-def model_artifact(attempt_dir: str | Path, step: int) -> Path:
-    return Path(attempt_dir) / f"step-{step:04d}.model.json"
-
-
-def tool_artifact(attempt_dir: str | Path, step: int, index: int) -> Path:
-    return Path(attempt_dir) / f"step-{step:04d}.tool-{index}.json"
 
 
 class ModelActivities:
@@ -135,11 +128,7 @@ class ModelActivities:
         return result
 
     def tools(self) -> list[dict[str, Any]]:
-        if self._tools is not None:
-            return self._tools
-        from activities.tools import TOOL_SCHEMAS
-
-        return TOOL_SCHEMAS
+        return self._tools if self._tools is not None else TOOL_SCHEMAS
 
     def request(self, inp: ModelStepInput, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create``."""
@@ -327,15 +316,15 @@ def classify(e: openai.OpenAIError, where: str, api_key: str) -> ApplicationErro
             return _retryable(text, "ModelUnavailable", retry_after(e.response.headers), api_key)
         if code == 401 and not os.environ.get("OPENAI_API_KEY"):
             text += " (OPENAI_API_KEY is not set)"
-        return permanent(redact(text, api_key))
+        return permanent(one_line(text, api_key))
     if isinstance(e, openai.APIResponseValidationError):
-        return permanent(redact(f"{where}: invalid response: {e.message}", api_key))
-    return permanent(redact(f"{where}: {type(e).__name__}: {e}", api_key))
+        return permanent(one_line(f"{where}: invalid response: {e.message}", api_key))
+    return permanent(one_line(f"{where}: {type(e).__name__}: {e}", api_key))
 
 
 def _retryable(text: str, kind: str, delay: timedelta | None, api_key: str) -> ApplicationError:
     return ApplicationError(
-        redact(text, api_key), type=kind, non_retryable=False, next_retry_delay=delay
+        one_line(text, api_key), type=kind, non_retryable=False, next_retry_delay=delay
     )
 
 
@@ -351,12 +340,10 @@ def _error_detail(body: object) -> str:
     return " ".join(text.split())[:300]
 
 
-def redact(text: str, api_key: str) -> str:
+def one_line(text: str, api_key: str) -> str:
     """One line, without the key, key-like tokens or bearer credentials."""
-    if api_key and api_key != "not-needed" and len(api_key) >= 4:
-        text = text.replace(api_key, "[redacted]")
-    text = _SECRET.sub("[redacted]", text)
-    return " ".join(text.split())
+    keep = (api_key,) if api_key and api_key != "not-needed" else ()
+    return " ".join(redact(text, also=keep).split())
 
 
 def retry_after(headers: Any) -> timedelta | None:

@@ -24,7 +24,7 @@ LINE_LIMIT = 1 << 20
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 NOT_SECRET = {"LOOP_CODEC_KEY_FILE", "PYTHONHASHSEED", "KEYTIMEOUT"}
 SHAPES = re.compile(
-    r"\bsk-[A-Za-z0-9_\-]{8,}"
+    r"\b(?:sk|pk|rk)-[A-Za-z0-9_*.\-]{4,}"  # OpenAI-style keys, masked ones too (sk-ab**yz)
     r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}"
     r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
@@ -44,8 +44,9 @@ def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return _known(tuple(sorted(env.items())))
 
 
-def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    for value in secret_values(environ):
+def redact(text: str, environ: Mapping[str, str] | None = None, also: tuple[str, ...] = ()) -> str:
+    """``text`` without the worker's secret values, credential-shaped text, or ``also``."""
+    for value in (*secret_values(environ), *(v for v in also if len(v) >= 4)):
         if value in text:
             text = text.replace(value, MASK)
     return SHAPES.sub(MASK, text)

@@ -339,16 +339,13 @@ async def test_heartbeats_while_the_call_runs(server, acts, attempt_dir):
     assert len(beats) >= 2
 
 
-async def test_tools_come_from_activities_tools_by_default(home, attempt_dir, server, monkeypatch):
-    import sys
-    import types
+async def test_the_default_tools_are_the_toolbox(home, attempt_dir, server):
+    from activities.host.toolbox import TOOL_SCHEMAS
 
-    fake = types.ModuleType("activities.tools")
-    fake.TOOL_SCHEMAS = TOOLS[:1]  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "activities.tools", fake)
     server.script([reply("ok")])
     await ModelActivities(Settings(home=home)).model_step(step_input(attempt_dir, 1, server))
-    assert [t["function"]["name"] for t in server.requests[0]["body"]["tools"]] == ["read_file"]
+    sent = [t["function"]["name"] for t in server.requests[0]["body"]["tools"]]
+    assert sent == [t["function"]["name"] for t in TOOL_SCHEMAS]
 
 
 # --------------------------------------------------------------------------- pricing

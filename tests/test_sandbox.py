@@ -33,7 +33,7 @@ from activities.host.sandbox import uids as leases
 from activities.host.sandbox.egress_rules import Refused, choose
 from activities.host.sandbox.probe import HostSupport
 from activities.host.sandbox.refusals import refused_writes
-from activities.tools import execute
+from activities.host.toolbox import execute
 from loop.contracts import Gate, SandboxPolicy, TaskSpec, ToolPolicy, Workspace
 from loop.errors import PERMANENT
 from tests.conftest import HOST, LEVELS, git, needs, task

@@ -13,16 +13,18 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 import activities.tools as tools
-from activities.tools import (
+from activities.host.toolbox import (
     TOOL_SCHEMAS,
     PolicyViolation,
-    ToolActivities,
     ToolError,
     ToolOutcome,
+    calls,
     command_words,
     execute,
     resolve_path,
 )
+from activities.host.toolbox.confine import read_bytes, write_bytes
+from activities.tools import ToolActivities
 from loop.contracts import ToolCallRef, ToolPolicy, ToolStepInput, Workspace
 from loop.settings import Settings
 
@@ -134,7 +136,7 @@ async def test_list_files_shows_tracked_and_untracked_not_ignored(wt: Path) -> N
 
 
 async def test_list_files_is_bounded(wt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tools, "MAX_LIST_FILES", 2)
+    monkeypatch.setattr(calls, "MAX_LIST_FILES", 2)
     out = await call(wt, "list_files", {})
     assert out.text.splitlines()[1:3] == [".gitignore", "README.md"]
     assert "[3 more not shown; list a subdirectory]" in out.text
@@ -187,7 +189,7 @@ async def test_search_reports_path_line_text(wt: Path) -> None:
 
 
 async def test_search_is_bounded(wt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tools, "MAX_SEARCH_MATCHES", 3)
+    monkeypatch.setattr(calls, "MAX_SEARCH_MATCHES", 3)
     (wt / "many.txt").write_text("hit\n" * 10)
     out = await call(wt, "search", {"pattern": "hit", "path": "many.txt"})
     assert out.text.splitlines()[:3] == ["many.txt:1: hit", "many.txt:2: hit", "many.txt:3: hit"]
@@ -284,9 +286,9 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(wt: Path, tmp_path
     (wt / "sub").rmdir()
     (wt / "sub").symlink_to(outside)  # the race: a link replaces the folder after the check
     with pytest.raises((ToolError, PolicyViolation)):
-        tools._write_bytes(wt.resolve(), checked, "sub/f.txt", b"x")
+        write_bytes(wt.resolve(), checked, "sub/f.txt", b"x")
     with pytest.raises((ToolError, PolicyViolation)):
-        tools._read_bytes(wt.resolve(), checked, "sub/f.txt")
+        read_bytes(wt.resolve(), checked, "sub/f.txt")
     assert list(outside.iterdir()) == []
 
 
@@ -586,7 +588,7 @@ async def test_tool_step_without_its_model_artifact_is_permanent(
 
 
 async def test_a_runaway_regex_is_stopped(wt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tools, "SEARCH_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(calls, "SEARCH_TIMEOUT_S", 1.0)
     (wt / "aaa.txt").write_text("a" * 64 + "!\n")
     started = time.monotonic()
     out = await call(wt, "search", {"pattern": "^(a+)+$", "path": "aaa.txt"})
