@@ -67,9 +67,9 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import permanent
+from loop.loaders import describe
 from loop.rules import triage
 from loop.settings import Settings
-from loop.taskfile import describe
 
 GOAL_TAIL_CHARS = 2_000
 """Output tail of a failing CI command quoted in the goal (the full log stays on disk)."""

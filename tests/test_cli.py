@@ -25,7 +25,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from loop import taskfile
 from loop.contracts import (
     QUERY_STATUS,
     TaskResult,
@@ -33,6 +32,7 @@ from loop.contracts import (
     TaskStatus,
     workflow_id_for,
 )
+from loop.loaders import load_task
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.conftest import task, write_agent
@@ -291,7 +291,7 @@ async def test_answers_that_do_not_apply_to_a_running_task_are_refused(
     task_id = spec["id"]
     async with build_worker(client, settings):
         handle, started = await start_task(
-            client, taskfile.load(write_task(tmp_path, spec)), settings.task_queue
+            client, load_task(write_task(tmp_path, spec)), settings.task_queue
         )
         assert started
         try:
@@ -376,7 +376,7 @@ async def finished(client: Client, settings: Settings, demo_repo: Path, tmp_path
     spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
     file = write_task(tmp_path, spec)
     async with build_worker(client, settings):
-        handle, started = await start_task(client, taskfile.load(file), settings.task_queue)
+        handle, started = await start_task(client, load_task(file), settings.task_queue)
         assert started
         result = await handle.result()
     assert result.state == TaskState.DONE_WITH_EVIDENCE

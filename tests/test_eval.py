@@ -12,9 +12,10 @@ import pytest
 from rich.console import Console
 from temporalio.client import Client
 
+from loop.cli.evals import print_report, run_eval
 from loop.contracts import TaskResult, TaskState, workflow_id_for
 from loop.errors import TaskFileError
-from loop.evalrun import load_harness, load_suite, print_report, run_eval, snapshot
+from loop.loaders import load_harness, load_suite, snapshot
 from loop.settings import Settings
 from worker import build_worker
 

@@ -1,4 +1,4 @@
-"""Task files: ``loop.taskfile.load`` on real files and real git repositories.
+"""Task files: ``loop.loaders.load_task`` on real files and real git repositories.
 
 Every bad case is a ``TaskFileError`` with a one-line message that names the field,
 so ``loop start`` can print it and exit 2 before anything starts.
@@ -25,7 +25,7 @@ from loop.contracts import (
     TaskSpec,
 )
 from loop.errors import BadInput, TaskFileError
-from loop.taskfile import load
+from loop.loaders import load_task as load
 from tests.conftest import git
 
 

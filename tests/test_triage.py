@@ -54,9 +54,9 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import TaskFileError
+from loop.loaders import load_sources
 from loop.rules import triage as policy
 from loop.settings import Settings
-from loop.triage_cli import load_sources
 from tests.conftest import COMPLETE_FIX, DEFAULT_SANDBOX, EXAMPLES, git, task, write_agent
 from worker import WORKFLOWS, activities_for, build_worker
 from workflows.triage import TriageWorkflow
@@ -651,16 +651,7 @@ class Ran:
     err: str
 
 
-# Registers the commands the way loop/cli.py does, unless it already has.
-CLI_SHIM = """
-import sys
-from loop.cli import app, main
-from loop.triage_cli import schedule_app, triage
-if not any(c.callback is triage for c in app.registered_commands):
-    app.command()(triage)
-    app.add_typer(schedule_app, name="schedule")
-main()
-"""
+CLI_SHIM = "from loop.cli import main; main()"
 
 
 def loop_cli(client: Client, settings: Settings) -> Callable[..., Awaitable[Ran]]:

@@ -7,7 +7,7 @@ history, replayed, never re-decided); the discover activity uses
 performs I/O or reads a clock: ``now`` comes from ``workflow.now()``.
 
 The models of the SOURCES.yaml file are in ``loop.contracts`` because the
-workflow's input carries them; reading the file is ``loop.triage_cli.load_sources``.
+workflow's input carries them; reading the file is ``loop.loaders.load_sources``.
 
 The rules, in the order :func:`should_attempt` applies them:
 

@@ -23,12 +23,9 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any
 
 import typer
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -47,89 +44,28 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from loop import taskfile
+from loop.cli import console
 from loop.contracts import (
     SCHEDULE_NAME_PATTERN,
     TRIAGE_WORKFLOW,
     CiSource,
-    GitHubIssuesSource,
-    IssueFilesSource,
-    TaskSpec,
     TriageInput,
     TriageResult,
     TriageSources,
 )
-from loop.errors import BadInput, LoopError, TaskFileError
-from loop.rules.triage import merge
+from loop.errors import BadInput, LoopError
+from loop.loaders import load_sources
 from loop.settings import Settings
 from loop.tasks import has_worker
 
 TRIAGE_SLACK = timedelta(hours=1)
 
 
-def _cli() -> ModuleType:
-    """``loop.cli``, for its helpers (``_client``, ``_run``, ``out``, ``err``), imported when
-    a command runs: ``loop.cli`` imports this module to register the commands, so
-    importing it back at module level would be circular."""
-    from loop import cli
-
-    return cli
-
-
-# ---------------------------------------------------------------------- the sources file
-
-
-def load_sources(path: str | Path) -> TriageSources:
-    """Read, validate and resolve a sources file: complete templates, absolute paths."""
-    file = Path(path)
-    if not file.is_file():
-        raise TaskFileError(f"sources file {file} not found")
-    text = file.read_text(errors="replace")
-    try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise TaskFileError(f"{file}: not valid YAML or JSON ({first})") from None
-    if not isinstance(data, dict):
-        raise TaskFileError(f"{file}: a sources file is a mapping with template, policy, sources")
-    try:
-        sources = TriageSources.model_validate(data)
-    except ValidationError as e:
-        raise TaskFileError(f"{file}: {taskfile.describe(e)}") from None
-    folder = file.resolve().parent
-    resolved = [_resolve(s, sources.template, folder, file) for s in sources.sources]
-    return sources.model_copy(update={"template": {}, "sources": resolved})
-
-
-def _resolve(source: Any, shared: dict[str, Any], folder: Path, file: Path) -> Any:
-    where = f"{file}: source {source.name}"
-    merged = merge(shared, source.template)
-    merged.setdefault("autonomy", str(source.autonomy))
-    try:
-        spec = TaskSpec.model_validate({**merged, "id": "template", "goal": "each item's goal"})
-    except ValidationError as e:
-        raise TaskFileError(f"{where}: template.{taskfile.describe(e)}") from None
-    spec = taskfile.resolve(spec, folder, where)
-    # Only what is set: a payload that names no field a worker lacks decodes on any worker.
-    template = spec.model_dump(mode="json", exclude={"id", "goal"}, exclude_defaults=True)
-    update: dict[str, Any] = {"template": template}
-    if isinstance(source, IssueFilesSource | GitHubIssuesSource):
-        path = Path(source.path).expanduser()
-        path = (path if path.is_absolute() else folder / path).resolve()
-        if isinstance(source, IssueFilesSource) and not path.is_dir():
-            raise TaskFileError(f"{where}: path: {path} is not a folder of issue files")
-        if isinstance(source, GitHubIssuesSource) and not path.is_file():
-            raise TaskFileError(f"{where}: path: {path} not found")
-        update["path"] = str(path)
-    return source.model_copy(update=update)
-
-
 def _load(file: Path) -> TriageSources:
     try:
         return load_sources(file)
     except LoopError as e:
-        _cli().err.print(f"error: {e}", markup=False)
-        raise typer.Exit(2) from None
+        console.fail(str(e))
 
 
 # ---------------------------------------------------------------------- loop triage
@@ -143,12 +79,11 @@ def triage(
     as_json: Annotated[bool, typer.Option("--json", help="the result as JSON")] = False,
 ) -> None:
     """Discover work in the sources, decide what is worth doing, start one task per item."""
-    cli = _cli()
     sources = _load(file)
     settings = Settings.from_env()
 
     async def main() -> int:
-        client = await cli._client()
+        client = await console.client()
         if not await has_worker(client, settings.task_queue):
             raise LoopError(
                 f"no worker polls task queue {settings.task_queue!r}, and triage runs on one; "
@@ -166,14 +101,14 @@ def triage(
             static_summary=f"{'dry run: ' if dry_run else ''}triage of {file.resolve()}",
         )
         if as_json:
-            cli.out.print_json(result.model_dump_json())
+            console.out.print_json(result.model_dump_json())
         else:
-            print_triage(cli.out, result)
+            print_triage(console.out, result)
         for line in result.errors:
-            cli.err.print(f"source failed: {line}", markup=False)
+            console.err.print(f"source failed: {line}", markup=False)
         return 1 if result.errors else 0
 
-    raise typer.Exit(cli._run(main))
+    raise typer.Exit(console.run(main))
 
 
 def print_triage(out: Console, result: TriageResult) -> None:
@@ -221,16 +156,14 @@ def schedule_add(
     cron: Annotated[str, typer.Option("--cron", help='when, e.g. "0 3 * * *" (UTC)')],
 ) -> None:
     """Create a schedule that runs triage of SOURCES.yaml on the cron."""
-    cli = _cli()
     if not re.fullmatch(SCHEDULE_NAME_PATTERN, name):
-        cli.err.print(f"error: {name!r} is not a schedule name ([A-Za-z0-9][A-Za-z0-9._-]{{0,62}})")
-        raise typer.Exit(2)
+        console.fail(f"{name!r} is not a schedule name ([A-Za-z0-9][A-Za-z0-9._-]{{0,62}})")
     sources = _load(file)
     settings = Settings.from_env()
     path = str(file.resolve())
 
     async def main() -> None:
-        client = await cli._client()
+        client = await console.client()
         schedule = Schedule(
             action=ScheduleActionStartWorkflow(
                 TRIAGE_WORKFLOW,
@@ -256,14 +189,16 @@ def schedule_add(
             if e.status == RPCStatusCode.INVALID_ARGUMENT:
                 raise BadInput(f"--cron {cron!r}: {e.message}") from None
             raise
-        cli.out.print(f"schedule {name}: triage of {path} at {cron!r} on {settings.task_queue!r}")
+        console.out.print(
+            f"schedule {name}: triage of {path} at {cron!r} on {settings.task_queue!r}"
+        )
         if not await has_worker(client, settings.task_queue):
-            cli.err.print(
+            console.err.print(
                 f"note: no worker polls task queue {settings.task_queue!r} yet; start one "
                 "with `loop worker`"
             )
 
-    cli._run(main)
+    console.run(main)
 
 
 @schedule_app.command("list")
@@ -271,11 +206,10 @@ def schedule_list(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Triage schedules on this task queue: cron, next run, last run and its result."""
-    cli = _cli()
     settings = Settings.from_env()
 
     async def main() -> None:
-        client = await cli._client()
+        client = await console.client()
         rows = []
         async for entry in await client.list_schedules():
             listed = entry.schedule
@@ -305,10 +239,10 @@ def schedule_list(
                 }
             )
         if as_json:
-            cli.out.print_json(json.dumps(rows))
+            console.out.print_json(json.dumps(rows))
             return
         if not rows:
-            cli.out.print(
+            console.out.print(
                 "no triage schedules; add one with `loop schedule add NAME --cron EXPR FILE`"
             )
             return
@@ -317,9 +251,9 @@ def schedule_list(
             paused = " (paused)" if r["paused"] else ""
             cells = (r["name"], r["cron"] + paused, r["next_run"], r["last_run"])
             table.add_row(*(Text(c) for c in (*cells, r["last_result"], r["sources"])))
-        cli.out.print(table)
+        console.out.print(table)
 
-    cli._run(main)
+    console.run(main)
 
 
 async def _run_result(client: Client, action: Any) -> str:
@@ -359,24 +293,22 @@ async def _triage_schedule(client: Client, name: str) -> ScheduleHandle:
 @schedule_app.command("delete")
 def schedule_delete(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     """Delete a triage schedule (tasks it started keep running)."""
-    cli = _cli()
 
     async def main() -> None:
-        handle = await _triage_schedule(await cli._client(), name)
+        handle = await _triage_schedule(await console.client(), name)
         await handle.delete()
-        cli.out.print(f"deleted schedule {name}")
+        console.out.print(f"deleted schedule {name}")
 
-    cli._run(main)
+    console.run(main)
 
 
 @schedule_app.command("trigger")
 def schedule_trigger(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     """Run a triage schedule now (skipped if its previous run is still going)."""
-    cli = _cli()
 
     async def main() -> None:
-        handle = await _triage_schedule(await cli._client(), name)
+        handle = await _triage_schedule(await console.client(), name)
         await handle.trigger()
-        cli.out.print(f"triggered schedule {name}: a run triage-{name}-<time> starts now")
+        console.out.print(f"triggered schedule {name}: a run triage-{name}-<time> starts now")
 
-    cli._run(main)
+    console.run(main)

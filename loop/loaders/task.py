@@ -1,4 +1,4 @@
-"""Reading a task file: YAML or JSON in, a validated ``TaskSpec`` with an absolute repo out.
+"""The task file: YAML or JSON in, a validated ``TaskSpec`` with an absolute repo out.
 
 Everything that can be checked before a workflow starts is checked here, so that
 bad input costs a one-line message and exit code 2, never a started task that
@@ -9,66 +9,20 @@ command (can be found).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import ValidationError
 
 from loop.contracts import TaskSpec
 from loop.errors import TaskFileError
+from loop.loaders.common import read, validated
 
 
-def load(path: str | Path) -> TaskSpec:
+def load_task(path: str | Path) -> TaskSpec:
     file = Path(path)
-    if not file.is_file():
-        raise TaskFileError(f"task file {file} not found")
-    data = parse(file)
-    return resolve(validate(data, str(file)), file.resolve().parent, str(file))
-
-
-def parse(file: Path) -> dict[str, Any]:
-    text = file.read_text(errors="replace")
-    try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise TaskFileError(f"{file}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise TaskFileError(f"{file}: not valid YAML ({where}{problem})") from None
-    if not isinstance(data, dict):
-        raise TaskFileError(f"{file}: a task file is a mapping with id, goal, repo, agent, verify")
-    return data
-
-
-def validate(data: dict[str, Any], source: str) -> TaskSpec:
-    try:
-        return TaskSpec.model_validate(data)
-    except ValidationError as e:
-        raise TaskFileError(f"{source}: {describe(e)}") from None
-
-
-def describe(e: ValidationError) -> str:
-    """The first error, as ``field.path: what is wrong``, on one line."""
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        msg = "unknown key (check the spelling; see the task file reference in README.md)"
-    elif kind == "missing":
-        msg = "required field is missing"
-    else:
-        msg = err["msg"].removeprefix("Value error, ")
-        if kind == "string_pattern_mismatch" and loc == "id":
-            msg = "must match [a-z0-9][a-z0-9._-]{0,62} (lowercase letters, digits, . _ -)"
-    more = len(e.errors()) - 1
-    return f"{loc}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    data = read(file, "task", "id, goal, repo, agent, verify")
+    return resolve(validated(TaskSpec, data, str(file)), file.resolve().parent, str(file))
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:

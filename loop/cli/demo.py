@@ -18,12 +18,12 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from loop import taskfile
+from loop.cli.render import event_line, print_result
 from loop.client import connect, ensure_search_attributes
 from loop.contracts import TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
-from loop.render import event_line, print_result
+from loop.loaders import load_task
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 
@@ -102,7 +102,7 @@ async def run_demo(settings: Settings, address: str | None, out: Console) -> int
     started_at = time.monotonic()
     sandbox, why = demo_sandbox()
     task_file = make_repo(settings.home, sandbox)
-    spec = taskfile.load(task_file)
+    spec = load_task(task_file)
     out.print(f"demo repository: {spec.repo} (task file {task_file})", markup=False)
     if why:
         out.print(f"{why}: the demo's scripted agent runs unconfined (sandbox: off)", markup=False)

@@ -12,7 +12,7 @@ degrades silently.
 from __future__ import annotations
 
 
-def doctor() -> None:
+def print_doctor() -> None:
     """Print the sandbox level this host supports (strict, basic or off) and why."""
     from activities.host.sandbox import GUARANTEES, inspect_host  # the probe runs trial sandboxes
 

@@ -1,0 +1,133 @@
+"""``loop budget``: per-repository period budgets (cost and tokens per UTC day)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from temporalio.client import WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+
+from loop.cli import console
+from loop.contracts import (
+    LEDGER_WORKFLOW,
+    QUERY_LEDGER,
+    UPDATE_SET_LIMITS,
+    DaySpend,
+    LedgerState,
+    PeriodLimits,
+    ledger_id_for,
+)
+from loop.errors import LoopError
+from loop.settings import Settings
+
+budget_app = typer.Typer(
+    help="Per-repository period budgets: cost and tokens per UTC day, across all tasks.",
+    no_args_is_help=True,
+)
+
+
+@budget_app.command("set")
+def budget_set(
+    repo: Annotated[Path, typer.Argument(help="the repository (any folder inside it)")],
+    cost_per_day: Annotated[float | None, typer.Option(min=0, help="dollars per UTC day")] = None,
+    tokens_per_day: Annotated[int | None, typer.Option(min=0, help="tokens per UTC day")] = None,
+) -> None:
+    """Set a repository's daily limits; new attempts wait in NEEDS_HUMAN once one is spent."""
+    top = _repo_top(repo)
+    settings = Settings.from_env()
+
+    async def main() -> None:
+        client = await console.client()
+        state = await client.execute_update_with_start_workflow(
+            UPDATE_SET_LIMITS,
+            PeriodLimits(cost_per_day=cost_per_day, tokens_per_day=tokens_per_day),
+            start_workflow_operation=WithStartWorkflowOperation(
+                LEDGER_WORKFLOW,
+                LedgerState(repo=top),
+                id=ledger_id_for(top),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"period budget of {top}",
+            ),
+            result_type=LedgerState,
+        )
+        _print_ledger(state)
+
+    console.run(main)
+
+
+@budget_app.command("show")
+def budget_show(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Every repository's limits, today's spend, and what running attempts hold."""
+
+    async def main() -> None:
+        client = await console.client()
+        states = []
+        queue = Settings.from_env().task_queue
+        query = (
+            f'WorkflowType="{LEDGER_WORKFLOW}" AND ExecutionStatus="Running" '
+            f'AND TaskQueue="{queue}"'
+        )
+        async for wf in client.list_workflows(query):
+            handle = client.get_workflow_handle(wf.id)
+            try:
+                ledger = handle.query(QUERY_LEDGER, result_type=LedgerState)
+                states.append(await asyncio.wait_for(ledger, timeout=10))
+            except TimeoutError:
+                raise LoopError(
+                    f"ledger {wf.id} did not answer: is a worker serving {queue!r} running?"
+                ) from None
+        if as_json:
+            console.out.print_json(json.dumps([st.model_dump(mode="json") for st in states]))
+            return
+        if not states:
+            console.out.print(
+                "no period budgets; set one with `loop budget set REPO --cost-per-day X`"
+            )
+        for st in states:
+            _print_ledger(st)
+
+    console.run(main)
+
+
+def _repo_top(repo: Path) -> str:
+    if not repo.is_dir():
+        console.fail(f"{repo} is not a folder inside a git repository")
+    found = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        console.fail(f"{repo} is not a folder inside a git repository")
+    return str(Path(found.stdout.strip()).resolve())
+
+
+def _print_ledger(st: LedgerState) -> None:
+    today = datetime.now(UTC).date().isoformat()
+    day = st.days.get(today, DaySpend())
+    lim = st.limits
+    console.out.print(st.repo, markup=False)
+    console.out.print(
+        f"  limits per day: cost {_fmt(lim.cost_per_day, '$')}, tokens {_fmt(lim.tokens_per_day)}",
+        markup=False,
+    )
+    console.out.print(
+        f"  today ({today}): spent ${day.cost_usd:.4f} and {day.tokens} tokens; held by running "
+        f"attempts ${day.reserved_cost_usd:.4f} and {day.reserved_tokens} tokens",
+        markup=False,
+    )
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    return "unlimited" if value is None else f"{unit}{value:g}"

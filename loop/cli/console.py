@@ -1,0 +1,107 @@
+"""What every command shares: the two consoles, the connection, running a command.
+
+Exit codes (docs/architecture.md, "The CLI"): 0 ok · 1 a waited-for task ended
+other than DONE_WITH_EVIDENCE · 2 bad input (nothing started, nothing sent).
+Loopwork's own errors become one ``error:`` line and exit 2 (``run``, ``fail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from loop.client import connect
+from loop.contracts import (
+    QUERY_STATUS,
+    TaskResult,
+    TaskStatus,
+    is_valid_task_id,
+    workflow_id_for,
+)
+from loop.errors import BadInput, LoopError, UnknownTask
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+T = TypeVar("T")
+
+
+@dataclass
+class Connection:
+    """``--address`` and ``--namespace``, given before the command (else Temporal's config)."""
+
+    address: str | None = None
+    namespace: str | None = None
+
+
+connection = Connection()
+
+
+def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """Run one command; Loopwork's own errors become a one-line message and exit 2."""
+    try:
+        return asyncio.run(coro_fn())  # type: ignore[arg-type]
+    except LoopError as e:
+        fail(str(e))
+
+
+def fail(message: str) -> NoReturn:
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(2)
+
+
+async def client() -> Client:
+    return await connect(connection.address, connection.namespace)
+
+
+def ui_url(client: Client, workflow_id: str | None = None) -> str:
+    base = os.environ.get("LOOP_UI_URL")
+    if not base:
+        host, _, port = client.service_client.config.target_host.rpartition(":")
+        host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "") else host
+        base = f"http://{host}:{int(port or 7233) + 1000}"
+    url = f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows"
+    return f"{url}/{workflow_id}" if workflow_id else url
+
+
+def check_id(task_id: str) -> str:
+    if not is_valid_task_id(task_id):
+        raise BadInput(f"{task_id!r} is not a task id ([a-z0-9][a-z0-9._-]{{0,62}})")
+    return task_id
+
+
+async def handle(client: Client, task_id: str) -> tuple[WorkflowHandle, Any]:
+    handle = client.get_workflow_handle(workflow_id_for(check_id(task_id)), result_type=TaskResult)
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTask(
+                f"no task {task_id!r} (workflow {handle.id}) on this server"
+            ) from None
+        raise
+    return handle, desc
+
+
+async def status_of(handle: WorkflowHandle, desc: Any) -> TaskStatus | TaskResult:
+    """Live status of an open task; the result of a closed one (no worker needed)."""
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        try:
+            return await asyncio.wait_for(
+                handle.query(QUERY_STATUS, result_type=TaskStatus), timeout=10
+            )
+        except TimeoutError:
+            raise LoopError(
+                f"task {handle.id} did not answer its status query: is a worker running "
+                "(`loop worker`)?"
+            ) from None
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    raise BadInput(f"task {handle.id} ended as {desc.status.name} (see the Temporal UI)")

@@ -1,0 +1,111 @@
+"""Running Loopwork: ``dev`` (the embedded server), ``worker``, ``demo``, ``doctor`` and
+``codec-server``. This module is the one place that imports the composition root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from loop import logs
+from loop.cli import console
+from loop.errors import LoopError
+from loop.settings import Settings
+
+
+def dev(
+    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
+    ui_port: Annotated[int | None, typer.Option(help="UI port (default port+1000)")] = None,
+    headless: Annotated[bool, typer.Option(help="no Web UI")] = False,
+) -> None:
+    """Run the embedded Temporal dev server (SQLite in LOOP_HOME/temporal.db) until Ctrl-C."""
+    from loop.devserver import DevServer
+
+    settings = Settings.from_env()
+
+    async def main() -> None:
+        server = DevServer.start(home=settings.home, port=port, ui_port=ui_port, headless=headless)
+        try:
+            await server.wait_ready()
+            console.out.print(f"Temporal dev server at {server.address}, data in {settings.db}")
+            if not headless:
+                console.out.print(f"Temporal UI: {server.ui_url}")
+            console.out.print("Ctrl-C stops it.")
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            server.stop()  # the server runs in its own session: it must be stopped explicitly
+
+    console.run(main)
+
+
+def worker(
+    dev: Annotated[bool, typer.Option(help="start the embedded server if none answers")] = False,
+) -> None:
+    """Serve the task queue (LOOP_TASK_QUEUE, default `loop`) until Ctrl-C or SIGTERM."""
+    import worker as worker_module
+
+    logs.configure()
+    console.run(
+        lambda: worker_module.serve(
+            Settings.from_env(), address=console.connection.address, dev=dev
+        )
+    )
+
+
+def codec_server(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8081,
+    ui_origin: Annotated[
+        str, typer.Option(help="the Temporal UI's origin, allowed by CORS")
+    ] = "http://localhost:8233",
+) -> None:
+    """Serve Temporal's codec endpoint (decrypt for the UI and `temporal workflow show`).
+
+    Needs LOOP_CODEC_KEY_FILE (the key) and LOOP_CODEC_TOKEN (the bearer token that
+    callers must send). Point the UI at it with `temporal server start-dev
+    --ui-codec-endpoint http://127.0.0.1:PORT`, the CLI with `--codec-endpoint
+    http://127.0.0.1:PORT --codec-auth "Bearer $LOOP_CODEC_TOKEN"`.
+    """
+    from loop.codec import KEY_ENV, EncryptionCodec, load_key, make_server
+
+    key_file, token = os.environ.get(KEY_ENV), os.environ.get("LOOP_CODEC_TOKEN")
+    if not key_file or not token:
+        console.fail(f"set {KEY_ENV} and LOOP_CODEC_TOKEN to serve the codec endpoint")
+    try:
+        codec = EncryptionCodec(load_key(key_file))
+        server = make_server(codec, host="127.0.0.1", port=port, token=token, ui_origin=ui_origin)
+    except (LoopError, OSError) as e:
+        console.fail(str(e))
+    console.out.print(
+        f"codec endpoint at http://127.0.0.1:{port} (CORS: {ui_origin}); Ctrl-C stops it"
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+
+
+def demo() -> None:
+    """Run the offline demo: a real bug, a scripted agent that needs one round of feedback."""
+    from loop.cli.demo import run_demo
+
+    logs.configure("WARNING")
+    raise typer.Exit(
+        console.run(lambda: run_demo(Settings.from_env(), console.connection.address, console.out))
+    )
+
+
+def doctor() -> None:
+    """Print the sandbox level this host supports, what it guarantees, and why."""
+    from loop.cli.doctor import print_doctor  # the probe runs trial sandboxes
+
+    print_doctor()

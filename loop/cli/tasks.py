@@ -1,0 +1,326 @@
+"""Starting tasks, answering them, looking at them: ``start``, ``status``, ``inbox``,
+``approve``, ``reject``, ``feedback``, ``extend``, ``cancel``, ``trace``.
+
+Commands that answer a task check its state first (the ``status`` query), so a
+signal is never sent into the void.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from loop.cli import console
+from loop.cli.render import event_line, print_result, status_line
+from loop.contracts import (
+    QUERY_TRACE,
+    SA_ATTEMPTS,
+    SA_COST,
+    SA_REPO,
+    SA_STATE,
+    SIGNAL_APPROVE,
+    SIGNAL_EXTEND_BUDGET,
+    SIGNAL_FEEDBACK,
+    SIGNAL_REJECT,
+    TASK_WORKFLOW,
+    WAITING_APPROVAL,
+    WAITING_DECISION,
+    ApproveSignal,
+    ExtendBudgetSignal,
+    FeedbackSignal,
+    RejectSignal,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+)
+from loop.errors import BadInput, LoopError
+from loop.loaders import load_task
+from loop.rules.answers import answer_with
+from loop.settings import Settings
+from loop.tasks import follow, has_worker, start_task
+
+
+def start(
+    file: Annotated[Path, typer.Argument(help="task file (YAML or JSON)")],
+    wait: Annotated[bool, typer.Option(help="follow the task until it ends")] = False,
+    rerun: Annotated[bool, typer.Option(help="run a task id that has already ended again")] = False,
+) -> None:
+    """Validate a task file and start its workflow (idempotent for a running task)."""
+    spec = _load(file)
+    settings = Settings.from_env()
+
+    async def main() -> int:
+        client = await console.client()
+        handle, started = await start_task(client, spec, settings.task_queue, rerun=rerun)
+        if not started:
+            console.out.print(f"task {spec.id} is already running ({handle.id}); not started again")
+        else:
+            console.out.print(f"started {handle.id} (task queue {settings.task_queue})")
+        console.out.print(f"UI: {console.ui_url(client, handle.id)}", markup=False)
+        if not await has_worker(client, settings.task_queue):
+            console.err.print(
+                f"note: no worker polls task queue {settings.task_queue!r} yet; start one "
+                "with `loop worker`"
+            )
+        if not wait:
+            return 0
+        result = await follow(
+            handle, lambda ev: console.out.print(event_line(spec.id, ev), markup=False)
+        )
+        print_result(console.out, result)
+        return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
+
+    raise typer.Exit(console.run(main))
+
+
+def _load(file: Path) -> TaskSpec:
+    try:
+        return load_task(file)
+    except LoopError as e:
+        console.fail(str(e))
+
+
+def status(
+    task_id: Annotated[
+        str | None, typer.Argument(metavar="ID", help="task id; all if omitted")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """One task's state, phase, attempt, budget and last verdict; or a table of all tasks."""
+
+    async def main() -> None:
+        client = await console.client()
+        if task_id is None:
+            await _list(client, "", as_json)
+            return
+        handle, desc = await console.handle(client, task_id)
+        st = await console.status_of(handle, desc)
+        if as_json:
+            console.out.print_json(st.model_dump_json())
+        elif isinstance(st, TaskResult):
+            print_result(console.out, st)
+        else:
+            _print_status(st)
+
+    console.run(main)
+
+
+def _print_status(st: TaskStatus) -> None:
+    console.out.print(status_line(st), markup=False)
+    used, left = st.budget.used, st.budget.left
+    console.out.print(
+        f"budget used: {used.attempts} attempts, {used.seconds or 0:.1f} s, {used.tokens} tokens, "
+        f"${used.cost_usd or 0:.4f}, {used.tool_calls} tool calls",
+        markup=False,
+    )
+    shown = {k: v for k, v in left.model_dump().items() if v is not None}
+    console.out.print(f"budget left: {shown or 'unlimited'}", markup=False)
+    if st.waiting_for:
+        console.out.print(f"waiting for: {st.waiting_for} — {st.reason}", markup=False)
+
+
+async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = False) -> None:
+    query = f'WorkflowType="{TASK_WORKFLOW}"' + extra
+    rows = []
+    async for wf in client.list_workflows(query, limit=200):
+        sa = wf.typed_search_attributes
+        state = sa.get(SA_STATE) or wf.status.name if wf.status else "?"
+        if wf.status != WorkflowExecutionStatus.RUNNING and state in ("RUNNING",):
+            state = wf.status.name if wf.status else state
+        rows.append(
+            {
+                "task_id": wf.id.removeprefix("task-"),
+                "state": state,
+                "attempts": sa.get(SA_ATTEMPTS) or 0,
+                "cost_usd": sa.get(SA_COST) or 0.0,
+                "started": wf.start_time.isoformat(timespec="seconds") if wf.start_time else "",
+                "repo": sa.get(SA_REPO) or "",
+            }
+        )
+    if inbox:
+        for row in rows:
+            with contextlib.suppress(LoopError, RPCError):
+                handle, desc = await console.handle(client, row["task_id"])
+                st = await console.status_of(handle, desc)
+                if isinstance(st, TaskStatus):
+                    row["waiting_for"], row["reason"] = st.waiting_for, st.reason
+                    row["answer"] = answer_with(st.task_id, st.waiting_for)
+    if as_json:
+        console.out.print_json(json.dumps(rows))
+        return
+    if not rows:
+        console.out.print("no tasks waiting for a person" if inbox else "no tasks")
+        return
+    if inbox:
+        # One block per task: the answer commands must stay copy-pasteable on any width.
+        for r in rows:
+            console.out.print(
+                f"{r['task_id']}  {r['state']}  attempt {r['attempts']}  {r.get('reason', '')}",
+                markup=False,
+            )
+            console.out.print(f"    answer with: {r.get('answer', '')}", markup=False)
+        return
+    table = Table("task", "state", "attempts", "cost", "started", "repo")
+    for r in rows:
+        table.add_row(
+            r["task_id"],
+            r["state"],
+            str(r["attempts"]),
+            f"${r['cost_usd']:.4f}",
+            r["started"],
+            r["repo"],
+        )
+    console.out.print(table)
+
+
+def inbox(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Tasks waiting for a person, what each waits for, and the command that answers it."""
+
+    async def main() -> None:
+        client = await console.client()
+        await _list(
+            client,
+            ' AND ExecutionStatus="Running" AND '
+            '(LoopState="NEEDS_HUMAN" OR LoopState="AWAITING_APPROVAL")',
+            as_json,
+            inbox=True,
+        )
+
+    console.run(main)
+
+
+async def _answerable(task_id: str, accepts: Callable[[TaskStatus], bool], what: str) -> Any:
+    client = await console.client()
+    handle, desc = await console.handle(client, task_id)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {what} does not apply")
+    st = await console.status_of(handle, desc)
+    assert isinstance(st, TaskStatus)
+    if not accepts(st):
+        waiting = f", waiting for {st.waiting_for}" if st.waiting_for else ""
+        raise BadInput(f"task {task_id} is {st.state}{waiting}; {what} does not apply now")
+    return handle
+
+
+def approve(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    note: Annotated[str, typer.Option(help="why it may be merged")] = "",
+) -> None:
+    """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
+
+    async def main() -> None:
+        handle = await _answerable(task_id, lambda s: s.waiting_for == WAITING_APPROVAL, "approve")
+        await handle.signal(SIGNAL_APPROVE, ApproveSignal(note=note))
+        console.out.print(f"approved {task_id}")
+
+    console.run(main)
+
+
+def reject(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    reason: Annotated[str, typer.Option(help="why (recorded in the trace)")] = ...,  # type: ignore[assignment]
+) -> None:
+    """Reject a task waiting for a person: it ends REJECTED, nothing is merged."""
+
+    async def main() -> None:
+        handle = await _answerable(task_id, lambda s: s.state.waiting, "reject")
+        await handle.signal(SIGNAL_REJECT, RejectSignal(reason=reason))
+        console.out.print(f"rejected {task_id}")
+
+    console.run(main)
+
+
+def _takes_decision(st: TaskStatus) -> bool:
+    return st.state == TaskState.RUNNING or st.waiting_for == WAITING_DECISION
+
+
+def feedback(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    text: Annotated[str, typer.Argument(help="added to the next attempt's prompt")],
+) -> None:
+    """Give a task feedback; a task in NEEDS_HUMAN gets one more attempt carrying it."""
+    if not text.strip():
+        console.err.print("error: feedback text is empty; say what the agent should do differently")
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        handle = await _answerable(task_id, _takes_decision, "feedback")
+        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text=text))
+        console.out.print(f"feedback sent to {task_id}")
+
+    console.run(main)
+
+
+def extend(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    attempts: Annotated[int, typer.Option(min=0, help="more attempts")] = 0,
+    seconds: Annotated[int, typer.Option(min=0, help="more wall-clock seconds")] = 0,
+    tokens: Annotated[int, typer.Option(min=0, help="more tokens")] = 0,
+    cost_usd: Annotated[float, typer.Option(min=0, help="more dollars")] = 0.0,
+) -> None:
+    """Add budget to a running task or one waiting in NEEDS_HUMAN; the loop goes on."""
+    payload = ExtendBudgetSignal(
+        attempts=attempts, seconds=seconds, tokens=tokens, cost_usd=cost_usd
+    )
+    if payload == ExtendBudgetSignal():
+        console.err.print(
+            "error: nothing to add; give --attempts, --seconds, --tokens or --cost-usd"
+        )
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        handle = await _answerable(task_id, _takes_decision, "extend")
+        await handle.signal(SIGNAL_EXTEND_BUDGET, payload)
+        console.out.print(f"budget extended for {task_id}")
+
+    console.run(main)
+
+
+def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED."""
+
+    async def main() -> None:
+        client = await console.client()
+        handle, desc = await console.handle(client, task_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise BadInput(f"task {task_id} has already ended ({desc.status.name})")
+        await handle.cancel()
+        console.out.print(f"cancel requested for {task_id}")
+
+    console.run(main)
+
+
+def trace(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: Annotated[bool, typer.Option("--json", help="the full trace as JSON")] = False,
+) -> None:
+    """The execution trace: attempts, gates with evidence, events, escalations."""
+
+    async def main() -> None:
+        client = await console.client()
+        handle, desc = await console.handle(client, task_id)
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            result = await handle.query(QUERY_TRACE, result_type=TaskResult)
+        else:
+            result = await console.status_of(handle, desc)  # type: ignore[assignment]
+        assert isinstance(result, TaskResult)
+        if as_json:
+            console.out.print_json(result.model_dump_json())
+            return
+        print_result(console.out, result)
+        console.out.print()
+        for ev in result.events:
+            console.out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)
+
+    console.run(main)

@@ -1,0 +1,65 @@
+"""What every file a person writes goes through: parsed, validated, one error line.
+
+Task files, sources files, eval suites and harnesses are YAML or JSON mappings
+validated by a pydantic model that refuses unknown keys (a typo must never
+silently mean "no limit"). Every problem is one line that names the file, the
+field and what is wrong, raised as ``TaskFileError``: the CLI prints it and exits
+2, with nothing started.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from loop.errors import TaskFileError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read(file: Path, kind: str, shape: str) -> dict[str, Any]:
+    """The mapping in ``file``; ``kind`` names the file in errors, ``shape`` says what a
+    valid one holds."""
+    if not file.is_file():
+        raise TaskFileError(f"{kind} file {file} not found")
+    text = file.read_text(errors="replace")
+    try:
+        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise TaskFileError(f"{file}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise TaskFileError(f"{file}: not valid YAML ({where}{problem})") from None
+    if not isinstance(data, dict):
+        raise TaskFileError(f"{file}: a {kind} file is a mapping with {shape}")
+    return data
+
+
+def validated(model: type[M], data: dict[str, Any], where: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise TaskFileError(f"{where}: {describe(e)}") from None
+
+
+def describe(e: ValidationError) -> str:
+    """The first error, as ``field.path: what is wrong``, on one line."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        msg = "unknown key (check the spelling; see the task file reference in README.md)"
+    elif kind == "missing":
+        msg = "required field is missing"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+        if kind == "string_pattern_mismatch" and loc == "id":
+            msg = "must match [a-z0-9][a-z0-9._-]{0,62} (lowercase letters, digits, . _ -)"
+    more = len(e.errors()) - 1
+    return f"{loc}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")

@@ -1,0 +1,100 @@
+"""Eval suites and harness files, and the deterministic snapshot of a case's folder.
+
+A case's ``source`` folder becomes a git repository under ``LOOP_HOME/eval/`` with
+a deterministic commit (fixed author, date and message), so the same folder
+always yields the same commit and the suite hash means the same code everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from loop.contracts import Harness, Suite, TaskSpec
+from loop.errors import TaskFileError
+from loop.loaders.common import read, validated
+from loop.loaders.task import resolve
+
+PINNED = {
+    "GIT_AUTHOR_NAME": "Loopwork eval",
+    "GIT_AUTHOR_EMAIL": "eval@localhost",
+    "GIT_COMMITTER_NAME": "Loopwork eval",
+    "GIT_COMMITTER_EMAIL": "eval@localhost",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+}
+
+
+def load_harness(path: Path) -> Harness:
+    harness = validated(
+        Harness, read(path, "harness", "name, agent, budget, instructions"), str(path)
+    )
+    command = harness.agent.command
+    if command:  # scripts named next to the harness file run from anywhere
+        folder = path.resolve().parent
+        resolved = [str(folder / a) if (folder / a).is_file() else a for a in command]
+        harness = harness.model_copy(
+            update={"agent": harness.agent.model_copy(update={"command": resolved})}
+        )
+    return harness
+
+
+def load_suite(path: Path, home: Path) -> Suite:
+    suite = validated(Suite, read(path, "suite", "name, cases"), str(path))
+    folder = path.resolve().parent
+    cases = []
+    for case in suite.cases:
+        if case.source is not None:
+            repo, commit = snapshot(folder / case.source, home / "eval" / suite.name / case.id)
+        else:
+            assert case.repo is not None and case.commit is not None
+            repo, commit = str((folder / case.repo).resolve()), case.commit
+        spec = validated(
+            TaskSpec,
+            {
+                "id": case.id,
+                "goal": case.goal,
+                "repo": repo,
+                "base": commit,
+                "agent": {"command": ["true"]},
+                "verify": [g.model_dump() for g in case.verify],
+            },
+            f"{path}: case {case.id}",
+        )
+        resolved = resolve(spec, folder, f"{path}: case {case.id}")
+        cases.append(
+            case.model_copy(update={"repo": resolved.repo, "commit": commit, "source": None})
+        )
+    return suite.model_copy(update={"cases": cases})
+
+
+def snapshot(source: Path, repo: Path) -> tuple[str, str]:
+    """A repository holding exactly ``source``, at a commit that depends only on its files."""
+    if not source.is_dir():
+        raise TaskFileError(f"case source {source} is not a folder")
+    env = {**os.environ, **PINNED}
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, env=env)
+    for item in repo.iterdir():
+        if item.name != ".git":
+            shutil.rmtree(item) if item.is_dir() else item.unlink()
+    shutil.copytree(source, repo, dirs_exist_ok=True)
+    git = ["git", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True, env=env)
+    tree = subprocess.run(
+        [*git, "write-tree"], cwd=repo, check=True, env=env, capture_output=True, text=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        [*git, "commit-tree", tree, "-m", f"eval case {source.name}"],
+        cwd=repo,
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    subprocess.run([*git, "update-ref", f"refs/eval/{commit}", commit], cwd=repo, check=True)
+    subprocess.run([*git, "reset", "-q", "--hard", commit], cwd=repo, check=True, env=env)
+    return str(repo.resolve()), commit
