@@ -1,8 +1,9 @@
 """The worker: the one composition root that wires workflows and activities to a client.
 
-Run it as ``python worker.py`` or ``loop worker``. Settings follow DESIGN.md's
-fast-recovery rules: a short sticky schedule-to-start timeout (its 10 s default
-alone adds ~9 s to every crash recovery) and a graceful drain on Ctrl-C/SIGTERM.
+Run it as ``python worker.py`` or ``loop worker``. Settings follow the fast-recovery
+rules of docs/architecture.md ("Temporal rules"): a short sticky schedule-to-start
+timeout (its 10 s default alone adds ~9 s to every crash recovery) and a graceful
+drain on Ctrl-C/SIGTERM.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Worktrees reconciled with open workflows when a worker starts (DESIGN).
+"""Worktrees reconciled with open workflows when a worker starts.
 
 A crash can fall between two steps that belong together: a merge into base and
 the removal of the merged worktree, or a run that ended while its worker was

@@ -16,7 +16,7 @@ OUTPUT_TAIL_CHARS = 4_000
 
 
 def workflow_id_for(task_id: str) -> str:
-    """The one place that maps a task id to its workflow id (DESIGN: ``task-<id>``)."""
+    """The one place that maps a task id to its workflow id (``task-<id>``)."""
     return f"task-{task_id}"
 
 

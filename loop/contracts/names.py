@@ -32,7 +32,7 @@ WAITING_APPROVAL = "approve/reject"
 WAITING_DECISION = "feedback/extend_budget/reject"
 
 
-# Search attributes (DESIGN: registered by the embedded server and by the worker).
+# Search attributes: registered by the embedded server at start and by the worker.
 SA_STATE = SearchAttributeKey.for_keyword("LoopState")
 SA_ATTEMPTS = SearchAttributeKey.for_int("LoopAttempts")
 SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
