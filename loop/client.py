@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -157,3 +158,14 @@ async def ensure_search_attributes(client: Client) -> list[str]:
             return []
         raise
     return list(missing)
+
+
+def ui_url(client: Client, workflow_id: str | None = None) -> str:
+    """The Temporal UI for this connection: ``LOOP_UI_URL``, else the frontend's port + 1000."""
+    base = os.environ.get("LOOP_UI_URL")
+    if not base:
+        host, _, port = client.service_client.config.target_host.rpartition(":")
+        host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "") else host
+        base = f"http://{host}:{int(port or 7233) + 1000}"
+    url = f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows"
+    return f"{url}/{workflow_id}" if workflow_id else url

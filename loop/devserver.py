@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -192,6 +193,27 @@ class DevServer:
         """Start the server in its own session; call :meth:`wait_ready` before using it."""
         binary = temporal_binary()
         ui = None if headless else (ui_port if ui_port is not None else port + UI_PORT_OFFSET)
+        home = Path(home).resolve()  # the server runs with cwd=home
+        home.mkdir(parents=True, exist_ok=True)
+        home.chmod(0o700)  # the database holds every payload: the worker's user alone
+        lock = _hold_database(home / DB_NAME)
+        try:
+            return cls._launch(binary, home, ip, port, ui, headless, log_file, lock)
+        finally:
+            os.close(lock)  # the server holds its own copy: the lock lives as long as it does
+
+    @classmethod
+    def _launch(
+        cls,
+        binary: Path,
+        home: Path,
+        ip: str,
+        port: int,
+        ui: int | None,
+        headless: bool,
+        log_file: Path | None,
+        lock: int,
+    ) -> DevServer:
         if port_busy(ip, port):
             raise DevServerError(
                 f"port {port} is busy: another Temporal server may be running; "
@@ -201,9 +223,6 @@ class DevServer:
             raise DevServerError(
                 f"port {ui} (web UI) is busy: use --ui-port to pick another, or --headless"
             )
-        home = Path(home).resolve()  # the server runs with cwd=home
-        home.mkdir(parents=True, exist_ok=True)
-        home.chmod(0o700)  # the database holds every payload: the worker's user alone
         for existing in home.glob(f"{DB_NAME}*"):
             existing.chmod(0o600)
         log_path = Path(log_file) if log_file is not None else home / LOG_NAME
@@ -225,10 +244,13 @@ class DevServer:
                 cwd=home,
                 start_new_session=True,
                 umask=0o077,  # temporal.db and its -wal/-shm files: 0600
+                pass_fds=(lock,),
             )
         except OSError as e:
             log.close()
             raise DevServerError(f"cannot run {binary}: {e}") from e
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, f"{ip}:{port} {process.pid}\n".encode(), 0)
         return cls(
             process=process, ip=ip, port=port, ui_port=ui, home=home, log_file=log_path, _log=log
         )
@@ -317,6 +339,24 @@ class DevServer:
             self._log = None
 
 
+def _hold_database(db: Path) -> int:
+    """Lock ``db`` for one server (``temporal.db.lock``, an flock the server inherits): two
+    servers on one SQLite file would corrupt it. Raises with the one that holds it."""
+    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held = os.pread(fd, 200, 0).decode(errors="replace").split()
+        os.close(fd)
+        where = held[0] if held else "another address"
+        pid = f" (pid {held[1]})" if len(held) > 1 else ""
+        raise DevServerError(
+            f"{db} is in use by the Temporal server at {where}{pid}; use that one "
+            f"(TEMPORAL_ADDRESS={where}) or stop it first"
+        ) from None
+    return fd
+
+
 def _split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -331,9 +371,9 @@ async def ensure_running(settings: Settings, address: str | None = None) -> DevS
     the embedded server on ``settings.home / "temporal.db"`` and returns it
     once ready (the caller stops it).
     """
-    from loop.client import connect
+    from loop.client import connect, connect_config
 
-    address = address or f"{DEFAULT_IP}:{DEFAULT_PORT}"
+    address = address or connect_config()["target_host"]
     try:
         await connect(address)
         return None

@@ -318,3 +318,81 @@ async def test_ensure_search_attributes_tolerates_the_test_server() -> None:
         test_server_existing_path=str(test_server)
     ) as env:
         assert await ensure_search_attributes(env.client) == []
+
+
+# --------------------------------------------------------------------------- found as a newcomer
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOP = Path(sys.executable).parent / "loop"
+
+
+def loop_demo(home: Path, address: str) -> tuple[int, str]:
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
+    env.update(LOOP_HOME=str(home), TEMPORAL_ADDRESS=address, COLUMNS="200")
+    done = subprocess.run(
+        [str(LOOP), "demo"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+async def test_one_database_serves_one_server(tmp_path: Path) -> None:
+    first, second = free_ports(2)
+    server = DevServer.start(home=tmp_path, port=first, headless=True)
+    try:
+        await server.wait_ready()
+        with pytest.raises(DevServerError) as info:
+            DevServer.start(home=tmp_path, port=second, headless=True)
+        text = str(info.value)
+        assert f"is in use by the Temporal server at 127.0.0.1:{first}" in text
+        assert f"TEMPORAL_ADDRESS=127.0.0.1:{first}" in text and "\n" not in text
+        assert not port_busy("127.0.0.1", second)  # nothing was started
+    finally:
+        server.stop()
+    DevServer.start(home=tmp_path, port=second, headless=True).stop()  # free again
+
+
+@pytest.mark.timeout(150)
+async def test_the_demo_uses_the_server_the_environment_names(tmp_path: Path) -> None:
+    port, ui = free_ports(2)
+    server = DevServer.start(home=tmp_path / "server", port=port, ui_port=ui)
+    try:
+        await server.wait_ready()
+        code, out = loop_demo(tmp_path / "home", f"127.0.0.1:{port}")
+    finally:
+        server.stop()
+    assert code == 0, out
+    assert "started the embedded Temporal server" not in out
+    assert "DONE_WITH_EVIDENCE" in out
+    link = f"http://localhost:{port + 1000}/namespaces/default/workflows/task-demo-slugify"
+    assert f"Temporal UI: {link}" in out
+    assert not (tmp_path / "home" / "temporal.db").exists()  # no second server on any file
+
+
+@pytest.mark.timeout(150)
+def test_the_demo_that_started_its_server_says_how_to_see_the_history(tmp_path: Path) -> None:
+    port = free_port()
+    code, out = loop_demo(tmp_path / "home", f"127.0.0.1:{port}")
+    assert code == 0, out
+    assert f"started the embedded Temporal server at 127.0.0.1:{port}" in out
+    assert f"http://localhost:{port + 1000}/namespaces/default/workflows/task-demo-slugify" in out
+    assert "run `loop dev` (same LOOP_HOME) to open the link above" in out
+    assert (tmp_path / "home" / "temporal.db").exists()
+
+
+def test_the_editable_install_prints_no_warning(tmp_path: Path) -> None:
+    import subprocess
+
+    build = "import sys; from setuptools import build_meta; build_meta.build_editable(sys.argv[1])"
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(tmp_path.glob("loopwork-*.whl"))
+    assert "same name as your package" not in done.stdout + done.stderr

@@ -8,7 +8,6 @@ Loopwork's own errors become one ``error:`` line and exit 2 (``run``, ``fail``).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -59,16 +58,6 @@ def fail(message: str) -> NoReturn:
 
 async def client() -> Client:
     return await connect(connection.address, connection.namespace)
-
-
-def ui_url(client: Client, workflow_id: str | None = None) -> str:
-    base = os.environ.get("LOOP_UI_URL")
-    if not base:
-        host, _, port = client.service_client.config.target_host.rpartition(":")
-        host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "") else host
-        base = f"http://{host}:{int(port or 7233) + 1000}"
-    url = f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows"
-    return f"{url}/{workflow_id}" if workflow_id else url
 
 
 def check_id(task_id: str) -> str:

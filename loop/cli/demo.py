@@ -8,8 +8,10 @@ server and worker: started here unless they already run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ import yaml
 from rich.console import Console
 
 from loop.cli.render import event_line, print_result
-from loop.client import connect, ensure_search_attributes
+from loop.client import connect, ensure_search_attributes, ui_url
 from loop.contracts import TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
@@ -28,7 +30,7 @@ from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
 
 TASK_ID = "demo-slugify"
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "demo"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
 
 def demo_task(repo: Path, agent: Path, sandbox: dict[str, object]) -> dict[str, object]:
@@ -96,7 +98,9 @@ def make_repo(home: Path, sandbox: dict[str, object]) -> Path:
     return task_file
 
 
-async def run_demo(settings: Settings, address: str | None, out: Console) -> int:
+async def run_demo(
+    settings: Settings, address: str | None, out: Console, *, keep: bool = False
+) -> int:
     import worker as worker_module  # the composition root; imported only when needed
 
     started_at = time.monotonic()
@@ -125,12 +129,26 @@ async def run_demo(settings: Settings, address: str | None, out: Console) -> int
                 handle, lambda ev: out.print(event_line(spec.id, ev), markup=False)
             )
         print_result(out, result)
-        ui = server.ui_url if server else "http://localhost:8233"
-        out.print(f"\nTemporal UI: {ui}/namespaces/default/workflows/{handle.id}", markup=False)
-        if server is not None:
-            out.print("(the server started by the demo stops now; `loop dev` keeps one running)")
+        out.print(f"\nTemporal UI: {ui_url(client, handle.id)}", markup=False)
         out.print(f"demo took {time.monotonic() - started_at:.1f} s")
+        if server is not None and keep:
+            out.print(f"the server at {server.address} keeps running; Ctrl-C stops it")
+            await _until_interrupted()
+        elif server is not None:
+            out.print(
+                "the demo's server stops now; its history stays in "
+                f"{settings.db}: run `loop dev` (same LOOP_HOME) to open the link above, "
+                "or `loop demo --keep` next time",
+                markup=False,
+            )
         return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
     finally:
         if server is not None:
             server.stop()
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()

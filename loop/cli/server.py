@@ -94,13 +94,18 @@ def codec_server(
     server.server_close()
 
 
-def demo() -> None:
+def demo(
+    keep: Annotated[
+        bool, typer.Option(help="keep the server it started running (Ctrl-C stops it)")
+    ] = False,
+) -> None:
     """Run the offline demo: a real bug, a scripted agent that needs one round of feedback."""
     from loop.cli.demo import run_demo
 
     logs.configure("WARNING")
+    address = console.connection.address
     raise typer.Exit(
-        console.run(lambda: run_demo(Settings.from_env(), console.connection.address, console.out))
+        console.run(lambda: run_demo(Settings.from_env(), address, console.out, keep=keep))
     )
 
 

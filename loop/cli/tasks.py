@@ -20,6 +20,7 @@ from temporalio.service import RPCError
 
 from loop.cli import console
 from loop.cli.render import event_line, print_result, status_line
+from loop.client import ui_url
 from loop.contracts import (
     QUERY_TRACE,
     SA_ATTEMPTS,
@@ -65,7 +66,7 @@ def start(
             console.out.print(f"task {spec.id} is already running ({handle.id}); not started again")
         else:
             console.out.print(f"started {handle.id} (task queue {settings.task_queue})")
-        console.out.print(f"UI: {console.ui_url(client, handle.id)}", markup=False)
+        console.out.print(f"UI: {ui_url(client, handle.id)}", markup=False)
         if not await has_worker(client, settings.task_queue):
             console.err.print(
                 f"note: no worker polls task queue {settings.task_queue!r} yet; start one "
