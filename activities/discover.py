@@ -42,6 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gates import gate_extra_env
 from activities.host import artifact, sandbox
+from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
 from loop.contracts import (
     DISCOVER,
@@ -74,6 +75,9 @@ from loop.settings import Settings
 GOAL_TAIL_CHARS = 2_000
 """Output tail of a failing CI command quoted in the goal (the full log stays on disk)."""
 TODO_CONTEXT_LINES = 3
+ISSUE_FILE_BYTES = 1 << 20
+"""An issue file is text a person wrote: a megabyte is plenty, and more is not read."""
+GITHUB_FILE_BYTES = 64 << 20
 LOOKUPS_AT_ONCE = 8
 
 
@@ -200,8 +204,13 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
         task_id = triage.task_id_for(source.name, key)
         return TriageItem(source=source.name, key=key, task_id=task_id, skip_reason=why)
 
+    # An issue folder may be the repository's: the file may be a link to the worker's
+    # secrets, a FIFO, /dev/zero. Read as hostile input: no link, no block, capped.
+    data, problem = read_untrusted(file, ISSUE_FILE_BYTES)
+    if problem:
+        return skipped(file.stem, f"{file.name}: not read ({problem})")
     try:
-        post = frontmatter.loads(file.read_text(errors="replace"))
+        post = frontmatter.loads(data.decode("utf-8", errors="replace"))
     except (yaml.YAMLError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return skipped(file.stem, f"{file.name}: front matter is not valid YAML ({first})")
@@ -267,10 +276,13 @@ def _first_heading(body: str) -> str:
 
 def _github_issues(source: GitHubIssuesSource) -> tuple[list[TriageItem], str]:
     file = Path(source.path)
+    raw, problem = read_untrusted(file, GITHUB_FILE_BYTES)
+    if problem == "missing":
+        raise permanent(f"github_issues source {source.name}: {file} not found")
+    if problem:
+        raise permanent(f"github_issues source {source.name}: {file} not read ({problem})")
     try:
-        data = json.loads(file.read_text(errors="replace"))
-    except FileNotFoundError:
-        raise permanent(f"github_issues source {source.name}: {file} not found") from None
+        data = json.loads(raw.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as e:
         raise permanent(
             f"github_issues source {source.name}: {file} is not JSON (line {e.lineno}: {e.msg})"

@@ -28,7 +28,7 @@ from temporalio import activity
 
 from activities.host import artifact, sandbox
 from activities.host.files import read_untrusted
-from activities.host.git import git
+from activities.host.git import GitError, git
 from activities.workspace import (
     changed_files,
     outside_changes,
@@ -246,7 +246,21 @@ class MakeActivities:
                 disk_exceeded=too_big,
                 removed=found.special,
             )
-        commit = await wip_commit(ws, n)
+        try:
+            commit = await wip_commit(ws, n)
+        except GitError as e:
+            # The agent's worktree is something git refuses (an encoding its attributes name,
+            # a path git will not store): the attempt's own failure, not Loopwork's.
+            await restore(ws, start.start_commit)
+            await git(["clean", "-q", "-ffdx"], ws.path)
+            return MakeResult(
+                attempt=n,
+                start_commit=start.start_commit,
+                commit=start.start_commit,
+                outside_writes=outside,
+                not_committed=f"git could not commit the attempt: {e.message}",
+                removed=found.special,
+            )
         return MakeResult(
             attempt=n,
             start_commit=start.start_commit,

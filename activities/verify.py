@@ -6,6 +6,11 @@ of the commit (``artifact.checkout``), read-only to them, so a file the agent
 kept out of the commit (ignored, untracked) cannot take part, and nothing a
 gate does reaches the task's worktree. Files the agent made that git ignores
 are listed in the verdict as evidence.
+
+Some attempts are refused before any gate runs (``_refused``): a worktree that
+grew past its disk limit, one git could not commit, and one that changes git
+attributes (they change what a checkout holds, so gates would judge other bytes
+than the commit's).
 """
 
 from __future__ import annotations
@@ -29,23 +34,9 @@ class VerifyActivities:
     @activity.defn(name=VERIFY.name)
     async def verify(self, inp: VerifyInput) -> Verdict:
         ws, made = inp.workspace, inp.make
-        if made.disk_exceeded:
-            return Verdict(
-                passed=False,
-                artifact=made.commit,
-                gates=[
-                    GateResult(
-                        name="disk",
-                        kind="disk",
-                        passed=False,
-                        requirement=(
-                            f"the worktree grows by at most "
-                            f"{inp.task.sandbox.limits.disk_mb} MB per attempt"
-                        ),
-                        evidence=Evidence(detail=made.disk_exceeded),
-                    )
-                ],
-            )
+        refused = _refused(inp)
+        if refused is not None:
+            return Verdict(passed=False, artifact=made.commit, gates=[refused])
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
         # llm_review gates are model calls of their own (the ``review`` activity).
         checks = [g for g in inp.task.verify if g.kind != "llm_review"]
@@ -66,3 +57,35 @@ class VerifyActivities:
             artifact=made.commit,
             ignored_files=made.ignored_files,
         )
+
+
+def _refused(inp: VerifyInput) -> GateResult | None:
+    """What ends the verdict before any gate runs: an attempt that is not a commit the
+    gates can judge as it is."""
+    made = inp.make
+    if made.disk_exceeded:
+        limit = inp.task.sandbox.limits.disk_mb
+        requirement = f"the worktree grows by at most {limit} MB per attempt"
+        return _failed("disk", requirement, made.disk_exceeded)
+    if made.not_committed:
+        return _failed("commit", "git can store the attempt as it is", made.not_committed)
+    attributes = [f for f in made.changed_files if f.rsplit("/", 1)[-1] == ".gitattributes"]
+    if attributes:
+        # Attributes change what a checkout holds (encodings, line ends, filters), so the
+        # gates would judge files other than the ones committed: never the agent's call.
+        return _failed(
+            "attributes",
+            "git attributes stay as they are at base",
+            f"the attempt changes {', '.join(attributes)}",
+        )
+    return None
+
+
+def _failed(name: str, requirement: str, detail: str) -> GateResult:
+    return GateResult(
+        name=name,
+        kind=name,
+        passed=False,
+        requirement=requirement,
+        evidence=Evidence(detail=detail),
+    )

@@ -193,6 +193,7 @@ class DevServer:
         """Start the server in its own session; call :meth:`wait_ready` before using it."""
         binary = temporal_binary()
         ui = None if headless else (ui_port if ui_port is not None else port + UI_PORT_OFFSET)
+        cls._ports_free(ip, port, ui)
         home = Path(home).resolve()  # the server runs with cwd=home
         home.mkdir(parents=True, exist_ok=True)
         home.chmod(0o700)  # the database holds every payload: the worker's user alone
@@ -201,6 +202,18 @@ class DevServer:
             return cls._launch(binary, home, ip, port, ui, headless, log_file, lock)
         finally:
             os.close(lock)  # the server holds its own copy: the lock lives as long as it does
+
+    @staticmethod
+    def _ports_free(ip: str, port: int, ui: int | None) -> None:
+        if port_busy(ip, port):
+            raise DevServerError(
+                f"port {port} is busy: another Temporal server may be running; "
+                "use --port to pick another"
+            )
+        if ui is not None and port_busy(ip, ui):
+            raise DevServerError(
+                f"port {ui} (web UI) is busy: use --ui-port to pick another, or --headless"
+            )
 
     @classmethod
     def _launch(
@@ -214,15 +227,6 @@ class DevServer:
         log_file: Path | None,
         lock: int,
     ) -> DevServer:
-        if port_busy(ip, port):
-            raise DevServerError(
-                f"port {port} is busy: another Temporal server may be running; "
-                "use --port to pick another"
-            )
-        if ui is not None and port_busy(ip, ui):
-            raise DevServerError(
-                f"port {ui} (web UI) is busy: use --ui-port to pick another, or --headless"
-            )
         for existing in home.glob(f"{DB_NAME}*"):
             existing.chmod(0o600)
         log_path = Path(log_file) if log_file is not None else home / LOG_NAME

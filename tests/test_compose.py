@@ -180,7 +180,7 @@ def test_dockerfile_copies_the_whole_package(dockerfile: list[str]) -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     setup = pyproject["tool"]["setuptools"]
     wanted = [
-        *setup["packages"],
+        *(p.rstrip("*") for p in setup["packages"]["find"]["include"]),
         *(f"{m}.py" for m in setup["py-modules"]),
         "pyproject.toml",
         pyproject["project"]["readme"],  # the build reads it

@@ -760,3 +760,25 @@ def test_the_home_folder_and_the_database_are_the_workers_alone(tmp_path: Path) 
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     dbs = list(home.glob("temporal.db*"))
     assert dbs and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in dbs), dbs
+
+
+def test_a_tree_of_any_depth_is_walked_and_removed_without_recursion(tmp_path: Path) -> None:
+    from activities.host import tree
+
+    top = tmp_path / "top"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3000):  # by descriptor: the path is far beyond PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.close(fd)
+    entries = list(tree.walk(str(top)))
+    assert len(entries) == tree.MAX_DEPTH and entries[-1].too_deep
+    root = os.open(top, os.O_RDONLY)
+    try:
+        tree.remove(root, "d")
+    finally:
+        os.close(root)
+    assert list(top.iterdir()) == []

@@ -443,6 +443,37 @@ async def test_an_issue_file_cannot_configure_its_task(
     assert "budget capped at the source's (max_attempts 50 -> 1)" in greedy.reason
 
 
+async def test_an_issue_folder_is_read_as_hostile_input(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+):
+    """Issue files may be the repository's: a link (to the worker's key, to /dev/zero), a
+    FIFO or a huge file is listed as not read, never followed, waited on or swallowed."""
+    name = uniq("is")
+    folder = tmp_path / "issues"
+    issue(folder, "ok.md", {"id": "ok", "labels": ["bug"]}, "A real issue.")
+    secret = tmp_path / "codec.key"
+    secret.write_text("CODEC-KEY-SECRET")
+    (folder / "leak.md").symlink_to(secret)
+    (folder / "zero.md").symlink_to("/dev/zero")
+    os.mkfifo(folder / "jam.md")
+    (folder / "huge.md").write_bytes(b"x" * (2 << 20))
+    source = {"name": name, "kind": "issue_files", "path": "issues"}
+    file = write_sources(tmp_path, template(demo_repo, write_agent(tmp_path, NOTHING)), [source])
+    async with triage_worker(client, settings):
+        dry = by_task(await run_triage(client, settings, file, dry_run=True))
+    assert dry[f"{name}-ok"].action == "start"
+    for key, why in [
+        ("leak", "symbolic link"),
+        ("zero", "symbolic link"),
+        ("jam", "not a regular file"),
+        ("huge", "2097152 bytes"),
+    ]:
+        decision = dry[f"{name}-{key}"]
+        assert decision.action == "skip" and f"{key}.md: not read (" in decision.reason, decision
+        assert why in decision.reason, decision.reason
+    assert "CODEC-KEY-SECRET" not in json.dumps([d.model_dump() for d in dry.values()])
+
+
 async def _event(handle: WorkflowHandle, kind: str) -> str:
     try:
         trace = await handle.query(QUERY_TRACE, result_type=TaskResult)

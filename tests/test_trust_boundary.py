@@ -28,7 +28,7 @@ from activities.host import sandbox
 from loop.contracts import QUERY_STATUS, TaskResult, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.conftest import LEVELS, git, task, write_agent
+from tests.conftest import DEFAULT_SANDBOX, LEVELS, git, task, write_agent
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -475,3 +475,105 @@ async def test_its_own_folders_count_against_the_disk_limit(
     assert result.attempts[0].verdict.gates[0].name == "disk"
     home = settings.runs / result.task_id / "home"
     assert not home.exists() or not list(home.iterdir())
+
+
+# --------------------------------------------------------------------------- 10. shapes of a tree
+
+
+MANY_LINKS = """
+pathlib.Path("notes").mkdir()
+for i in range(20000):
+    os.symlink("x" * 200 + str(i), f"notes/link-{i}")
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+DEEP = """
+base = os.getcwd()
+os.makedirs("notes", exist_ok=True)
+os.chdir("notes")
+for _ in range(1500):
+    os.mkdir("d")
+    os.chdir("d")
+pathlib.Path("evil").write_text("x")
+os.chmod("evil", 0o6755)
+os.chdir(base)
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_links_and_empty_files_count_against_the_disk_limit(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    spec = hostile(demo_repo, write_agent(tmp_path, MANY_LINKS), mode)
+    spec["sandbox"]["limits"] = {"disk_mb": 10}
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+    made = result.attempts[0].make
+    assert made.disk_exceeded.startswith("the worktree grew by 78 MB"), made.disk_exceeded
+    assert not (Path(result.worktree) / "notes").exists()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_tree_too_deep_to_walk_is_taken_away(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    """1,500 nested folders: every folder above the limit is taken back, the rest removed;
+    the task goes on to its verdict."""
+    spec = task(demo_repo, write_agent(tmp_path, DEEP), sandbox={"mode": mode})
+    spec["verify"][1]["diff_scope"]["allow"].append("notes/**")
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+    made = result.attempts[0].make
+    assert any(r.endswith("(too deep)") for r in made.removed), made.removed
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    wt = Path(result.worktree)
+    owners = {os.lstat(p).st_uid for p in wt.rglob("*") if ".git" not in p.parts}
+    assert owners == {0}
+    assert not list(wt.rglob("evil"))
+
+
+ENCODING = """
+pathlib.Path(".gitattributes").write_text("*.py working-tree-encoding=NO-SUCH-ENC\\n")
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+ATTRIBUTES = """
+pathlib.Path(".gitattributes").write_text("tests/*.py eol=crlf\\n")
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+async def test_what_git_refuses_to_commit_is_the_attempts_failure(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = hostile(demo_repo, write_agent(tmp_path, ENCODING), DEFAULT_SANDBOX["mode"])
+    spec["verify"][1]["diff_scope"]["allow"].append(".gitattributes")
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+        tries = [
+            ev.activity_task_started_event_attributes.attempt
+            async for ev in client.get_workflow_handle(
+                f"task-{result.task_id}"
+            ).fetch_history_events()
+            if ev.HasField("activity_task_started_event_attributes")
+        ]
+    made = result.attempts[0].make
+    assert made.not_committed.startswith("git could not commit the attempt: "), made
+    gate = result.attempts[0].verdict.gates[0]
+    assert (gate.name, gate.passed) == ("commit", False)
+    assert max(tries) == 1  # no step was retried: the agent ran once
+    assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
+
+
+async def test_an_attempt_may_not_change_git_attributes(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """Attributes change what a checkout holds: the gates would judge other bytes."""
+    spec = hostile(demo_repo, write_agent(tmp_path, ATTRIBUTES), DEFAULT_SANDBOX["mode"])
+    spec["verify"][1]["diff_scope"]["allow"].append(".gitattributes")
+    async with build_worker(client, settings):
+        result = await run(client, settings, spec)
+    gate = result.attempts[0].verdict.gates[0]
+    assert (gate.name, gate.passed) == ("attributes", False)
+    assert gate.evidence.detail == "the attempt changes .gitattributes"

@@ -25,48 +25,57 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.host import tree
 from activities.host.git import git, repo_lock
-from activities.host.sandbox.ownership import remove_nested_git
 from activities.workspace import is_byproduct, printable
+
+BLOCK = 4096
+"""What one entry costs at least on disk (and an inode): a link or an empty file is not free."""
 
 
 @dataclass
 class Scan:
     size: int = 0
-    """Bytes of the regular files outside ``.git`` (hard links counted once)."""
+    """What the tree outside ``.git`` takes: each entry rounded up to a block (hard links
+    counted once), so a million empty files or links count as the gigabytes they cost."""
     largest: list[tuple[int, str]] = field(default_factory=list)
     special: list[str] = field(default_factory=list)
-    """FIFOs, sockets, device nodes and nested repositories' ``.git`` (removed by
-    ``scan(remove_special=True)``)."""
+    """FIFOs, sockets, device nodes, nested repositories' ``.git`` and folders deeper than
+    a walk goes (removed by ``scan(remove_special=True)``)."""
+
+
+def _blocks(size: int) -> int:
+    return max(BLOCK, -(-size // BLOCK) * BLOCK)
 
 
 def scan(top: str, *, remove_special: bool = False) -> Scan:
-    """Walk the worktree with ``lstat`` only; call it off the event loop."""
+    """Walk the worktree without following anything; call it off the event loop."""
     found = Scan()
-    if remove_special:
-        found.special += remove_nested_git(top)
     seen: set[tuple[int, int]] = set()
     sizes: list[tuple[int, str]] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        if dirpath == top:
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in (*filenames, *dirnames):
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:
+    for entry in tree.walk(top):
+        if entry.rel == ".git":
+            continue
+        st = entry.st
+        special = entry.is_git or entry.too_deep
+        if stat.S_ISREG(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:
                 continue
-            if stat.S_ISREG(st.st_mode):
-                if (st.st_dev, st.st_ino) in seen:
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-                found.size += st.st_size
-                sizes.append((st.st_size, os.path.relpath(full, top)))
-            elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                found.special.append(printable(os.path.relpath(full, top)))
-                if remove_special:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(full)
+            seen.add((st.st_dev, st.st_ino))
+            found.size += _blocks(st.st_size)
+            sizes.append((st.st_size, entry.rel))
+        elif stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            found.size += BLOCK
+        else:
+            special = True
+        if special:
+            found.special.append(printable(entry.rel))
+            if remove_special:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir:
+                        tree.remove(entry.dir_fd, entry.name)
+                    else:
+                        os.unlink(entry.name, dir_fd=entry.dir_fd)
     found.largest = sorted(sizes, reverse=True)[:5]
     return found
 

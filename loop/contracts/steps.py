@@ -97,6 +97,8 @@ class MakeResult(_Record):
     """Destinations the egress proxy refused the agent."""
     not_started: str = ""
     """Why the agent's command never ran (missing, not executable)."""
+    not_committed: str = ""
+    """Set when git could not commit the attempt (a path or an attribute it refuses)."""
     removed: list[str] = Field(default_factory=list)
     """What could not be part of the artifact and was removed before the commit: FIFOs,
     sockets and device nodes, repositories nested in the worktree."""

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from typing import Any
+
+from activities.host import tree
 
 
 def record(path: str, keep: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
@@ -50,24 +51,15 @@ def lend_tree(rec: Mapping[str, Any], uid: int, gid: int, keep: set[str]) -> Non
     files are skipped: their other name may be outside the worktree."""
     top = rec["path"]
     above: dict[str, int] = rec.get("above_kept") or {}
-    for dirpath, dirnames, filenames in os.walk(top):
-        if dirpath == top:
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            filenames = [f for f in filenames if f != ".git"]
-        for name in (*dirnames, *filenames):
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, top)
-            if rel in keep:
-                continue
-            if rel in above:
-                os.lchown(full, rec["uid"], gid)
-                os.chmod(full, 0o1770 | (above[rel] & 0o005))
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                est = os.lstat(full)
-                if stat.S_ISREG(est.st_mode) and est.st_nlink > 1:
-                    continue
-                os.lchown(full, uid, gid)
+    for entry in tree.walk(top):
+        if entry.is_git or entry.rel in keep:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if entry.rel in above:
+                os.chown(entry.name, rec["uid"], gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+                os.chmod(entry.name, 0o1770 | (above[entry.rel] & 0o005), dir_fd=entry.dir_fd)
+            elif not (stat.S_ISREG(entry.st.st_mode) and entry.st.st_nlink > 1):
+                os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
     os.chown(top, rec["uid"], gid)
     os.chmod(top, 0o1770 | (rec["mode"] & 0o005))
 
@@ -75,53 +67,42 @@ def lend_tree(rec: Mapping[str, Any], uid: int, gid: int, keep: set[str]) -> Non
 def take_back(rec: Mapping[str, Any]) -> list[str]:
     """Everything under the folder back to its owner; set-id bits of what others made go.
 
-    A ``.git`` below the top is a repository the agent made, with a config of its
-    choosing: owned by the worker, git would trust it and run what it names. It is
-    removed first, and its path returned, so the attempt can say so."""
+    The top first: whatever happens below, the task's uid has no way in any more. A
+    ``.git`` below the top is a repository the agent made, with a config of its choosing
+    (owned by the worker, git would trust it); a folder deeper than ``tree.MAX_DEPTH``
+    is more than any review or git can take. Both are removed, and their paths
+    returned, so the attempt can say so. Files with other names (hard links) are left
+    as they are: their other name may be outside the worktree."""
     top, uid, gid = rec["path"], rec["uid"], rec["gid"]
     if not os.path.isdir(top) or os.path.islink(top):
         return []
-    removed = remove_nested_git(top)
-    for dirpath, dirnames, filenames in os.walk(top):
-        if dirpath == top:
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            filenames = [f for f in filenames if f != ".git"]
-        for name in (*dirnames, *filenames):
-            full = os.path.join(dirpath, name)
-            with contextlib.suppress(FileNotFoundError):
-                est = os.lstat(full)
-                if est.st_uid == uid and est.st_gid == gid:
-                    continue
-                os.lchown(full, uid, gid)
-                if not stat.S_ISLNK(est.st_mode) and est.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    os.chmod(full, stat.S_IMODE(est.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-    for rel, mode in (rec.get("above_kept") or {}).items():
-        full = os.path.join(top, rel)
-        with contextlib.suppress(OSError):
-            if stat.S_ISDIR(os.lstat(full).st_mode):  # the agent could not replace it
-                os.chmod(full, mode)
     os.chown(top, uid, gid)
     os.chmod(top, rec["mode"])
-    return removed
-
-
-def remove_nested_git(top: str) -> list[str]:
-    """Remove every ``.git`` (folder, file or link) below the worktree's own; their paths."""
     removed: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in [*dirnames, *filenames]:
-            if name != ".git" or dirpath == top:
+    above: dict[str, int] = rec.get("above_kept") or {}
+    for entry in tree.walk(top):
+        if entry.rel == ".git":
+            continue
+        try:
+            if entry.is_git or entry.too_deep:
+                removed.append(entry.rel + ("" if entry.is_git else " (too deep)"))
+                if entry.is_dir:
+                    tree.remove(entry.dir_fd, entry.name)
+                else:
+                    os.unlink(entry.name, dir_fd=entry.dir_fd)
                 continue
-            full = os.path.join(dirpath, name)
-            removed.append(os.path.relpath(full, top))
-            if name in dirnames and not os.path.islink(full):
-                dirnames.remove(name)
-                shutil.rmtree(full, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(full)
-        if dirpath == top:
-            dirnames[:] = [d for d in dirnames if d != ".git"]
+            st = entry.st
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != uid:
+                continue
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+            if entry.rel in above:
+                os.chmod(entry.name, above[entry.rel], dir_fd=entry.dir_fd)
+            elif not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
+                os.chmod(entry.name, mode, dir_fd=entry.dir_fd)
+        except OSError:
+            continue  # gone meanwhile; nothing of the uid runs any more to have moved it
     return sorted(removed)
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pathspec
 
+from activities.host import tree
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
 """Interpreters whose ``-c`` line is itself a command line worth reading for paths."""
@@ -223,15 +225,11 @@ def protected_files(worktree: str, globs: list[str]) -> list[str]:
     if not globs:
         return []
     spec = pathspec.GitIgnoreSpec.from_lines(globs)
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(worktree):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            rel = os.path.relpath(os.path.join(dirpath, name), worktree)
-            if rel != ".git" and spec.match_file(rel):
-                if stat.S_ISREG(os.lstat(os.path.join(dirpath, name)).st_mode):
-                    found.append(rel)
-    return sorted(found)
+    return sorted(
+        e.rel
+        for e in tree.walk(worktree)
+        if not e.is_git and stat.S_ISREG(e.st.st_mode) and spec.match_file(e.rel)
+    )
 
 
 def git_dirs(worktree: str) -> list[str]:
