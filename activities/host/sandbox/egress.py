@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -137,12 +138,16 @@ def protected() -> list[str]:
 
 
 def _stop() -> None:
-    global _process
+    """Stop the proxy and remove its folder, so a worker leaves nothing in /tmp."""
+    global _process, _folder
     if _process is not None and _process.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(_process.pid, signal.SIGKILL)
         _process.wait()
     _process = None
+    if _folder is not None:
+        shutil.rmtree(_folder, ignore_errors=True)
+        _folder = None
 
 
 def _running() -> tuple[Path, Path]:

@@ -1,0 +1,56 @@
+"""The verdict on one attempt: the gates on its commit, then the LLM reviewers.
+
+``verify`` runs every command and rule gate on a clean checkout of the attempt's
+commit; each ``llm_review`` gate is a model call of its own (``review``), run after
+the others so the reviewer can cite their evidence. The verdict lists the gates in
+the task file's order.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loop.contracts import (
+        REVIEW,
+        VERIFY,
+        MakeResult,
+        ReviewInput,
+        TaskSpec,
+        Verdict,
+        VerifyInput,
+        Workspace,
+    )
+    from workflows.steps import act
+
+REVIEW_SECONDS = 360
+
+
+async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
+    verdict = await act(
+        VERIFY,
+        VerifyInput(task=spec, workspace=ws, attempt=n, make=made),
+        summary=f"verify: attempt {n}",
+        seconds=sum(g.timeout for g in spec.verify) + 120,
+    )
+    reviews = [g for g in spec.verify if g.kind == "llm_review"]
+    if not reviews:
+        return verdict
+    by_name = {g.name: g for g in verdict.gates}
+    for gate in reviews:
+        by_name[gate.name] = await act(
+            REVIEW,
+            ReviewInput(
+                task=spec,
+                workspace=ws,
+                attempt=n,
+                gate=gate,
+                artifact=made.commit,
+                evidence=verdict.gates,
+                claim=made.claim,
+            ),
+            summary=f"review: {gate.name}",
+            seconds=REVIEW_SECONDS,
+        )
+    ordered = [by_name[g.name] for g in spec.verify if g.name in by_name]
+    return verdict.model_copy(update={"gates": ordered, "passed": all(g.passed for g in ordered)})
