@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATUS,
         QUERY_TRACE,
         REMOVE_WORKSPACE,
-        REVIEW,
         SA_ATTEMPTS,
         SA_COST,
         SA_REPO,
@@ -44,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECT,
         SUMMARIZE,
         TASK_WORKFLOW,
-        VERIFY,
         WAITING_APPROVAL,
         WAITING_DECISION,
         AgentLimits,
@@ -70,7 +68,6 @@ with workflow.unsafe.imports_passed_through():
         RejectSignal,
         RemoveInput,
         ReserveReply,
-        ReviewInput,
         SummarizeInput,
         TaskResult,
         TaskSpec,
@@ -79,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         TraceEvent,
         Usage,
         Verdict,
-        VerifyInput,
         Workspace,
     )
     from loop.rules import budget
@@ -89,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import period
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime, WallClock
+    from workflows.judge import judge
     from workflows.steps import StepFailed, act, failure_reason, notify
 
 
@@ -130,6 +127,8 @@ class TaskWorkflow:
         self.last_verdict: Verdict | None = None
         self.decision: _Decision | None = None
         self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
+        self.held: int | None = None
+        """The attempt whose period-budget reservation is not settled yet."""
         self.notifications: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ the process
@@ -145,6 +144,9 @@ class TaskWorkflow:
             self._end(TaskState.BLOCKED, str(e))
         except asyncio.CancelledError:
             self._end(TaskState.CANCELLED, "cancelled by request")
+        if self.held is not None and workflow.patched("settle-on-every-end"):
+            # Cancelled, out of time, or blocked mid-attempt: what it held goes back.
+            await self._settle(self.held, Usage())
         self.phase = Phase.SUMMARIZE
         await self._summarize()
         # Messages still being retried are delivered before the task closes.
@@ -218,6 +220,7 @@ class TaskWorkflow:
             )
             if not grant.granted:
                 return _Stop(TaskState.NEEDS_HUMAN, grant.reason, budget=True)
+            self.held = n
             stop = await self._attempt(n, grant)
             if stop is not None or (self.last_verdict is not None and self.last_verdict.passed):
                 return stop
@@ -255,10 +258,10 @@ class TaskWorkflow:
                     "",
                 )
         except StepFailed:
-            await period.settle(self.spec, n, Usage())  # release what the attempt held
+            await self._settle(n, Usage())  # release what the attempt held
             raise
         used = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
-        await period.settle(self.spec, n, used)
+        await self._settle(n, used)
         record.make, record.usage = made, used
         self.result.tokens += made.tokens
         self.result.cost_usd += made.cost_usd
@@ -272,13 +275,7 @@ class TaskWorkflow:
             )
 
         self.phase = Phase.VERIFY
-        verdict = await act(
-            VERIFY,
-            VerifyInput(task=self.spec, workspace=self.ws, attempt=n, make=made),
-            summary=f"verify: attempt {n}",
-            seconds=sum(g.timeout for g in self.spec.verify) + 120,
-        )
-        verdict = await self._review(n, made, verdict)
+        verdict = await judge(self.spec, self.ws, n, made)
         record.verdict = verdict
         self.last_verdict = verdict
         self.result.evidence = verdict.gates
@@ -302,32 +299,10 @@ class TaskWorkflow:
             return _Stop(TaskState.NEEDS_HUMAN, "no new evidence", budget=True)
         return None
 
-    async def _review(self, n: int, made: MakeResult, verdict: Verdict) -> Verdict:
-        """Run the llm_review gates after the others, so they can cite their evidence."""
-        assert self.ws is not None
-        reviews = [g for g in self.spec.verify if g.kind == "llm_review"]
-        if not reviews:
-            return verdict
-        by_name = {g.name: g for g in verdict.gates}
-        for gate in reviews:
-            by_name[gate.name] = await act(
-                REVIEW,
-                ReviewInput(
-                    task=self.spec,
-                    workspace=self.ws,
-                    attempt=n,
-                    gate=gate,
-                    artifact=made.commit,
-                    evidence=verdict.gates,
-                    claim=made.claim,
-                ),
-                summary=f"review: {gate.name}",
-                seconds=360,
-            )
-        ordered = [by_name[g.name] for g in self.spec.verify if g.name in by_name]
-        return verdict.model_copy(
-            update={"gates": ordered, "passed": all(g.passed for g in ordered)}
-        )
+    async def _settle(self, n: int, used: Usage) -> None:
+        """Settle attempt ``n``'s reservation: once, whichever way the attempt ended."""
+        self.held = None
+        await period.settle(self.spec, n, used)
 
     async def _model_attempt(
         self, make_input: MakeInput, grant: ReserveReply
@@ -508,12 +483,18 @@ class TaskWorkflow:
     def extend_budget(self, payload: ExtendBudgetSignal) -> None:
         if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
             self.max_attempts += payload.attempts
-            if payload.seconds:
-                self.clock.limit = (self.clock.limit or self.clock.used) + payload.seconds
-            if payload.tokens:
-                self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
-            if payload.cost_usd:
-                self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
+            if workflow.patched("extend-adds-only"):
+                # "No limit" stays no limit: an extension adds to limits that exist.
+                self.clock.limit = budget.extended(self.clock.limit, payload.seconds)
+                self.max_tokens = budget.extended(self.max_tokens, payload.tokens)
+                self.max_cost = budget.extended(self.max_cost, payload.cost_usd)
+            else:
+                if payload.seconds:
+                    self.clock.limit = (self.clock.limit or self.clock.used) + payload.seconds
+                if payload.tokens:
+                    self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
+                if payload.cost_usd:
+                    self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
             self._decide(_Decision("extend"), f"extend_budget: {payload.model_dump_json()}")
         else:
             self._ignored("extend_budget")

@@ -40,3 +40,8 @@ def status(used: BudgetFigures, limits: BudgetFigures) -> BudgetStatus:
             tool_calls=left(limits.tool_calls, used.tool_calls or 0),
         ),
     )
+
+
+def extended(limit: Any, more: Any) -> Any:
+    """A limit after an extension: ``more`` added to it; no limit stays no limit."""
+    return None if limit is None else limit + more
