@@ -60,7 +60,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from activities.host.git import _lock_file
+from activities.host.git import lock_file
 from loop.client import connect
 from loop.contracts import (
     QUERY_STATUS,
@@ -527,7 +527,7 @@ async def test_kill_9_inside_every_activity_kind(
             # The summarize task's summarize waits for notes.md, as behind another worker.
             locks.enter_context(flock(settings.notes.with_name("notes.md.lock")))
             # The prepare task's prepare_workspace waits for its repository's lock.
-            locks.enter_context(flock(_lock_file(settings.locks, str(repos["prepare"].resolve()))))
+            locks.enter_context(flock(lock_file(settings.locks, str(repos["prepare"].resolve()))))
             h = {k: (await start_task(client, s, settings.task_queue))[0] for k, s in specs.items()}
             for k, c in cases.items():
                 await until(lambda c=c, k=k: c.held(h[k]), f"the worker held inside {k}")
@@ -537,7 +537,7 @@ async def test_kill_9_inside_every_activity_kind(
             for k in ("merge", "between"):
                 await until(lambda k=k: awaiting_approval(h[k]), f"{k}: awaiting approval")
             # The merge task's merge waits for its repository's lock.
-            locks.enter_context(flock(_lock_file(settings.locks, str(repos["merge"].resolve()))))
+            locks.enter_context(flock(lock_file(settings.locks, str(repos["merge"].resolve()))))
             await h["merge"].signal(SIGNAL_APPROVE, {"note": "go"})
             await until(lambda: inside(h["merge"], "merge"), "merge held")
             assert len(cases["model"].model.requests) == 2  # its answer is still due

@@ -154,7 +154,7 @@ def _process_lock(repo_top: str) -> asyncio.Lock:
     return per_loop.setdefault(repo_top, asyncio.Lock())
 
 
-def _lock_file(locks_dir: Path, repo_top: str) -> Path:
+def lock_file(locks_dir: Path, repo_top: str) -> Path:
     digest = hashlib.sha1(repo_top.encode(), usedforsecurity=False).hexdigest()
     return Path(locks_dir) / f"{digest}.lock"
 
@@ -170,7 +170,7 @@ async def repo_lock(locks_dir: Path, repo_top: str) -> AsyncIterator[None]:
     """Hold the repository's lock: in-process first, so one coroutine at a time waits on
     the file lock (each waiter occupies a thread), then the cross-process flock."""
     async with _process_lock(repo_top):
-        path = _lock_file(locks_dir, repo_top)
+        path = lock_file(locks_dir, repo_top)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         acquire = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
