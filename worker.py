@@ -71,6 +71,7 @@ def activities_for(settings: Settings) -> list[Callable]:
         EscalateActivities(settings).escalate,
         budget.reserve_budget,
         budget.report_usage,
+        budget.closed_holders,
         ModelActivities(settings).model_step,
         ToolActivities(settings).tool_step,
         ReviewActivities(settings).review,

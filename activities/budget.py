@@ -1,28 +1,38 @@
-"""reserve_budget / report_usage: a task's side of the per-repository period budget.
+"""reserve_budget / report_usage / closed_holders: the period budget's activities.
 
-The ledger is a workflow (``workflows/ledger.py``); these activities talk to it
-with Temporal updates through the worker's own client. A repository without a
-ledger has no period budget: reserving then grants everything, so tasks pay
-one cheap round trip per attempt and nothing else.
+The ledger is a workflow (``workflows/ledger.py``); the first two are a task's
+side of it and talk to it with Temporal updates through the worker's own client.
+A repository without a ledger has no period budget: reserving then grants
+everything, so tasks pay one cheap round trip per attempt and nothing else.
+``closed_holders`` is the ledger's own: it asks the server which holders of open
+reservations have ended, so a terminated task's reservation does not stay held.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop.contracts import (
+    CLOSED_HOLDERS,
     REPORT_USAGE,
     RESERVE_BUDGET,
     UPDATE_REPORT,
     UPDATE_RESERVE,
+    Holder,
+    HoldersInput,
+    HoldersResult,
     ReportUsageInput,
     ReportUsageResult,
     ReserveBudgetInput,
     ReserveReply,
     ledger_id_for,
 )
+
+DESCRIBES_AT_ONCE = 8
 
 
 def _no_ledger(e: RPCError) -> bool:
@@ -54,3 +64,23 @@ class BudgetActivities:
                 return ReportUsageResult(counted=False)
             raise
         return ReportUsageResult(counted=counted)
+
+    @activity.defn(name=CLOSED_HOLDERS.name)
+    async def closed_holders(self, inp: HoldersInput) -> HoldersResult:
+        client = activity.client()
+        slots = asyncio.Semaphore(DESCRIBES_AT_ONCE)
+
+        async def closed(holder: Holder) -> bool:
+            handle = client.get_workflow_handle(holder.workflow_id, run_id=holder.run_id)
+            async with slots:
+                try:
+                    desc = await handle.describe()
+                except RPCError as e:
+                    if e.status == RPCStatusCode.NOT_FOUND:
+                        return True  # gone past retention: it will never settle
+                    raise
+            return desc.status != WorkflowExecutionStatus.RUNNING
+
+        ended = await asyncio.gather(*(closed(h) for h in inp.holders))
+        pairs = zip(inp.holders, ended, strict=True)
+        return HoldersResult(closed=[h.key for h, gone in pairs if gone])

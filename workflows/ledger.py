@@ -5,21 +5,31 @@ Reservations are Temporal updates, which the workflow handles one at a time, so
 many tasks reserving at once can never be granted more than the day has left.
 A grant is at most what is left; the attempt then runs within it, so the day's
 spend can exceed the limit by no more than one model call (the ledger rule).
-The ledger continues-as-new when the server suggests it, carrying its state.
+
+A task settles its reservation however it ends, but a terminated task (or one
+whose worker history was reset) cannot: while reservations are open the ledger
+asks every few minutes which holders have closed and releases theirs, counting
+nothing spent. The ledger continues-as-new when the server suggests it,
+carrying its state.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
+        CLOSED_HOLDERS,
         LEDGER_WORKFLOW,
         QUERY_LEDGER,
         UPDATE_REPORT,
         UPDATE_RESERVE,
         UPDATE_SET_LIMITS,
         DaySpend,
+        Holder,
+        HoldersInput,
         LedgerState,
         PeriodLimits,
         Reservation,
@@ -28,9 +38,12 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
     )
     from loop.rules import budget
+    from workflows.steps import StepFailed, act
 
 KEEP_DAYS = 31
 KEEP_SETTLED = 500
+KEEP_RELEASED = 100
+SWEEP_EVERY = timedelta(minutes=5)
 EPSILON = 1e-9  # sums of dollar amounts in floating point
 
 
@@ -42,12 +55,40 @@ class PeriodBudgetWorkflow:
 
     @workflow.run
     async def run(self, state: LedgerState) -> LedgerState:
-        await workflow.wait_condition(
-            lambda: (
-                workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished()
-            )
-        )
+        if workflow.patched("sweep-closed-holders"):
+            while not self._time_to_continue():
+                if not self.state.open:
+                    await workflow.wait_condition(
+                        lambda: self._time_to_continue() or bool(self.state.open)
+                    )
+                    continue
+                try:
+                    await workflow.wait_condition(self._time_to_continue, timeout=SWEEP_EVERY)
+                except TimeoutError:
+                    await self._sweep()
+        else:
+            await workflow.wait_condition(self._time_to_continue)
         workflow.continue_as_new(self.state)
+
+    def _time_to_continue(self) -> bool:
+        return workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished()
+
+    async def _sweep(self) -> None:
+        """Release the reservations whose holder has closed without settling."""
+        holders = [h for k in self.state.open if (h := Holder.of(k)) is not None]
+        if not holders:
+            return
+        try:
+            found = await act(
+                CLOSED_HOLDERS,
+                HoldersInput(holders=holders),
+                summary=f"check {len(holders)} holders of open reservations",
+            )
+        except StepFailed:
+            return  # the server was unreachable for a while: the next sweep asks again
+        for key in found.closed:
+            if self._take(key) is not None:
+                self.state.released = [*self.state.released[-KEEP_RELEASED:], key]
 
     @workflow.update(name=UPDATE_RESERVE)
     def reserve(self, req: ReserveRequest) -> ReserveReply:
@@ -73,12 +114,9 @@ class PeriodBudgetWorkflow:
     @workflow.update(name=UPDATE_REPORT)
     def report(self, rep: UsageReport) -> bool:
         """Settle a reservation with what was spent; a repeated report counts once."""
-        held = self.state.open.pop(rep.key, None)
-        if held is None:
+        day = self._take(rep.key)
+        if day is None:
             return False
-        day = self._day(held.day)
-        day.reserved_cost_usd = max(0.0, day.reserved_cost_usd - (held.cost_usd or 0.0))
-        day.reserved_tokens = max(0, day.reserved_tokens - (held.tokens or 0))
         day.cost_usd += rep.cost_usd
         day.tokens += rep.tokens
         self.state.settled = [*self.state.settled[-KEEP_SETTLED:], rep.key]
@@ -92,6 +130,16 @@ class PeriodBudgetWorkflow:
     @workflow.query(name=QUERY_LEDGER)
     def ledger(self) -> LedgerState:
         return self.state
+
+    def _take(self, key: str) -> DaySpend | None:
+        """Close reservation ``key``: its day no longer holds it. None if it was not open."""
+        held = self.state.open.pop(key, None)
+        if held is None:
+            return None
+        day = self._day(held.day)
+        day.reserved_cost_usd = max(0.0, day.reserved_cost_usd - (held.cost_usd or 0.0))
+        day.reserved_tokens = max(0, day.reserved_tokens - (held.tokens or 0))
+        return day
 
     def _day(self, day: str) -> DaySpend:
         if day not in self.state.days:

@@ -20,12 +20,13 @@ with workflow.unsafe.imports_passed_through():
         TaskSpec,
         Usage,
         UsageReport,
+        reservation_key,
     )
     from workflows.steps import act
 
 
 def key(spec: TaskSpec, attempt: int) -> str:
-    return f"{spec.id}:{workflow.info().run_id}:{attempt}"
+    return reservation_key(spec.id, workflow.info().run_id, attempt)
 
 
 async def reserve(

@@ -37,6 +37,9 @@ from loop.contracts.evidence import (
 )
 from loop.contracts.ledger import (
     DaySpend,
+    Holder,
+    HoldersInput,
+    HoldersResult,
     LedgerState,
     PeriodLimits,
     ReportUsageInput,
@@ -46,6 +49,7 @@ from loop.contracts.ledger import (
     ReserveReply,
     ReserveRequest,
     UsageReport,
+    reservation_key,
 )
 from loop.contracts.messages import (
     ApproveSignal,
@@ -132,6 +136,7 @@ from loop.contracts.steps import (
 from loop.contracts.stubs import (
     ALL_ACTIVITIES,
     BEGIN_ATTEMPT,
+    CLOSED_HOLDERS,
     COMMIT,
     DISCOVER,
     END_ATTEMPT,
@@ -200,6 +205,7 @@ __all__ = [
     "AGENT_WORKFLOW",
     "ALL_ACTIVITIES",
     "BEGIN_ATTEMPT",
+    "CLOSED_HOLDERS",
     "COMMIT",
     "DISCOVER",
     "END_ATTEMPT",
@@ -296,6 +302,9 @@ __all__ = [
     "GitHubIssuesSource",
     "Harness",
     "HarnessSummary",
+    "Holder",
+    "HoldersInput",
+    "HoldersResult",
     "In",
     "IssueFilesSource",
     "LabelFilter",
@@ -357,5 +366,6 @@ __all__ = [
     "branch_for",
     "is_valid_task_id",
     "ledger_id_for",
+    "reservation_key",
     "workflow_id_for",
 ]

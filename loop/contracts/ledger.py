@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from loop.contracts.base import _Payload, _Record
+from loop.contracts.base import _Payload, _Record, workflow_id_for
 
 
 class PeriodLimits(_Payload):
@@ -27,6 +27,27 @@ class Reservation(_Record):
     tokens: int | None = None
 
 
+def reservation_key(task_id: str, run_id: str, attempt: int) -> str:
+    """The one format of a reservation's key: the holder's task, run and attempt."""
+    return f"{task_id}:{run_id}:{attempt}"
+
+
+class Holder(_Record):
+    """Who holds a reservation: one run of one task workflow."""
+
+    key: str
+    workflow_id: str
+    run_id: str
+
+    @classmethod
+    def of(cls, key: str) -> Holder | None:
+        """The holder a key names; None for a key of another shape."""
+        parts = key.split(":")
+        if len(parts) != 3 or not all(parts):
+            return None
+        return cls(key=key, workflow_id=workflow_id_for(parts[0]), run_id=parts[1])
+
+
 class LedgerState(_Record):
     """Everything the ledger knows; carried whole across continue-as-new."""
 
@@ -37,6 +58,8 @@ class LedgerState(_Record):
     """Reservations not yet settled, by key (task id, run and attempt)."""
     settled: list[str] = Field(default_factory=list)
     """Recently settled keys, so a retried report is not counted twice."""
+    released: list[str] = Field(default_factory=list)
+    """Recently released keys: reservations whose task had ended without settling."""
 
 
 class ReserveRequest(_Payload):
@@ -73,3 +96,12 @@ class ReportUsageInput(_Record):
 
 class ReportUsageResult(_Record):
     counted: bool
+
+
+class HoldersInput(_Record):
+    holders: list[Holder]
+
+
+class HoldersResult(_Record):
+    closed: list[str] = Field(default_factory=list)
+    """Keys whose holder run has closed (or no longer exists): nobody will settle them."""

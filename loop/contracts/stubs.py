@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from loop.contracts.eval import EvalReport, WriteEvalResult
 from loop.contracts.evidence import GateResult, Verdict
 from loop.contracts.ledger import (
+    HoldersInput,
+    HoldersResult,
     ReportUsageInput,
     ReportUsageResult,
     ReserveBudgetInput,
@@ -106,6 +108,9 @@ RESERVE_BUDGET = ActivityDef("reserve_budget", ReserveBudgetInput, ReserveReply)
 REPORT_USAGE = ActivityDef("report_usage", ReportUsageInput, ReportUsageResult)
 
 
+CLOSED_HOLDERS = ActivityDef("closed_holders", HoldersInput, HoldersResult)
+
+
 SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
 
 
@@ -129,6 +134,7 @@ ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
     ESCALATE,
     RESERVE_BUDGET,
     REPORT_USAGE,
+    CLOSED_HOLDERS,
     SUMMARIZE,
     WRITE_EVAL,
     DISCOVER,
