@@ -1,0 +1,459 @@
+"""The ``loop`` console script, run as a real subprocess against the session's dev server.
+
+Bad input exits 2 with one ``error: ...`` line on stderr and starts nothing; good
+paths are checked with a worker running in this test's event loop, so the CLI is
+always run with ``asyncio.create_subprocess_exec`` (never a blocking call that would
+starve the worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import yaml
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+
+from loop.contracts import (
+    QUERY_STATUS,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+    workflow_id_for,
+)
+from loop.loaders import load_task
+from loop.settings import Settings
+from loop.tasks import start_task
+from tests.support.agents import write_agent
+from tests.support.tasks import task, wait_for
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(120)
+
+LOOP = str(Path(sys.executable).parent / "loop")
+CLI_TIMEOUT_S = 60
+
+
+class WrongExitCode(AssertionError):
+    """Everything else about the run was right; only its exit code breaks the contract."""
+
+
+@dataclass
+class Ran:
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+Cli = Callable[..., Awaitable[Ran]]
+
+
+def expect_code(ran: Ran, code: int) -> None:
+    if ran.code != code:
+        raise WrongExitCode(f"`loop {' '.join(ran.args)}` exited {ran.code}, want {code}")
+
+
+def assert_one_error_line(ran: Ran, *words: str) -> str:
+    """Stderr is exactly one ``error: ...`` line containing ``words``, with no traceback."""
+    assert "Traceback" not in ran.err, ran.err
+    assert len(ran.err_lines) == 1, ran.err
+    line = ran.err_lines[0]
+    assert line.startswith("error: "), line
+    for w in words:
+        assert w in line, (w, line)
+    return line
+
+
+@pytest.fixture
+def cli(env: WorkflowEnvironment, settings: Settings, tmp_path: Path) -> Cli:
+    """Run ``loop ARGS...`` against the session server, on the test's own task queue."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
+    base.update(
+        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+        TEMPORAL_NAMESPACE=env.client.namespace,
+        LOOP_HOME=str(settings.home),
+        LOOP_TASK_QUEUE=settings.task_queue,
+        COLUMNS="200",
+        NO_COLOR="1",
+    )
+    workdir = tmp_path / "cwd"
+    workdir.mkdir(exist_ok=True)
+
+    async def run(*args: str, **extra_env: str) -> Ran:
+        proc = await asyncio.create_subprocess_exec(
+            LOOP,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**base, **extra_env},
+            cwd=workdir,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        assert proc.returncode is not None
+        return Ran(args, proc.returncode, out.decode(), err.decode())
+
+    return run
+
+
+def write_task(folder: Path, spec: dict, name: str | None = None) -> Path:
+    file = folder / (name or f"{spec['id']}.yaml")
+    file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return file
+
+
+def new_id() -> str:
+    return f"cli-{uuid.uuid4().hex[:8]}"
+
+
+async def assert_nothing_started(client: Client, queue: str, *task_ids: str) -> None:
+    for task_id in task_ids:
+        with pytest.raises(RPCError) as info:
+            await client.get_workflow_handle(workflow_id_for(task_id)).describe()
+        assert info.value.status == RPCStatusCode.NOT_FOUND
+    assert [wf.id async for wf in client.list_workflows(f'TaskQueue="{queue}"')] == []
+
+
+async def signals_received(handle: WorkflowHandle) -> list[str]:
+    history = await handle.fetch_history()
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+
+
+FIX_AT_ONCE = """
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text("done")
+"""
+
+SLOW = """
+time.sleep(60)
+"""
+
+TOUCH_PROTECTED = """
+pathlib.Path("tests/test_slugify_more.py").write_text("# under the protect glob\\n")
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+"""A new file matching ``protect: [tests/test_slugify*.py]``: a policy violation."""
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@dataclass
+class Case:
+    tmp: Path
+    repo: Path
+    task_id: str
+    agent: list[str]
+
+    def file(self, **overrides: object) -> str:
+        spec = task(self.repo, self.agent, id=self.task_id)
+        spec.update(overrides)
+        return str(write_task(self.tmp, spec))
+
+
+BAD_INPUT: dict[str, tuple[Callable[[Case], list[str]], tuple[str, ...]]] = {
+    "start-missing-file": (
+        lambda c: ["start", str(c.tmp / "missing.yaml")],
+        ("missing.yaml", "not found"),
+    ),
+    "start-unknown-key": (lambda c: ["start", c.file(zzz=1)], ("zzz", "unknown key")),
+    "start-bad-repo": (
+        lambda c: ["start", c.file(repo=str(c.tmp / "nowhere"))],
+        ("repo:", "does not exist"),
+    ),
+    "status-unknown-id": (lambda c: ["status", c.task_id], ("no task",)),
+    "approve-unknown-id": (lambda c: ["approve", c.task_id], ("no task",)),
+    "reject-unknown-id": (lambda c: ["reject", c.task_id, "--reason", "no"], ("no task",)),
+    "feedback-unknown-id": (lambda c: ["feedback", c.task_id, "do better"], ("no task",)),
+    "extend-unknown-id": (lambda c: ["extend", c.task_id, "--attempts", "1"], ("no task",)),
+    "cancel-unknown-id": (lambda c: ["cancel", c.task_id], ("no task",)),
+    "trace-unknown-id": (lambda c: ["trace", c.task_id], ("no task",)),
+    "status-invalid-id": (lambda c: ["status", "Bad ID"], ("'Bad ID'", "not a task id")),
+    "approve-invalid-id": (lambda c: ["approve", "../x"], ("not a task id",)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+async def test_bad_input_exits_2_and_starts_nothing(
+    case: str, cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    build_args, words = BAD_INPUT[case]
+    c = Case(tmp_path, demo_repo, new_id(), write_agent(tmp_path, FIX_AT_ONCE))
+    args = build_args(c)
+    ran = await cli(*args)
+    line = assert_one_error_line(ran, *words)
+    if args[0] != "start" and "invalid" not in case:
+        assert c.task_id in line
+    assert ran.out == ""
+    await assert_nothing_started(client, settings.task_queue, c.task_id)
+    expect_code(ran, 2)
+
+
+async def test_no_server_says_loop_dev(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    c = Case(tmp_path, demo_repo, new_id(), write_agent(tmp_path, FIX_AT_ONCE))
+    started = time.monotonic()
+    ran = await cli("start", c.file(), TEMPORAL_ADDRESS="127.0.0.1:1")
+    assert time.monotonic() - started < 15  # fails fast, no endless retries
+    assert_one_error_line(ran, "127.0.0.1:1", "`loop dev`")
+    await assert_nothing_started(client, settings.task_queue, c.task_id)
+    expect_code(ran, 2)
+
+
+async def test_reject_without_reason_is_a_usage_error(
+    cli: Cli, client: Client, settings: Settings
+) -> None:
+    task_id = new_id()
+    ran = await cli("reject", task_id)
+    assert "Traceback" not in ran.err, ran.err
+    assert "--reason" in ran.err
+    assert ran.code == 2
+    await assert_nothing_started(client, settings.task_queue, task_id)
+
+
+async def test_reject_without_reason_sends_nothing(
+    cli: Cli, client: Client, settings: Settings
+) -> None:
+    """Whatever the crash looks like today, a usage error never reaches the server."""
+    task_id = new_id()
+    ran = await cli("reject", task_id)
+    assert ran.code != 0
+    assert "reason" in ran.err
+    await assert_nothing_started(client, settings.task_queue, task_id)
+
+
+# --------------------------------------------------------------------------- a running task
+
+
+async def test_start_of_a_running_task_is_idempotent(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    # No worker: the workflow stays RUNNING, which is all that idempotency needs.
+    spec = task(demo_repo, write_agent(tmp_path, SLOW))
+    file = str(write_task(tmp_path, spec))
+    first = await cli("start", file)
+    handle = client.get_workflow_handle(workflow_id_for(spec["id"]))
+    try:
+        assert first.code == 0, first
+        assert f"started task-{spec['id']} (task queue {settings.task_queue})" in first.out
+        assert "no worker polls" in first.err and "Traceback" not in first.err
+        run_id = (await handle.describe()).run_id
+        again = await cli("start", file)
+        assert again.code == 0, again
+        assert "already running" in again.out and "not started again" in again.out
+        desc = await handle.describe()
+        assert desc.run_id == run_id and desc.status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await handle.terminate("test over")
+
+
+async def test_answers_that_do_not_apply_to_a_running_task_are_refused(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, SLOW))
+    task_id = spec["id"]
+    async with build_worker(client, settings):
+        handle, started = await start_task(
+            client, load_task(write_task(tmp_path, spec)), settings.task_queue
+        )
+        assert started
+        try:
+            await wait_for(handle, lambda s: s.phase == "make", within=30)
+            status = await cli("status", task_id)
+            approve = await cli("approve", task_id)
+            reject = await cli("reject", task_id, "--reason", "no")
+            extend = await cli("extend", task_id)
+            feedback = await cli("feedback", task_id, "")
+            blank = await cli("feedback", task_id, "   ")
+
+            assert status.code == 0, status
+            assert "RUNNING" in status.out and "make" in status.out and "attempt 1" in status.out
+            assert_one_error_line(approve, task_id, "is RUNNING", "approve")
+            assert_one_error_line(reject, task_id, "is RUNNING", "reject")
+            assert_one_error_line(extend, "nothing to add")
+            assert_one_error_line(feedback, "feedback text is empty")
+            assert_one_error_line(blank, "feedback text is empty")
+            # Nothing was sent: no signal in the history, the task still works on attempt 1.
+            assert await signals_received(handle) == []
+            st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
+            assert st.state == TaskState.RUNNING and st.attempt == 1
+        finally:
+            await handle.cancel()
+            result = await handle.result()
+        assert result.state == TaskState.CANCELLED
+        for ran in (approve, reject, extend, feedback, blank):
+            expect_code(ran, 2)
+
+
+# --------------------------------------------------------------------------- finished tasks
+
+
+async def test_start_wait_ends_done_with_gate_table(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+    file = write_task(tmp_path, spec)
+    async with build_worker(client, settings):
+        ran = await cli("start", str(file), "--wait")
+    assert ran.code == 0, ran
+    assert "Traceback" not in ran.err
+    assert f"started task-{spec['id']}" in ran.out
+    assert f"{spec['id']}: DONE_WITH_EVIDENCE" in ran.out
+    # The gate table: a header and one passing row per gate, no failing row.
+    assert all(h in ran.out for h in ("attempt", "gate", "result", "evidence"))
+    rows = [line for line in ran.out.splitlines() if "│" in line]
+    for gate in ("tests", "scope", "keep-tests"):
+        assert any(f" {gate} " in row and " pass " in row for row in rows), (gate, ran.out)
+    assert not [row for row in rows if "FAIL" in row], ran.out
+    result = await client.get_workflow_handle(
+        workflow_id_for(spec["id"]), result_type=TaskResult
+    ).result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and len(result.attempts) == 1
+
+
+async def test_start_wait_exits_1_when_the_task_is_not_done(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, TOUCH_PROTECTED))
+    spec["verify"][1]["diff_scope"]["protect"] = ["tests/test_slugify*.py"]
+    async with build_worker(client, settings):
+        ran = await cli("start", str(write_task(tmp_path, spec)), "--wait")
+    assert f"{spec['id']}: BLOCKED" in ran.out, ran.out
+    rows = [line for line in ran.out.splitlines() if "│" in line]
+    assert any(" scope " in row and "FAIL" in row for row in rows), ran.out
+    assert "Traceback" not in ran.err
+    expect_code(ran, 1)
+
+
+@dataclass
+class Finished:
+    task_id: str
+    file: Path
+    handle: WorkflowHandle
+    result: TaskResult
+
+
+@pytest_asyncio.fixture
+async def finished(client: Client, settings: Settings, demo_repo: Path, tmp_path: Path) -> Finished:
+    """A task that ended DONE_WITH_EVIDENCE (started through the SDK)."""
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+    file = write_task(tmp_path, spec)
+    async with build_worker(client, settings):
+        handle, started = await start_task(client, load_task(file), settings.task_queue)
+        assert started
+        result = await handle.result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    return Finished(spec["id"], file, handle, result)
+
+
+async def test_status_of_a_finished_task(cli: Cli, finished: Finished) -> None:
+    ran = await cli("status", finished.task_id)
+    assert ran.code == 0, ran
+    assert f"{finished.task_id}: DONE_WITH_EVIDENCE" in ran.out
+    assert "tests" in ran.out and "pass" in ran.out
+    as_json = await cli("status", finished.task_id, "--json")
+    assert as_json.code == 0, as_json
+    data = json.loads(as_json.out)
+    assert data["task_id"] == finished.task_id and data["state"] == "DONE_WITH_EVIDENCE"
+
+
+async def test_status_without_id_lists_the_task(cli: Cli, finished: Finished) -> None:
+    deadline = time.monotonic() + 10
+    while True:  # visibility is eventually consistent
+        ran = await cli("status", "--json")
+        assert ran.code == 0, ran
+        rows = {r["task_id"]: r for r in json.loads(ran.out)}
+        if rows.get(finished.task_id, {}).get("state") == "DONE_WITH_EVIDENCE":
+            break
+        assert time.monotonic() < deadline, ran.out
+        await asyncio.sleep(0.3)
+    assert rows[finished.task_id]["attempts"] == 1
+    table = await cli("status")
+    assert table.code == 0, table
+    assert finished.task_id in table.out and "DONE_WITH_EVIDENCE" in table.out
+
+
+async def test_trace_json_is_valid_json(cli: Cli, finished: Finished) -> None:
+    ran = await cli("trace", finished.task_id, "--json")
+    assert ran.code == 0, ran
+    data = json.loads(ran.out)
+    assert data["task_id"] == finished.task_id
+    assert data["state"] == "DONE_WITH_EVIDENCE"
+    assert TaskResult.model_validate(data) == finished.result
+    text = await cli("trace", finished.task_id)
+    assert text.code == 0, text
+    assert "started" in text.out and "ended" in text.out
+
+
+async def test_start_of_a_finished_task_needs_rerun(
+    cli: Cli, client: Client, settings: Settings, finished: Finished
+) -> None:
+    run_id = (await finished.handle.describe()).run_id
+    ran = await cli("start", str(finished.file))
+    assert_one_error_line(ran, finished.task_id, "already ended", "--rerun")
+    desc = await client.get_workflow_handle(workflow_id_for(finished.task_id)).describe()
+    assert desc.run_id == run_id  # no new run
+    expect_code(ran, 2)
+
+
+async def test_rerun_of_a_finished_task(
+    cli: Cli, client: Client, settings: Settings, finished: Finished
+) -> None:
+    run_id = (await finished.handle.describe()).run_id
+    async with build_worker(client, settings):
+        ran = await cli("start", str(finished.file), "--rerun", "--wait")
+    assert ran.code == 0, ran
+    assert f"started task-{finished.task_id}" in ran.out
+    assert f"{finished.task_id}: DONE_WITH_EVIDENCE" in ran.out
+    desc = await client.get_workflow_handle(workflow_id_for(finished.task_id)).describe()
+    assert desc.run_id != run_id
+    assert desc.status == WorkflowExecutionStatus.COMPLETED
+
+
+# --------------------------------------------------------------------------- help
+
+
+async def test_help(cli: Cli) -> None:
+    top = await cli("--help")
+    assert top.code == 0, top
+    for command in (
+        "start",
+        "status",
+        "approve",
+        "reject",
+        "feedback",
+        "extend",
+        "cancel",
+        "trace",
+        "worker",
+        "dev",
+    ):
+        assert command in top.out
+    start = await cli("start", "--help")
+    assert start.code == 0, start
+    assert "--wait" in start.out and "--rerun" in start.out and "task file" in start.out

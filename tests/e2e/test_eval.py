@@ -1,0 +1,47 @@
+"""Harness evaluation on the example suite: the table matches the runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+from temporalio.client import Client
+
+from loop.cli.evals import print_report, run_eval
+from loop.contracts import TaskResult, TaskState, workflow_id_for
+from loop.loaders import load_harness, load_suite
+from loop.settings import Settings
+from tests.support.paths import EXAMPLES
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(180)
+EVAL = EXAMPLES / "eval"
+
+
+async def test_two_harnesses_on_the_example_suite(client: Client, settings: Settings):
+    suite = load_suite(EVAL / "suite.yaml", settings.home)
+    careful, hasty = load_harness(EVAL / "careful.yaml"), load_harness(EVAL / "hasty.yaml")
+    async with build_worker(client, settings):
+        report = await run_eval(client, suite, [careful, hasty], settings.task_queue)
+    by = {h.harness: h for h in report.harnesses}
+    assert (by["careful"].accepted, by["hasty"].accepted) == (3, 1)
+    assert by["careful"].pass_rate == 1.0 and by["hasty"].pass_rate == pytest.approx(1 / 3)
+    assert by["careful"].mean_attempts == pytest.approx((2 + 1 + 2) / 3)
+    assert by["hasty"].escalations == 2  # the two stalled cases asked for a person
+    assert sorted(f.case for f in report.flipped) == ["slugify", "wordcount"]
+    # The table is computed from the runs: every outcome is its child task's result.
+    for o in report.outcomes:
+        result = await client.get_workflow_handle(
+            workflow_id_for(o.task_id), result_type=TaskResult
+        ).result()
+        assert (o.state, o.attempts) == (result.state, len(result.attempts))
+        assert (result.spec_hash and result.final_action == "left_in_worktree") or not o.accepted
+    saved = json.loads((settings.home / "eval-results.json").read_text())["runs"][0]
+    assert saved["suite_hash"] == report.suite_hash and saved["run"] == report.run
+    assert all(o.state != TaskState.RUNNING for o in report.outcomes)
+    console = Console(record=True, width=150)
+    print_report(console, report)
+    text = console.export_text()
+    assert "careful" in text and "100%" in text and "33%" in text
+    assert "flipped: slugify" in text and "hasty vs careful: pass rate -67%" in text

@@ -1,0 +1,246 @@
+"""End to end on the real dev server: real git repositories, real subprocess agents."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from loop.contracts import (
+    QUERY_TRACE,
+    SIGNAL_APPROVE,
+    SIGNAL_EXTEND_BUDGET,
+    SIGNAL_REJECT,
+    ExtendBudgetSignal,
+    FinalAction,
+    RejectSignal,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+)
+from loop.settings import Settings
+from loop.tasks import start_task
+from tests.support.agents import PASS_ON_SECOND, agent_calls, write_agent
+from tests.support.git import git
+from tests.support.tasks import task, wait_for
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def start(client: Client, settings: Settings, spec: dict) -> WorkflowHandle:
+    handle, started = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
+    assert started
+    return handle
+
+
+async def test_pass_after_feedback(client: Client, settings: Settings, demo_repo: Path, tmp_path):
+    agent = write_agent(tmp_path, PASS_ON_SECOND)
+    spec = task(demo_repo, agent)
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        result = await handle.result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert [a.verdict.passed for a in result.attempts] == [False, True]
+    assert result.final_action == FinalAction.LEFT_IN_WORKTREE
+    calls = agent_calls(settings, spec["id"])
+    assert [c["attempt"] for c in calls] == [1, 2]
+    assert calls[0]["feedback"] is None and calls[1]["feedback"].endswith("feedback.json")
+    # The feedback reached the prompt of attempt 2, structured, with the failing evidence.
+    prompt = Path(settings.runs / spec["id"] / "attempt-2" / "prompt.md").read_text()
+    assert "Feedback from attempt 1" in prompt and "Failed: tests" in prompt
+    assert result.attempts[1].feedback.failed[0].evidence.exit_code == 1
+    assert "scope" in result.attempts[1].feedback.passing
+    # The verified change is in the worktree's branch, not in base.
+    assert "findall" in Path(result.worktree, "slugify.py").read_text()
+    assert "findall" not in (demo_repo / "slugify.py").read_text()
+    trace = Path(result.trace_path)
+    assert (
+        trace.exists() and TaskResult.model_validate_json(trace.read_text()).state == result.state
+    )
+    assert f"## {spec['id']}: DONE_WITH_EVIDENCE" in settings.notes.read_text()
+
+
+DISTINCT_FAILURES_THEN_PASS = """
+if attempt < 3:
+    pathlib.Path("slugify.py").write_text(f"def slugify(t):\\n    return 'wrong{attempt}'\\n")
+else:
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+async def test_attempts_exhausted_then_extend(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, DISTINCT_FAILURES_THEN_PASS)
+    spec = task(demo_repo, agent, budget={"max_attempts": 2, "max_stalled_attempts": 5})
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
+        assert st.reason == "attempts exhausted" and st.attempt == 2
+        assert st.waiting_for == "feedback/extend_budget/reject"
+        assert st.budget.left.attempts == 0
+        await handle.signal(SIGNAL_EXTEND_BUDGET, ExtendBudgetSignal(attempts=1))
+        result = await handle.result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    assert len(result.attempts) == 3
+    assert result.human_escalation[0].resolved_by == "extend"
+    inbox = (settings.home / "inbox.jsonl").read_text()
+    assert "attempts exhausted" in inbox and f"loop extend {spec['id']}" in inbox
+
+
+TOUCH_PROTECTED = """
+try:
+    pathlib.Path("tests/test_slugify.py").write_text("# tests gone\\n")
+except OSError as e:
+    out.write_text(f"refused: {e}")
+pathlib.Path("tests/test_slugify_more.py").write_text("# a new file under the protect glob\\n")
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+async def test_protected_path_blocks_at_once(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    """A protected file stays read-only to the agent; a new one matching the glob blocks."""
+    agent = write_agent(tmp_path, TOUCH_PROTECTED)
+    spec = task(demo_repo, agent)
+    spec["verify"][1]["diff_scope"]["protect"] = ["tests/test_slugify*.py"]
+    before = (demo_repo / "tests" / "test_slugify.py").read_text()
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        result = await handle.result()
+    assert result.state == TaskState.BLOCKED
+    assert "protected path touched: tests/test_slugify_more.py" in result.reason
+    assert result.attempts[0].make.claim.startswith("refused: ")
+    assert Path(result.worktree, "tests", "test_slugify.py").read_text() == before
+    assert len(result.attempts) == 1 and len(agent_calls(settings, spec["id"])) == 1
+
+
+FIX_AT_ONCE = """
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text("done")
+"""
+
+
+async def test_assisted_approve_merges_into_base(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    base_before = git(demo_repo, "rev-parse", "main")
+    async with build_worker(client, settings):
+        handle = await start(client, settings, task(demo_repo, agent, autonomy="assisted"))
+        st = await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        assert st.waiting_for == "approve/reject"
+        assert git(demo_repo, "rev-parse", "main") == base_before  # nothing merged yet
+        await handle.signal(SIGNAL_APPROVE, {"note": "looks right", "extra": "ignored"})
+        result = await handle.result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    assert result.final_action == FinalAction.MERGED
+    assert git(demo_repo, "rev-parse", "main") == result.commit != base_before
+    assert "findall" in (demo_repo / "slugify.py").read_text()  # checked-out base updated
+    assert git(demo_repo, "status", "--porcelain") == ""
+    assert not Path(result.worktree).exists()  # a merged, clean worktree is removed
+
+
+async def test_reject_ends_rejected(client: Client, settings: Settings, demo_repo: Path, tmp_path):
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    base_before = git(demo_repo, "rev-parse", "main")
+    async with build_worker(client, settings):
+        handle = await start(client, settings, task(demo_repo, agent, autonomy="assisted"))
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        await handle.signal(SIGNAL_REJECT, RejectSignal(reason="not this way"))
+        result = await handle.result()
+    assert result.state == TaskState.REJECTED and result.reason == "not this way"
+    assert git(demo_repo, "rev-parse", "main") == base_before
+    assert Path(result.worktree).exists()  # the rejected work is kept for inspection
+
+
+async def test_unattended_merges_without_waiting(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    async with build_worker(client, settings):
+        handle = await start(client, settings, task(demo_repo, agent, autonomy="unattended"))
+        result = await handle.result()
+    assert result.final_action == FinalAction.MERGED
+    assert not [e for e in result.events if e.kind == "waiting"]
+    assert "findall" in (demo_repo / "slugify.py").read_text()
+
+
+SLOW = """
+pathlib.Path("slugify.py").write_text(COMPLETE)
+pathlib.Path(str(out) + ".pid").write_text(str(os.getpid()))
+time.sleep(60)
+"""
+
+
+async def test_cancel_during_make_kills_agent_and_keeps_worktree(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, SLOW)
+    spec = task(demo_repo, agent)
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        await wait_for(handle, lambda s: s.phase == "make")
+        pid_file = settings.runs / spec["id"] / "attempt-1" / "agent" / "output.md.pid"
+        deadline = time.monotonic() + 20
+        while not pid_file.exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        pid = int(pid_file.read_text())
+        await handle.cancel()
+        result = await handle.result()
+        trace = await handle.query(QUERY_TRACE, result_type=TaskResult)
+    assert trace.state == TaskState.CANCELLED
+    assert result.state == TaskState.CANCELLED
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert Path(result.worktree).exists()
+    assert Path(result.trace_path).exists()
+
+
+async def test_two_tasks_on_one_repo_do_not_disturb_each_other(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    a = write_agent(
+        tmp_path,
+        'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+        'pathlib.Path("notes").mkdir(exist_ok=True)\n'
+        'pathlib.Path("notes/a.txt").write_text("a")\n',
+    )
+    b = write_agent(
+        tmp_path,
+        'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+        'pathlib.Path("notes").mkdir(exist_ok=True)\n'
+        'pathlib.Path("notes/b.txt").write_text("b")\n',
+    )
+    async with build_worker(client, settings):
+        ha = await start(client, settings, task(demo_repo, a))
+        hb = await start(client, settings, task(demo_repo, b))
+        ra, rb = await asyncio.gather(ha.result(), hb.result())
+    assert ra.state == rb.state == TaskState.DONE_WITH_EVIDENCE
+    assert sorted(ra.attempts[0].make.changed_files) == ["notes/a.txt", "slugify.py"]
+    assert sorted(rb.attempts[0].make.changed_files) == ["notes/b.txt", "slugify.py"]
+    assert ra.worktree != rb.worktree
+
+
+async def test_max_seconds_timer_cancels_the_running_agent(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    agent = write_agent(tmp_path, SLOW)
+    spec = task(demo_repo, agent, budget={"max_attempts": 3, "max_seconds": 3})
+    started = time.monotonic()
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        result = await handle.result()
+    took = time.monotonic() - started
+    assert result.state == TaskState.BUDGET_EXCEEDED
+    assert result.reason == "wall-clock budget of 3 s spent"
+    assert took < 15  # the 60 s agent was cut short, not waited for
+    pid = int((settings.runs / spec["id"] / "attempt-1" / "agent" / "output.md.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+    assert 3 <= result.execution_seconds < 10
+    assert len(result.attempts) == 1 and result.attempts[0].verdict is None

@@ -1,0 +1,87 @@
+"""The README's `temporal workflow ...` commands, run with the real binary against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from loop.contracts import TaskResult, TaskState
+from loop.settings import Settings
+from tests.support.agents import write_agent
+from tests.support.cli import temporal
+from tests.support.tasks import task
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(120)
+
+FIX_AT_ONCE = 'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+
+
+async def test_readme_commands(client: Client, settings: Settings, demo_repo: Path, tmp_path):
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    spec = task(demo_repo, agent, autonomy="assisted")
+    task_json = tmp_path / "task.json"
+    task_json.write_text(json.dumps(spec))
+    wid = f"task-{spec['id']}"
+    async with build_worker(client, settings):
+        await temporal(
+            client,
+            "workflow",
+            "start",
+            "--type",
+            "TaskWorkflow",
+            "--task-queue",
+            settings.task_queue,
+            "--workflow-id",
+            wid,
+            "--input-file",
+            str(task_json),
+        )
+        for _ in range(200):
+            status = json.loads(
+                await temporal(
+                    client,
+                    "workflow",
+                    "query",
+                    "--workflow-id",
+                    wid,
+                    "--name",
+                    "status",
+                    "--output",
+                    "json",
+                )
+            )
+            state = status["queryResult"][0]["state"]
+            if state == "AWAITING_APPROVAL":
+                break
+            await asyncio.sleep(0.1)
+        assert state == "AWAITING_APPROVAL"
+        listed = await temporal(
+            client,
+            "workflow",
+            "list",
+            "--query",
+            'LoopState="AWAITING_APPROVAL"',
+            "--output",
+            "json",
+        )
+        assert wid in listed
+        await temporal(
+            client,
+            "workflow",
+            "signal",
+            "--workflow-id",
+            wid,
+            "--name",
+            "approve",
+            "--input",
+            '{"note":"ok"}',
+        )
+        result = await client.get_workflow_handle(wid, result_type=TaskResult).result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    assert result.final_action == "merged"
+    assert any(e.kind == "signal" and "approve: ok" in e.detail for e in result.events)

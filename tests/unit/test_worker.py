@@ -1,0 +1,55 @@
+"""The composition root registers every declared activity stub; examples validate.
+
+The worker process serving metrics is in tests/e2e/test_worker.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio import activity
+
+from loop import contracts
+from loop.contracts import ALL_ACTIVITIES, TaskSpec
+from loop.settings import Settings
+from tests.support.paths import EXAMPLES
+from worker import WORKFLOWS, activities_for
+
+
+def declared() -> set[str]:
+    """Every typed activity stub in loop.contracts, wherever it is grouped."""
+    return {v.name for v in vars(contracts).values() if isinstance(v, contracts.ActivityDef)}
+
+
+def test_worker_registers_every_declared_activity(tmp_path: Path):
+    registered = {
+        activity._Definition.must_from_callable(a).name
+        for a in activities_for(Settings(home=tmp_path))
+    }
+    assert registered == declared()
+    assert {d.name for d in ALL_ACTIVITIES} <= declared()
+
+
+def test_worker_registers_the_task_workflow():
+    from temporalio import workflow
+
+    names = {workflow._Definition.must_from_class(w).name for w in WORKFLOWS}
+    assert "TaskWorkflow" in names
+
+
+@pytest.mark.parametrize("name", ["claude-code.yaml", "codex.yaml", "aider.yaml", "openai.yaml"])
+def test_example_task_files_are_valid(name: str):
+    spec = TaskSpec.model_validate(yaml.safe_load((EXAMPLES / name).read_text()))
+    if spec.agent.backend == "command":
+        assert spec.agent.command and "LOOP_PROMPT_FILE" in " ".join(spec.agent.command)
+    else:
+        assert spec.agent.model and any(g.kind == "llm_review" for g in spec.verify)
+
+
+def test_a_bad_setting_is_one_clear_error():
+    from loop.errors import BadInput
+
+    with pytest.raises(BadInput, match="LOOP_MAX_ACTIVITIES='many'"):
+        Settings.from_env({"LOOP_MAX_ACTIVITIES": "many"})
