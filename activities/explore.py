@@ -16,6 +16,7 @@ from activities import gates
 from activities.host import artifact, sandbox
 from activities.host.git import git
 from activities.make import agent_home, endpoints
+from activities.model import preflight
 from loop.contracts import (
     EXPLORE,
     ExploreInput,
@@ -39,6 +40,7 @@ class ExploreActivities:
     @activity.defn(name=EXPLORE.name)
     async def explore(self, inp: ExploreInput) -> ExploreResult:
         ws = inp.workspace
+        await _endpoints_answer(inp.task)
         await self._agent_can_start(inp.task, ws)
         files = [f for f in (await git(["ls-files", "-z"], ws.path)).split("\0") if f]
         reproducer = await self._reproduce(inp.task, inp)
@@ -101,6 +103,20 @@ class ExploreActivities:
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )
+
+
+async def _endpoints_answer(task: TaskSpec) -> None:
+    """Every model endpoint the task calls from the worker answers and takes the key."""
+    wanted: dict[str | None, str] = {}
+    if task.agent.backend == "openai" and task.agent.model:
+        wanted[task.agent.base_url] = task.agent.model
+    for gate in task.verify:
+        if gate.llm_review is not None:
+            model = gate.llm_review.model or task.agent.model
+            if model:
+                wanted.setdefault(gate.llm_review.base_url or task.agent.base_url, model)
+    for base_url, model in wanted.items():
+        await preflight(base_url, model)
 
 
 def _read(path: Path) -> str:

@@ -23,10 +23,12 @@ the endpoint and the status, never the API key.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import re
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -42,7 +44,13 @@ from temporalio.exceptions import ApplicationError
 from activities.host.proc import heartbeating
 from activities.host.step_files import model_artifact, tool_artifact
 from activities.host.toolbox import TOOL_SCHEMAS
-from loop.contracts import MODEL_STEP, ModelStepInput, ModelStepResult, ToolCallRef
+from loop.contracts import (
+    ENDPOINT_PREFLIGHT_S,
+    MODEL_STEP,
+    ModelStepInput,
+    ModelStepResult,
+    ToolCallRef,
+)
 from loop.errors import permanent
 from loop.logs import log_for
 from loop.pricing import cost, load_prices, lookup
@@ -97,13 +105,8 @@ class ModelActivities:
             return result_from(path, inp.step)
 
         request = self.request(inp, build_messages(inp.attempt_dir, inp.step))
-        api_key = os.environ.get("OPENAI_API_KEY") or "not-needed"
-        async with openai.AsyncOpenAI(
-            base_url=inp.base_url or os.environ.get("OPENAI_BASE_URL") or None,
-            api_key=api_key,
-            max_retries=0,
-            timeout=self.call_timeout,
-        ) as client:
+        api_key = key()
+        async with client_for(inp.base_url, self.call_timeout) as client:
             endpoint = display_url(str(client.base_url))
             where = f"model {inp.model} at {endpoint}"
             try:
@@ -287,6 +290,64 @@ def write_once(path: Path, data: bytes) -> None:
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- the endpoint
+
+
+def key() -> str:
+    return os.environ.get("OPENAI_API_KEY") or "not-needed"
+
+
+def client_for(base_url: str | None, timeout: float) -> openai.AsyncOpenAI:
+    """The one way to reach a model: the task's endpoint, else OPENAI_BASE_URL, else
+    OpenAI's; no retries of the client's own (Temporal's policy retries)."""
+    return openai.AsyncOpenAI(
+        base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        api_key=key(),
+        max_retries=0,
+        timeout=timeout,
+    )
+
+
+PREFLIGHT_CALL_S = 10.0
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+async def preflight(
+    base_url: str | None, model: str, *, bound_s: float = ENDPOINT_PREFLIGHT_S
+) -> None:
+    """Before the first attempt: the endpoint answers and takes the key, or the task ends
+    BLOCKED with the reason, rather than retrying ``connection failed`` until cancelled.
+
+    Any HTTP answer to ``GET /models`` but 401/403 counts as reachable (not every
+    OpenAI-compatible server lists models); no answer is retried for ``bound_s``.
+    """
+    async with client_for(base_url, PREFLIGHT_CALL_S) as client:
+        endpoint = display_url(str(client.base_url))
+        where = f"model {model} at {endpoint}"
+        host = urlsplit(endpoint).hostname or ""
+        if not os.environ.get("OPENAI_API_KEY") and host not in LOOPBACK:
+            raise permanent(
+                f"{where}: OPENAI_API_KEY is not set in the worker's environment; "
+                "set it where `loop worker` runs"
+            )
+        deadline = time.monotonic() + bound_s
+        delay = 1.0
+        while True:
+            try:
+                await client.models.list()
+                return
+            except openai.APIStatusError as e:
+                if e.status_code in (401, 403):
+                    raise classify(e, where, key()) from None
+                return  # it answers; the first call will say more if it must
+            except (openai.APIConnectionError, openai.APITimeoutError) as e:
+                if time.monotonic() + delay > deadline:
+                    reason = classify(e, where, key()).message
+                    raise permanent(f"{reason}; unreachable for {bound_s:.0f} s") from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 # --------------------------------------------------------------------------- errors

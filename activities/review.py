@@ -11,7 +11,6 @@ the activity returns, so a retry after a crash never pays for it twice.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from temporalio import activity
 
 from activities.host.git import git
 from activities.host.proc import heartbeating
-from activities.model import classify, display_url, write_once
+from activities.model import classify, client_for, display_url, key, write_once
 from loop.contracts import REVIEW, Evidence, GateResult, ReviewInput
 from loop.errors import permanent
 from loop.logs import log_for
@@ -29,6 +28,7 @@ from loop.pricing import cost, load_prices
 from loop.settings import Settings
 
 DIFF_CHARS = 30_000
+REVIEW_CALL_S = 300
 EVIDENCE_CHARS = 1_500
 
 SYSTEM = """\
@@ -129,13 +129,8 @@ class ReviewActivities:
         return "\n".join(lines)
 
     async def _ask(self, model: str, base_url: str | None, messages: list) -> dict[str, Any]:
-        api_key = os.environ.get("OPENAI_API_KEY") or "not-needed"
-        async with openai.AsyncOpenAI(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-            api_key=api_key,
-            max_retries=0,
-            timeout=300,
-        ) as client:
+        api_key = key()
+        async with client_for(base_url, REVIEW_CALL_S) as client:
             where = f"review model {model} at {display_url(str(client.base_url))}"
             try:
                 response = await heartbeating(

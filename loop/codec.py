@@ -24,9 +24,13 @@ import hashlib
 import hmac
 import json
 import os
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
@@ -93,11 +97,29 @@ class EncryptionCodec(PayloadCodec):
         if p.metadata.get("encoding") != ENCODING:
             return p  # written before encryption was switched on
         if p.metadata.get("encryption-key-id") != self.key_id:
-            raise ValueError("payload was sealed with another key (encryption-key-id differs)")
+            raise BadInput(
+                f"the payloads were encrypted with another key: set {KEY_ENV} to the key "
+                "file the worker uses"
+            )
         data = bytes(p.data)
         opened = Payload()
         opened.ParseFromString(self.aes.decrypt(data[:12], data[12:], None))
         return opened
+
+
+class NoKeyCodec(PayloadCodec):
+    """Without a key nothing is sealed, and a sealed payload is one clear error
+    (not the converter's KeyError on an unknown encoding)."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if any(p.metadata.get("encoding") == ENCODING for p in payloads):
+            raise BadInput(
+                f"the payloads are encrypted: set {KEY_ENV} to the key file the worker uses"
+            )
+        return list(payloads)
 
 
 def data_converter(environ: dict[str, str] | None = None) -> DataConverter:
@@ -105,7 +127,7 @@ def data_converter(environ: dict[str, str] | None = None) -> DataConverter:
     env = os.environ if environ is None else environ
     key_file = env.get(KEY_ENV)
     if not key_file:
-        return pydantic_data_converter
+        return dataclasses.replace(pydantic_data_converter, payload_codec=NoKeyCodec())
     return dataclasses.replace(
         pydantic_data_converter,
         payload_codec=EncryptionCodec(load_key(key_file)),
@@ -116,22 +138,68 @@ def data_converter(environ: dict[str, str] | None = None) -> DataConverter:
 # --------------------------------------------------------------------------- codec server
 
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+MAX_BODY = 64 * 1024 * 1024
+
+
+def ui_allowed(origin: str, extra: str = "") -> bool:
+    """Whether CORS admits a browser page from ``origin``: a Temporal UI on this machine,
+    on any port and under any loopback name, or the one ``extra`` origin configured."""
+    if not origin:
+        return False
+    if extra and origin == extra.rstrip("/"):
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.hostname in LOOPBACK_HOSTS
+
+
+class _Refusals:
+    """Says on stderr that callers send a wrong token: the Temporal CLI retries every
+    refusal silently until its 10 s deadline, so this line is the only clear sign."""
+
+    EVERY_S = 10.0
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last = -self.EVERY_S
+        self.count = 0
+
+    def note(self) -> None:
+        with self.lock:
+            self.count += 1
+            now = time.monotonic()
+            if now - self.last < self.EVERY_S:
+                return
+            self.last = now
+            print(
+                f"refused {self.count} request(s) without the right bearer token: callers must "
+                'send "Authorization: Bearer $LOOP_CODEC_TOKEN" (temporal: --codec-auth)',
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def make_server(
-    codec: PayloadCodec, *, host: str, port: int, token: str, ui_origin: str
+    codec: PayloadCodec, *, host: str, port: int, token: str, ui_origin: str = ""
 ) -> ThreadingHTTPServer:
     """Temporal's remote codec protocol: POST /encode and /decode of ``{"payloads": [...]}``.
 
     Only requests with ``Authorization: Bearer <token>`` are answered (401
-    otherwise); CORS admits the configured UI origin so the browser UI can call it.
+    otherwise, at once); CORS admits a UI on this machine on any port (a page
+    still needs the token), and ``ui_origin`` for a UI elsewhere.
     """
+
+    refusals = _Refusals()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass  # request lines could carry namespaces and ids; stay quiet
 
         def _cors(self) -> None:
-            if self.headers.get("Origin") == ui_origin:
-                self.send_header("Access-Control-Allow-Origin", ui_origin)
+            origin = self.headers.get("Origin", "")
+            if ui_allowed(origin, ui_origin):
+                self.send_header("Access-Control-Allow-Origin", origin)
+                self.send_header("Vary", "Origin")
                 self.send_header("Access-Control-Allow-Credentials", "true")
                 self.send_header(
                     "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Namespace"
@@ -150,16 +218,24 @@ def make_server(
             self._reply(200)
 
         def do_POST(self) -> None:
+            # The body is read before any refusal: a client still sending it when the
+            # connection closes sees a reset, not the answer, and retries until its deadline.
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self.close_connection = True
+                self._reply(413, b'{"error": "body too large"}')
+                return
+            body = self.rfile.read(length)
             action = self.path.rstrip("/").rsplit("/", 1)[-1]
             if action not in ("encode", "decode"):
                 self._reply(404, b'{"error": "use /encode or /decode"}')
                 return
             if not hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {token}"):
+                refusals.note()
                 self._reply(401, b'{"error": "missing or wrong bearer token"}')
                 return
-            length = int(self.headers.get("Content-Length") or 0)
             try:
-                payloads = json_format.Parse(self.rfile.read(length), Payloads())
+                payloads = json_format.Parse(body, Payloads())
                 run = codec.encode if action == "encode" else codec.decode
                 done = asyncio.run(run(list(payloads.payloads)))
             except Exception as e:  # a bad body or a payload sealed with another key

@@ -106,6 +106,7 @@ def server_args(
     ui_port: int,
     ip: str = DEFAULT_IP,
     headless: bool = False,
+    ui_codec_endpoint: str | None = None,
 ) -> list[str]:
     """Arguments after the binary: ``server start-dev`` with Loopwork's settings."""
     args = [
@@ -132,6 +133,8 @@ def server_args(
         args += ["--sqlite-pragma", pragma]
     if headless:
         args.append("--headless")
+    elif ui_codec_endpoint:
+        args += ["--ui-codec-endpoint", ui_codec_endpoint]
     return args
 
 
@@ -189,6 +192,7 @@ class DevServer:
         headless: bool = False,
         log_file: Path | None = None,
         ip: str = DEFAULT_IP,
+        ui_codec_endpoint: str | None = None,
     ) -> DevServer:
         """Start the server in its own session; call :meth:`wait_ready` before using it."""
         binary = temporal_binary()
@@ -199,7 +203,15 @@ class DevServer:
         home.chmod(0o700)  # the database holds every payload: the worker's user alone
         lock = _hold_database(home / DB_NAME)
         try:
-            return cls._launch(binary, home, ip, port, ui, headless, log_file, lock)
+            args = server_args(
+                db=home / DB_NAME,
+                port=port,
+                ui_port=ui or port + UI_PORT_OFFSET,
+                ip=ip,
+                headless=headless,
+                ui_codec_endpoint=ui_codec_endpoint,
+            )
+            return cls._launch(binary, args, home, ip, port, ui, log_file, lock)
         finally:
             os.close(lock)  # the server holds its own copy: the lock lives as long as it does
 
@@ -219,11 +231,11 @@ class DevServer:
     def _launch(
         cls,
         binary: Path,
+        args: list[str],
         home: Path,
         ip: str,
         port: int,
         ui: int | None,
-        headless: bool,
         log_file: Path | None,
         lock: int,
     ) -> DevServer:
@@ -231,13 +243,6 @@ class DevServer:
             existing.chmod(0o600)
         log_path = Path(log_file) if log_file is not None else home / LOG_NAME
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        args = server_args(
-            db=home / DB_NAME,
-            port=port,
-            ui_port=ui or port + UI_PORT_OFFSET,
-            ip=ip,
-            headless=headless,
-        )
         log = log_path.open("wb")
         try:
             process = subprocess.Popen(

@@ -80,9 +80,14 @@ async def has_worker(client: Client, task_queue: str) -> bool:
 
 
 async def follow(
-    handle: WorkflowHandle, on_event: Callable[[TraceEvent], None], *, every: float = 0.5
-) -> TaskResult:
-    """Report each trace event (state changes, attempts, verdicts) until the task ends.
+    handle: WorkflowHandle,
+    on_event: Callable[[TraceEvent], None],
+    *,
+    every: float = 0.5,
+    until_waiting: bool = False,
+) -> tuple[TaskResult, bool]:
+    """Report each trace event (state changes, attempts, verdicts) until the task ends,
+    or, with ``until_waiting``, until it waits for a person: (result so far, waiting).
 
     Events come from the ``trace`` query while the task runs and from the result at
     the end, so a task faster than the polling interval still shows every step.
@@ -96,6 +101,8 @@ async def follow(
                 for event in trace.events[seen:]:
                     on_event(event)
                 seen = max(seen, len(trace.events))
+                if until_waiting and trace.state.waiting and not result_task.done():
+                    return trace, True
             await asyncio.wait([result_task], timeout=every)
     finally:
         if not result_task.done():
@@ -103,4 +110,4 @@ async def follow(
     result: TaskResult = result_task.result()
     for event in result.events[seen:]:
         on_event(event)
-    return result
+    return result, False

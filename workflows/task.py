@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         COMMIT,
+        ENDPOINT_PREFLIGHT_S,
         EXPLORE,
         MAKE,
         MERGE,
@@ -197,7 +198,7 @@ class TaskWorkflow:
                 EXPLORE,
                 ExploreInput(task=self.spec, workspace=self.ws),
                 summary="explore",
-                seconds=sum(g.timeout for g in self.spec.verify) + 60,
+                seconds=sum(g.timeout for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
             )
             self.brief = explored.brief
             self.result.explore_brief = explored.brief_path
@@ -527,8 +528,13 @@ class TaskWorkflow:
 
     @workflow.query(name=QUERY_TRACE)
     def trace(self) -> TaskResult:
-        self.result.execution_seconds = round(self.clock.seconds(), 3)
-        return self.result
+        """The result so far; while the task waits, its reason is why it waits."""
+        return self.result.model_copy(
+            update={
+                "execution_seconds": round(self.clock.seconds(), 3),
+                "reason": self.result.reason or self.reason,
+            }
+        )
 
     # ------------------------------------------------------------------ budgets
 

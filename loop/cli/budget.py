@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
 from loop.cli import console
+from loop.cli.render import count, money
 from loop.contracts import (
     LEDGER_WORKFLOW,
     QUERY_LEDGER,
@@ -24,6 +26,7 @@ from loop.contracts import (
     ledger_id_for,
 )
 from loop.errors import LoopError
+from loop.rules import budget
 from loop.settings import Settings
 
 budget_app = typer.Typer(
@@ -117,17 +120,24 @@ def _print_ledger(st: LedgerState) -> None:
     today = datetime.now(UTC).date().isoformat()
     day = st.days.get(today, DaySpend())
     lim = st.limits
+    table = Table("per UTC day", "limit", f"spent {today}", "held by running attempts", "left")
+    cost_left = budget.left(lim.cost_per_day, day.cost_usd + day.reserved_cost_usd)
+    tokens_left = budget.left(lim.tokens_per_day, day.tokens + day.reserved_tokens)
+    table.add_row(
+        "cost",
+        money(lim.cost_per_day),
+        money(day.cost_usd),
+        money(day.reserved_cost_usd),
+        money(cost_left),
+    )
+    table.add_row(
+        "tokens",
+        count(lim.tokens_per_day),
+        count(day.tokens),
+        count(day.reserved_tokens),
+        count(tokens_left),
+    )
     console.out.print(st.repo, markup=False)
-    console.out.print(
-        f"  limits per day: cost {_fmt(lim.cost_per_day, '$')}, tokens {_fmt(lim.tokens_per_day)}",
-        markup=False,
-    )
-    console.out.print(
-        f"  today ({today}): spent ${day.cost_usd:.4f} and {day.tokens} tokens; held by running "
-        f"attempts ${day.reserved_cost_usd:.4f} and {day.reserved_tokens} tokens",
-        markup=False,
-    )
-
-
-def _fmt(value: float | None, unit: str = "") -> str:
-    return "unlimited" if value is None else f"{unit}{value:g}"
+    console.out.print(table)
+    if st.open:
+        console.out.print(f"open reservations: {', '.join(sorted(st.open))}", markup=False)

@@ -1,13 +1,16 @@
 """What every command shares: the two consoles, the connection, running a command.
 
 Exit codes (docs/architecture.md, "The CLI"): 0 ok · 1 a waited-for task ended
-other than DONE_WITH_EVIDENCE · 2 bad input (nothing started, nothing sent).
+other than DONE_WITH_EVIDENCE · 2 bad input (nothing started, nothing sent) ·
+3 a waited-for task waits for a person.
 Loopwork's own errors become one ``error:`` line and exit 2 (``run``, ``fail``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -27,8 +30,19 @@ from loop.contracts import (
 )
 from loop.errors import BadInput, LoopError, UnknownTask
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+WAITING = 3
+"""The exit code of ``loop start --wait`` when the task waits for a person."""
+
+PIPED_WIDTH = 400
+"""Piped output is read by programs and `grep`: tables at their natural width, not 80."""
+
+
+def _width(stream: Any) -> int | None:
+    return None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
+
+
+out = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 T = TypeVar("T")
 
 

@@ -125,7 +125,7 @@ async def run_demo(
                 await handle.terminate("a new demo run replaces it")
                 handle, _ = await start_task(client, spec, settings.task_queue, rerun=True)
             out.print(f"started {handle.id}; the agent is a SCRIPTED stand-in, not an AI\n")
-            result = await follow(
+            result, _ = await follow(
                 handle, lambda ev: out.print(event_line(spec.id, ev), markup=False)
             )
         print_result(out, result)

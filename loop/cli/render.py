@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loop.contracts import (
+    BudgetStatus,
     GateResult,
     TaskResult,
     TaskState,
@@ -25,6 +26,30 @@ def status_line(st: TaskStatus) -> str:
     if st.reason and st.state != TaskState.RUNNING:
         text += f" · {st.reason}"
     return text
+
+
+def money(value: float | None) -> str:
+    return "no limit" if value is None else f"${value:,.4f}"
+
+
+def count(value: float | None) -> str:
+    return "no limit" if value is None else f"{round(value):,}"
+
+
+def seconds(value: float | None) -> str:
+    return "no limit" if value is None else f"{value:,.1f} s"
+
+
+def budget_table(b: BudgetStatus) -> Table:
+    """What a task has used of each budget and what is left of it."""
+    table = Table("budget", "used", "left")
+    used, left = b.used, b.left
+    table.add_row("attempts", count(used.attempts or 0), count(left.attempts))
+    table.add_row("wall clock", seconds(used.seconds or 0.0), seconds(left.seconds))
+    table.add_row("tokens", count(used.tokens or 0), count(left.tokens))
+    table.add_row("cost", money(used.cost_usd or 0.0), money(left.cost_usd))
+    table.add_row("tool calls", count(used.tool_calls or 0), count(left.tool_calls))
+    return table
 
 
 def event_line(task_id: str, ev: TraceEvent) -> str:

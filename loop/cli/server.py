@@ -21,14 +21,29 @@ def dev(
     port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
     ui_port: Annotated[int | None, typer.Option(help="UI port (default port+1000)")] = None,
     headless: Annotated[bool, typer.Option(help="no Web UI")] = False,
+    ui_codec_endpoint: Annotated[
+        str | None,
+        typer.Option(help="a codec server the Web UI decrypts payloads with (`loop codec-server`)"),
+    ] = None,
 ) -> None:
     """Run the embedded Temporal dev server (SQLite in LOOP_HOME/temporal.db) until Ctrl-C."""
     from loop.devserver import DevServer
 
     settings = Settings.from_env()
+    if ui_codec_endpoint and not ui_codec_endpoint.startswith(("http://", "https://")):
+        console.fail(
+            f"--ui-codec-endpoint {ui_codec_endpoint!r} is not a URL; "
+            "give e.g. http://127.0.0.1:8081"
+        )
 
     async def main() -> None:
-        server = DevServer.start(home=settings.home, port=port, ui_port=ui_port, headless=headless)
+        server = DevServer.start(
+            home=settings.home,
+            port=port,
+            ui_port=ui_port,
+            headless=headless,
+            ui_codec_endpoint=ui_codec_endpoint,
+        )
         try:
             await server.wait_ready()
             console.out.print(f"Temporal dev server at {server.address}, data in {settings.db}")
@@ -62,15 +77,19 @@ def worker(
 def codec_server(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8081,
     ui_origin: Annotated[
-        str, typer.Option(help="the Temporal UI's origin, allowed by CORS")
-    ] = "http://localhost:8233",
+        str,
+        typer.Option(
+            help="the origin of a Temporal UI on another machine, allowed by CORS "
+            "(a UI on this machine is allowed on any port)"
+        ),
+    ] = "",
 ) -> None:
     """Serve Temporal's codec endpoint (decrypt for the UI and `temporal workflow show`).
 
     Needs LOOP_CODEC_KEY_FILE (the key) and LOOP_CODEC_TOKEN (the bearer token that
-    callers must send). Point the UI at it with `temporal server start-dev
-    --ui-codec-endpoint http://127.0.0.1:PORT`, the CLI with `--codec-endpoint
-    http://127.0.0.1:PORT --codec-auth "Bearer $LOOP_CODEC_TOKEN"`.
+    callers must send). Point the UI at it with `loop dev --ui-codec-endpoint
+    http://127.0.0.1:PORT`, the CLI with `--codec-endpoint http://127.0.0.1:PORT
+    --codec-auth "Bearer $LOOP_CODEC_TOKEN"`.
     """
     from loop.codec import KEY_ENV, EncryptionCodec, load_key, make_server
 
@@ -82,8 +101,9 @@ def codec_server(
         server = make_server(codec, host="127.0.0.1", port=port, token=token, ui_origin=ui_origin)
     except (LoopError, OSError) as e:
         console.fail(str(e))
+    allowed = "any Temporal UI on this machine" + (f" and {ui_origin}" if ui_origin else "")
     console.out.print(
-        f"codec endpoint at http://127.0.0.1:{port} (CORS: {ui_origin}); Ctrl-C stops it"
+        f"codec endpoint at http://127.0.0.1:{port} (CORS: {allowed}); Ctrl-C stops it"
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -19,9 +19,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from loop.cli import console
-from loop.cli.render import event_line, print_result, status_line
+from loop.cli.render import budget_table, event_line, print_result, status_line
 from loop.client import ui_url
 from loop.contracts import (
+    QUERY_STATUS,
     QUERY_TRACE,
     SA_ATTEMPTS,
     SA_COST,
@@ -52,7 +53,20 @@ from loop.tasks import follow, has_worker, start_task
 
 def start(
     file: Annotated[Path, typer.Argument(help="task file (YAML or JSON)")],
-    wait: Annotated[bool, typer.Option(help="follow the task until it ends")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            help="follow the task until it ends (exit 0 DONE_WITH_EVIDENCE, 1 other end) or "
+            "waits for a person (exit 3, with the command that answers it)"
+        ),
+    ] = False,
+    keep_waiting: Annotated[
+        bool,
+        typer.Option(
+            "--keep-waiting",
+            help="with --wait: go on following while the task waits for a person",
+        ),
+    ] = False,
     rerun: Annotated[bool, typer.Option(help="run a task id that has already ended again")] = False,
 ) -> None:
     """Validate a task file and start its workflow (idempotent for a running task)."""
@@ -74,9 +88,14 @@ def start(
             )
         if not wait:
             return 0
-        result = await follow(
-            handle, lambda ev: console.out.print(event_line(spec.id, ev), markup=False)
+        result, waiting = await follow(
+            handle,
+            lambda ev: console.out.print(event_line(spec.id, ev), markup=False),
+            until_waiting=not keep_waiting,
         )
+        if waiting:
+            _print_status(await handle.query(QUERY_STATUS, result_type=TaskStatus))
+            return console.WAITING
         print_result(console.out, result)
         return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
 
@@ -117,16 +136,10 @@ def status(
 
 def _print_status(st: TaskStatus) -> None:
     console.out.print(status_line(st), markup=False)
-    used, left = st.budget.used, st.budget.left
-    console.out.print(
-        f"budget used: {used.attempts} attempts, {used.seconds or 0:.1f} s, {used.tokens} tokens, "
-        f"${used.cost_usd or 0:.4f}, {used.tool_calls} tool calls",
-        markup=False,
-    )
-    shown = {k: v for k, v in left.model_dump().items() if v is not None}
-    console.out.print(f"budget left: {shown or 'unlimited'}", markup=False)
+    console.out.print(budget_table(st.budget))
     if st.waiting_for:
         console.out.print(f"waiting for: {st.waiting_for} — {st.reason}", markup=False)
+        console.out.print(f"answer with: {answer_with(st.task_id, st.waiting_for)}", markup=False)
 
 
 async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = False) -> None:
@@ -323,5 +336,12 @@ def trace(
         console.out.print()
         for ev in result.events:
             console.out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)
+        if desc.status == WorkflowExecutionStatus.RUNNING and result.state.waiting:
+            st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
+            console.out.print(
+                f"\nwaiting for {st.waiting_for}; answer with: "
+                f"{answer_with(st.task_id, st.waiting_for)}",
+                markup=False,
+            )
 
     console.run(main)

@@ -116,6 +116,7 @@ from loop.contracts.states import (
     TaskState,
 )
 from loop.contracts.steps import (
+    ENDPOINT_PREFLIGHT_S,
     CommitInput,
     CommitResult,
     EscalateInput,
@@ -208,6 +209,7 @@ __all__ = [
     "CLOSED_HOLDERS",
     "COMMIT",
     "DISCOVER",
+    "ENDPOINT_PREFLIGHT_S",
     "END_ATTEMPT",
     "ESCALATE",
     "EVAL_WORKFLOW",

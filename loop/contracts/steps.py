@@ -35,6 +35,10 @@ class Workspace(_Record):
     base_is_branch: bool = True
 
 
+ENDPOINT_PREFLIGHT_S = 60
+"""How long explore waits for an unreachable model endpoint before the task ends BLOCKED."""
+
+
 class ExploreInput(_Record):
     task: TaskSpec
     workspace: Workspace
