@@ -15,17 +15,21 @@ from temporalio import activity
 from activities import gates
 from activities.host import artifact, sandbox
 from activities.host.git import git
+from activities.host.sandbox.paths import programs
 from activities.make import agent_home, endpoints
 from activities.model import preflight
 from loop.contracts import (
     EXPLORE,
     ExploreInput,
     ExploreResult,
+    Gate,
+    GateResult,
     MakeResult,
     TaskSpec,
     Verdict,
     Workspace,
 )
+from loop.errors import permanent
 from loop.rules import memory
 from loop.settings import Settings
 
@@ -53,7 +57,11 @@ class ExploreActivities:
             lines += ["", "### What earlier runs on this repository learned", "", learned]
         lines += ["", "### Gates at base (the reproducer)", ""]
         for g in reproducer.gates:
-            lines.append(f"- {g.name}: {'pass' if g.passed else 'FAIL'} — {g.requirement}")
+            if g.passed:
+                lines.append(f"- {g.name}: pass — {g.requirement}")
+            else:
+                found = g.evidence.detail or "see the output below"
+                lines.append(f"- {g.name}: FAIL — required: {g.requirement}; found: {found}")
             if not g.passed and g.evidence.output_tail:
                 lines += ["", "```", g.evidence.output_tail.strip()[-1500:], "```", ""]
         brief = "\n".join(lines)
@@ -70,21 +78,23 @@ class ExploreActivities:
         (raises the permanent reason, so the task ends BLOCKED without burning one)."""
         if task.agent.backend != "command" or not task.agent.command:
             return
-        await sandbox.check_runnable(
-            sandbox.SandboxRun(
-                argv=list(task.agent.command),
-                kind="agent",
-                policy=task.sandbox,
-                task_id=task.id,
-                home=self.settings.home,
-                tree=Path(ws.path),
-                state_dir=Path(ws.run_dir) / "explore",
-                name="agent-check",
-                limit_s=1,
-                agent_home=agent_home(ws),
-                allow_hosts=endpoints(task),
-            )
+        run = sandbox.SandboxRun(
+            argv=list(task.agent.command),
+            kind="agent",
+            policy=task.sandbox,
+            task_id=task.id,
+            home=self.settings.home,
+            tree=Path(ws.path),
+            state_dir=Path(ws.run_dir) / "explore",
+            name="agent-check",
+            limit_s=1,
+            agent_home=agent_home(ws),
+            allow_hosts=endpoints(task),
         )
+        await sandbox.check_runnable(run)
+        missing = await sandbox.missing_programs(run)
+        if missing:
+            raise permanent(f"the agent's command {_not_found(missing)}")
 
     async def _reproduce(self, task: TaskSpec, inp: ExploreInput) -> Verdict:
         """Run the command gates once at base, in a clean checkout of it; the others need
@@ -99,7 +109,21 @@ class ExploreActivities:
             ws.repo, ws.base_commit, log_dir / "checkout", self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
+            for gate in runnable.verify:
+                missing = await sandbox.missing_programs(
+                    gates.gate_run(gate, ws, bench, task.sandbox)
+                )
+                if missing:
+                    raise permanent(f"gate {gate.name}: `{gate.run}` {_not_found(missing)}")
             results = await gates.evaluate(runnable, ws, at_base, bench)
+            for gate, result in zip(runnable.verify, results, strict=True):
+                if _cannot_start(gate, result, tree):
+                    raise permanent(
+                        f"gate {gate.name} cannot run at base: `{gate.run}` exits "
+                        f"{result.evidence.exit_code}: {_last_line(result.evidence.output_tail)}; "
+                        "fix the command, or make what it runs visible to the task's uid "
+                        "(sandbox.readonly)"
+                    )
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )
@@ -117,6 +141,29 @@ async def _endpoints_answer(task: TaskSpec) -> None:
                 wanted.setdefault(gate.llm_review.base_url or task.agent.base_url, model)
     for base_url, model in wanted.items():
         await preflight(base_url, model)
+
+
+def _not_found(missing: list[str]) -> str:
+    names = ", ".join(f"`{m}`" for m in missing)
+    return (
+        f"runs {names}, which the task's uid cannot find or execute in its sandbox; install "
+        "it where that uid can run it (e.g. /usr/local/bin), or add its folder to "
+        "sandbox.readonly"
+    )
+
+
+def _cannot_start(gate: Gate, result: GateResult, tree: Path) -> bool:
+    """126/127: the shell could not execute a program. Not the gate's verdict on the code,
+    unless the program is one the agent is to write (a relative path not there yet)."""
+    if result.evidence.exit_code not in (126, 127) or gate.run is None:
+        return False
+    wanted = [w for w in programs(["bash", "-c", gate.run])[1:] if "/" in w and w[0] != "/"]
+    return all((tree / w).exists() for w in wanted)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "no output"
 
 
 def _read(path: Path) -> str:

@@ -126,27 +126,30 @@ def _command_in_words(command: str, limit: int = 200) -> str:
     return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
 
 
+def gate_run(gate: Gate, ws: Workspace, bench: Bench, policy: SandboxPolicy) -> sandbox.SandboxRun:
+    """How a ``run`` gate runs: its line under bash, as the task's uid, in the bench."""
+    assert gate.run is not None
+    return sandbox.SandboxRun(
+        argv=["bash", "-c", gate.run],
+        kind="gate",
+        policy=policy,
+        task_id=ws.task_id,
+        home=bench.home,
+        tree=bench.tree,
+        state_dir=bench.log_dir,
+        name=f"gate-{gate.name}",
+        limit_s=gate.timeout,
+        env=gate_extra_env(policy),
+    )
+
+
 async def run_gate(
     gate: Gate, ws: Workspace, bench: Bench, policy: SandboxPolicy | None = None
 ) -> GateResult:
     """A ``run`` gate in the sandbox (kind ``gate``: no network by default, the checkout
     read-only, a fresh HOME and TMPDIR), so a gate cannot change the artifact it judges."""
     assert gate.run is not None
-    policy = policy or SandboxPolicy()
-    proc = await sandbox.run_sandboxed(
-        sandbox.SandboxRun(
-            argv=["bash", "-c", gate.run],
-            kind="gate",
-            policy=policy,
-            task_id=ws.task_id,
-            home=bench.home,
-            tree=bench.tree,
-            state_dir=bench.log_dir,
-            name=f"gate-{gate.name}",
-            limit_s=gate.timeout,
-            env=gate_extra_env(policy),
-        )
-    )
+    proc = await sandbox.run_sandboxed(gate_run(gate, ws, bench, policy or SandboxPolicy()))
     if proc.timed_out:
         detail = f"timed out after {gate.timeout} s"
     elif proc.exit_code == 0:

@@ -155,6 +155,7 @@ class MakeActivities:
                 "network_refused": ran.network_refused,
                 "not_started": ran.not_started,
                 "removed": ran.removed + closed.removed,
+                "tries": activity.info().attempt,
             }
         )
 
@@ -267,6 +268,6 @@ class MakeActivities:
             commit=commit,
             changed_files=await changed_files(ws, commit),
             outside_writes=outside,
-            ignored_files=await artifact.ignored(ws.path),
+            ignored_files=await artifact.ignored(ws.path, ws.byproducts),
             removed=found.special,
         )

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +53,30 @@ from loop.settings import Settings
 MARKER = "workspace.json"
 
 # Byproducts of running Python and pytest in a tree: never the agent's work.
-BYPRODUCT_GLOBS = ("**/__pycache__/**", "**/*.pyc", "**/.pytest_cache/**")
-BYPRODUCT_EXCLUDES = tuple(f":(exclude,glob){g}" for g in BYPRODUCT_GLOBS)
-BYPRODUCTS_ONLY = tuple(f":(glob){g}" for g in BYPRODUCT_GLOBS)
+BYPRODUCT_GLOBS = ("**/__pycache__", "**/*.pyc", "**/.pytest_cache")
+"""What running Python and pytest leave behind, whatever the agent."""
+
+
+def _pathspecs(magic: str, globs: Sequence[str]) -> list[str]:
+    """Git pathspecs for globs where a glob naming a folder covers what is in it."""
+    found: list[str] = []
+    for g in (*BYPRODUCT_GLOBS, *globs):
+        g = g.rstrip("/")
+        found += [f":({magic}){g}", f":({magic}){g}/**"]
+    return found
+
+
+def excluding(globs: Sequence[str]) -> list[str]:
+    """Pathspecs after ``--``: the whole tree but byproducts (``Workspace.byproducts``)."""
+    return [".", *_pathspecs("exclude,glob", globs)]
+
+
+def only(globs: Sequence[str]) -> list[str]:
+    """Pathspecs after ``--``: byproducts alone."""
+    return _pathspecs("glob", globs)
+
 
 _MAX_LISTED = 10
-
-
-def is_byproduct(path: str) -> bool:
-    parts = path.rstrip("/").split("/")
-    return "__pycache__" in parts or ".pytest_cache" in parts or path.endswith(".pyc")
 
 
 def _listing(paths: list[str]) -> str:
@@ -155,7 +170,7 @@ async def wip_commit(ws: Workspace, attempt: int) -> str:
     """Record the attempt's worktree as a commit: the artifact verify checks and a retry
     restores. Running it twice for the same attempt must not stack empty commits."""
     message = f"loop({ws.task_id}): attempt {attempt}"
-    await git(["add", "-A", "--", ".", *BYPRODUCT_EXCLUDES], ws.path)
+    await git(["add", "-A", "--", *excluding(ws.byproducts)], ws.path)
     head = await git(["symbolic-ref", "-q", "HEAD"], ws.path, check=False)
     if head != f"refs/heads/{ws.branch}":
         # The agent detached HEAD or switched branches: its work goes back on the task
@@ -182,10 +197,10 @@ async def restore(ws: Workspace, commit: str) -> None:
     await git(["clean", "-q", "-fd"], ws.path)
 
 
-async def dirty_files(path: str) -> list[str]:
+async def dirty_files(path: str, byproducts: Sequence[str] = ()) -> list[str]:
     """Changes not yet committed: what a reset or a removal would destroy."""
-    out = await git(["status", "--porcelain", "-z", "-uall"], path)
-    return [printable(p) for p in _status_paths(out) if not is_byproduct(p)]
+    out = await git(["status", "--porcelain", "-z", "-uall", "--", *excluding(byproducts)], path)
+    return [printable(p) for p in _status_paths(out)]
 
 
 def _fingerprint(path: Path) -> str:
@@ -335,6 +350,7 @@ class WorkspaceActivities:
             base_commit=base_commit,
             run_dir=str(run_dir),
             base_is_branch=base_is_branch,
+            byproducts=inp.byproducts,
         )
         async with repo_lock(self.settings.locks, top):
             await git(["worktree", "prune"], top)
@@ -348,7 +364,7 @@ class WorkspaceActivities:
                         return Workspace.model_validate(marker)
                     except ValueError:
                         pass  # an unreadable marker of our own run: prepare it afresh
-                dirty = await dirty_files(str(path))
+                dirty = await dirty_files(str(path), ws.byproducts)
                 if dirty:
                     raise permanent(
                         f"worktree {path} has uncommitted changes from an earlier run; "
@@ -521,11 +537,11 @@ class WorkspaceActivities:
                 return RemoveResult(
                     removed=False, reason=f"{path} is not a worktree of {ws.repo}; kept"
                 )
-            if await dirty_files(path):
+            if await dirty_files(path, ws.byproducts):
                 return RemoveResult(removed=False, reason="worktree has uncommitted changes; kept")
             # Byproducts are untracked files too, and `worktree remove` refuses those;
             # anything else untracked appearing meanwhile still makes it refuse.
-            await git(["clean", "-q", "-fd", "--", *BYPRODUCTS_ONLY], path)
+            await git(["clean", "-q", "-fd", "--", *only(ws.byproducts)], path)
             await git(["worktree", "remove", path], ws.repo)
             kept = await self._drop_branch(ws, inp.delete_branch)
         return RemoveResult(removed=True, reason=kept)

@@ -79,7 +79,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         Workspace,
     )
-    from loop.rules import budget
+    from loop.rules import budget, explain
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
     from loop.rules.record import commit_message, merge_message, spec_hash
@@ -189,6 +189,7 @@ class TaskWorkflow:
                     repo=self.spec.repo,
                     base=self.spec.base,
                     run_id=workflow.info().run_id,
+                    byproducts=self.spec.agent.ignore,
                 ),
                 summary="prepare worktree",
             )
@@ -208,7 +209,9 @@ class TaskWorkflow:
 
         while True:
             if self.result.attempts and len(self.result.attempts) >= self.max_attempts:
-                return _Stop(TaskState.NEEDS_HUMAN, "attempts exhausted", budget=True)
+                return _Stop(
+                    TaskState.NEEDS_HUMAN, self._with_trouble("attempts exhausted"), budget=True
+                )
             spent = self._spent_budget()
             if spent:
                 return _Stop(TaskState.NEEDS_HUMAN, spent, budget=True)
@@ -261,6 +264,12 @@ class TaskWorkflow:
         except StepFailed:
             await self._settle(n, Usage())  # release what the attempt held
             raise
+        if made.tries > 1:
+            self._event(
+                "retried",
+                f"attempt {n}: make ran {made.tries} times (a worker died or the step failed; "
+                "each retry started again from the attempt's start commit)",
+            )
         used = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
         await self._settle(n, used)
         record.make, record.usage = made, used
@@ -274,6 +283,12 @@ class TaskWorkflow:
             return _Stop(
                 TaskState.BLOCKED, f"write outside the worktree: {', '.join(made.outside_writes)}"
             )
+        trouble = explain.agent_trouble(made)
+        if trouble and workflow.patched("explain-agent-trouble"):
+            self._event("agent", f"attempt {n}: {trouble}")
+            if explain.could_not_start(made):
+                # Every later attempt would fail the same way, before doing anything.
+                return _Stop(TaskState.BLOCKED, trouble)
 
         self.phase = Phase.VERIFY
         verdict = await judge(self.spec, self.ws, n, made)
@@ -297,8 +312,15 @@ class TaskWorkflow:
             self.stalled, self.last_fingerprint = 1, record.fingerprint
         self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
         if self.stalled >= self.spec.budget.max_stalled_attempts:
-            return _Stop(TaskState.NEEDS_HUMAN, "no new evidence", budget=True)
+            return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
         return None
+
+    def _with_trouble(self, reason: str) -> str:
+        """An escalation's reason, with what went wrong with the agent's last run, if
+        anything did: a person reads the cause, not only "no new evidence"."""
+        last = self.result.attempts[-1].make if self.result.attempts else None
+        trouble = explain.agent_trouble(last)
+        return f"{reason}; last attempt: {trouble}" if trouble else reason
 
     async def _settle(self, n: int, used: Usage) -> None:
         """Settle attempt ``n``'s reservation: once, whichever way the attempt ended."""
@@ -524,6 +546,10 @@ class TaskWorkflow:
             reason=self.reason,
             budget=self._budget(),
             last_verdict=self.last_verdict.summary() if self.last_verdict else "",
+            agent=explain.agent_trouble(self.result.attempts[-1].make)
+            if self.result.attempts
+            else "",
+            retried=sum(ev.kind == "retried" for ev in self.result.events),
         )
 
     @workflow.query(name=QUERY_TRACE)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from activities.host import tree
 from activities.host.git import git, repo_lock
-from activities.workspace import is_byproduct, printable
+from activities.workspace import excluding, printable
 
 BLOCK = 4096
 """What one entry costs at least on disk (and an inode): a link or an empty file is not free."""
@@ -112,12 +112,16 @@ def empty_if_over(places: list[Path], limit_mb: int) -> str:
     )
 
 
-async def ignored(tree: str) -> list[str]:
+async def ignored(tree: str, byproducts: list[str]) -> list[str]:
     """Untracked files git ignores (folders shown once, as ``dir/``), byproducts aside."""
     out = await git(
-        ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"], tree
-    )
-    return sorted(printable(p) for p in out.split("\0") if p and not is_byproduct(p))
+        [
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory",
+            "--", *excluding(byproducts),
+        ],
+        tree,
+    )  # fmt: skip
+    return sorted(printable(p) for p in out.split("\0") if p)
 
 
 @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ from loop.contracts import (
     TaskStatus,
     TraceEvent,
 )
+from loop.rules.explain import agent_trouble
 
 
 def status_line(st: TaskStatus) -> str:
@@ -25,6 +26,10 @@ def status_line(st: TaskStatus) -> str:
         text += f" · last verdict: {st.last_verdict}"
     if st.reason and st.state != TaskState.RUNNING:
         text += f" · {st.reason}"
+    elif st.agent:
+        text += f" · {st.agent}"
+    if st.retried:
+        text += f" · make retried in {st.retried} attempt(s), see `loop trace`"
     return text
 
 
@@ -91,6 +96,9 @@ def print_result(out: Console, r: TaskResult) -> None:
         made = a.make
         if made is None:
             continue
+        trouble = agent_trouble(made)
+        if trouble:
+            out.print(f"attempt {a.attempt}: {trouble}", markup=False)
         if made.network_refused:
             refused = "; ".join(made.network_refused[:3])
             more = (
@@ -117,6 +125,7 @@ def print_result(out: Console, r: TaskResult) -> None:
             )
         out.print(f"total: {r.tokens} tokens · ${r.cost_usd:.4f} · {r.tool_calls} tool calls")
     if r.worktree:
-        out.print(f"worktree: {r.worktree}", markup=False)
+        removed = any(ev.kind == "worktree" and ev.detail == "removed" for ev in r.events)
+        out.print(f"worktree: {r.worktree}{' (removed)' if removed else ''}", markup=False)
     if r.trace_path:
         out.print(f"trace: {r.trace_path} · notes: {r.notes_path}", markup=False)

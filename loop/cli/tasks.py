@@ -44,7 +44,7 @@ from loop.contracts import (
     TaskState,
     TaskStatus,
 )
-from loop.errors import BadInput, LoopError
+from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
 from loop.settings import Settings
@@ -319,15 +319,25 @@ def trace(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     as_json: Annotated[bool, typer.Option("--json", help="the full trace as JSON")] = False,
 ) -> None:
-    """The execution trace: attempts, gates with evidence, events, escalations."""
+    """The execution trace: attempts, gates with evidence, events, escalations (from the
+    trace file in LOOP_HOME/runs when the server is not reachable or forgot the task)."""
 
     async def main() -> None:
-        client = await console.client()
-        handle, desc = await console.handle(client, task_id)
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            result = await handle.query(QUERY_TRACE, result_type=TaskResult)
+        file = Settings.from_env().runs / f"{console.check_id(task_id)}.json"
+        try:
+            client = await console.client()
+            handle, desc = await console.handle(client, task_id)
+        except (ServerUnavailable, UnknownTask) as e:
+            if not file.is_file():
+                raise
+            console.err.print(f"{e}; showing the trace file {file}", markup=False)
+            result = TaskResult.model_validate_json(file.read_bytes())
+            desc = handle = None
         else:
-            result = await console.status_of(handle, desc)  # type: ignore[assignment]
+            if desc.status == WorkflowExecutionStatus.RUNNING:
+                result = await handle.query(QUERY_TRACE, result_type=TaskResult)
+            else:
+                result = await console.status_of(handle, desc)  # type: ignore[assignment]
         assert isinstance(result, TaskResult)
         if as_json:
             console.out.print_json(result.model_dump_json())
@@ -336,7 +346,11 @@ def trace(
         console.out.print()
         for ev in result.events:
             console.out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)
-        if desc.status == WorkflowExecutionStatus.RUNNING and result.state.waiting:
+        if (
+            handle is not None
+            and desc.status == WorkflowExecutionStatus.RUNNING
+            and result.state.waiting
+        ):
             st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
             console.out.print(
                 f"\nwaiting for {st.waiting_for}; answer with: "

@@ -51,3 +51,7 @@ class TaskStatus(_Record):
     reason: str = ""
     budget: BudgetStatus
     last_verdict: str = ""
+    agent: str = ""
+    """What went wrong with the last attempt's agent run ("" when nothing did)."""
+    retried: int = 0
+    """Attempts whose make step had to run again (a worker died, or a try failed)."""

@@ -18,6 +18,8 @@ class PrepareInput(_Record):
     base: str | None = None
     run_id: str
     """The workflow run that owns the worktree; a new run resets a clean leftover."""
+    byproducts: list[str] = Field(default_factory=list)
+    """The agent's byproduct globs (``agent.ignore``)."""
 
 
 class Workspace(_Record):
@@ -33,6 +35,8 @@ class Workspace(_Record):
     run_dir: str
     """``LOOP_HOME/runs/<id>/``: prompts, logs, agent output, outside the worktree."""
     base_is_branch: bool = True
+    byproducts: list[str] = Field(default_factory=list)
+    """Globs never committed nor counted as changes: the agent's history and caches."""
 
 
 ENDPOINT_PREFLIGHT_S = 60
@@ -106,6 +110,9 @@ class MakeResult(_Record):
     removed: list[str] = Field(default_factory=list)
     """What could not be part of the artifact and was removed before the commit: FIFOs,
     sockets and device nodes, repositories nested in the worktree."""
+    tries: int = 1
+    """How many times the step ran: more than one after a worker crash or a failed try
+    (each retry resets the worktree to the attempt's start)."""
 
 
 class VerifyInput(_Record):

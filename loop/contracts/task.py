@@ -33,6 +33,20 @@ class ToolPolicy(_TaskFileModel):
     """Characters of a tool's output shown to the model; the rest is cut, with a note."""
 
 
+def relative_globs(globs: list[str]) -> list[str]:
+    """Globs of paths in the worktree: not empty, not absolute, never out of it."""
+    for g in globs:
+        if not g.strip():
+            raise ValueError("globs must not be empty strings")
+        if g.startswith("/") or ".." in g.split("/"):
+            raise ValueError(f"glob {g!r} must be relative to the repository root")
+    return globs
+
+
+AGENT_BYPRODUCTS = (".aider*", ".claude", ".codex")
+"""What agent CLIs leave in the worktree (history, caches, settings): never committed."""
+
+
 class AgentSpec(_TaskFileModel):
     backend: Literal["command", "openai"] = "command"
     """``command`` runs an external agent CLI in the worktree; ``openai`` drives a model."""
@@ -49,6 +63,14 @@ class AgentSpec(_TaskFileModel):
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     max_tokens_per_call: int = Field(default=4_096, ge=16, le=1_000_000)
     """Upper bound of one model call's output tokens (lowered to what the budget has left)."""
+    ignore: list[str] = Field(default_factory=lambda: list(AGENT_BYPRODUCTS))
+    """Globs of the agent's byproducts in the worktree (a folder covers its contents):
+    never committed, never a change; ``[]`` commits everything."""
+
+    @field_validator("ignore")
+    @classmethod
+    def _relative(cls, globs: list[str]) -> list[str]:
+        return relative_globs(globs)
 
     @model_validator(mode="after")
     def _backend_needs(self) -> AgentSpec:
@@ -68,13 +90,8 @@ class DiffScope(_TaskFileModel):
 
     @field_validator("allow", "protect")
     @classmethod
-    def _no_empty_globs(cls, globs: list[str]) -> list[str]:
-        for g in globs:
-            if not g.strip():
-                raise ValueError("globs must not be empty strings")
-            if g.startswith("/") or ".." in g.split("/"):
-                raise ValueError(f"glob {g!r} must be relative to the repository root")
-        return globs
+    def _relative(cls, globs: list[str]) -> list[str]:
+        return relative_globs(globs)
 
 
 class LlmReview(_TaskFileModel):

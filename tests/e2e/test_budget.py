@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,7 +117,8 @@ async def test_spent_period_budget_parks_the_task_until_raised(
         )
         out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
-        assert "cost $5" in out.decode()
+        # limit, spent today, held by running attempts, left
+        assert re.search(r"cost\s*│\s*\$5\.0000\s*│", out.decode()), out.decode()
         await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text="budget raised, go on"))
         result = await handle.result()
         proc = await asyncio.create_subprocess_exec(
@@ -131,3 +133,6 @@ async def test_spent_period_budget_parks_the_task_until_raised(
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert len(result.attempts) == 1
     assert repo in shown.decode()
+    # Settled: nothing held any more, and (the agent reports no usage) nothing spent.
+    row = r"cost\s*│\s*\$5\.0000\s*│\s*\$0\.0000\s*│\s*\$0\.0000\s*│\s*\$5\.0000"
+    assert re.search(row, shown.decode()), shown.decode()

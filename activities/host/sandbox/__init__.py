@@ -13,7 +13,13 @@ and ``launcher`` (the first process of a run and how the worker talks to it),
 
 from activities.host.sandbox.egress import endpoint_entries, protect
 from activities.host.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
-from activities.host.sandbox.run import SandboxRun, check_runnable, kill_leftovers, run_sandboxed
+from activities.host.sandbox.run import (
+    SandboxRun,
+    check_runnable,
+    kill_leftovers,
+    missing_programs,
+    run_sandboxed,
+)
 from activities.host.sandbox.uids import holders, lease, release, uid_processes
 
 __all__ = [
@@ -27,6 +33,7 @@ __all__ = [
     "inspect_host",
     "kill_leftovers",
     "lease",
+    "missing_programs",
     "protect",
     "release",
     "run_sandboxed",

@@ -108,12 +108,25 @@ def take_back(rec: Mapping[str, Any]) -> list[str]:
 
 def give(path: str, uid: int, gid: int) -> None:
     """Make ``path`` a folder of the task's uid alone (created when missing). A link or a
-    file in its place is refused: the worker never follows what a sandbox could plant."""
+    file in its place is refused: the worker never follows what a sandbox could plant.
+
+    A folder that was another uid's (a retry after a crash that leased another one) is
+    given whole, so the agent can write what its earlier try made; hard-linked files
+    are left alone, their other name may be anywhere."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        owner = os.fstat(fd).st_uid
         os.fchown(fd, uid, gid)
         os.fchmod(fd, 0o700)
     finally:
         os.close(fd)
+    if owner in (uid, 0):
+        return  # ours already, or new: nothing below belongs to anyone else
+    for entry in tree.walk(path):
+        st = entry.st
+        if st.st_uid == uid or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+            continue
+        with contextlib.suppress(OSError):
+            os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -41,6 +42,7 @@ from activities.host.sandbox.paths import (
     cannot_execute,
     command_paths,
     git_dirs,
+    programs,
     protected_files,
     sandbox_path,
     toolchain,
@@ -101,6 +103,12 @@ class SandboxRun:
     """Beyond ``policy.allow_hosts``: the openai backend's own endpoint."""
     drop_env: tuple[str, ...] = ()
     """Mode ``off`` only: prefixes left out of the worker's environment besides LOOP_*."""
+    probe: list[str] | None = None
+    """Run this instead of ``argv``, in the sandbox planned for ``argv`` (``missing_programs``)."""
+
+    @property
+    def launched(self) -> list[str]:
+        return self.probe or self.argv
 
     @property
     def log_path(self) -> Path:
@@ -255,6 +263,31 @@ async def check_runnable(run: SandboxRun) -> None:
     await _prepare(run)
 
 
+PROBE_SCRIPT = 'for w; do command -v "$w" >/dev/null 2>&1 || printf "missing:%s\\n" "$w"; done'
+PROBE_LIMIT_S = 20
+
+
+async def missing_programs(run: SandboxRun) -> list[str]:
+    """The programs ``run`` names (``paths.programs``) that its own sandbox, as its uid,
+    cannot find or execute; runs a probe, never the command. Relative paths are left
+    out: the agent may be the one to write them."""
+    words = [w for w in programs(run.argv) if "/" not in w or w.startswith("/")]
+    probe = dataclasses.replace(
+        run,
+        kind="gate",  # reads the tree: nothing to lend, nothing to take back
+        probe=["/bin/sh", "-c", PROBE_SCRIPT, "probe", *words],
+        name=f"{run.name}-probe",
+        limit_s=PROBE_LIMIT_S,
+        writable=[],
+        agent_home=None,
+    )
+    ran = await run_sandboxed(probe)
+    if ran.timed_out or ran.exit_code != 0:
+        raise permanent(f"the sandbox could not run a probe of the {run.kind}: {ran.output_tail}")
+    lines = Path(ran.log_path).read_text(errors="replace").splitlines()
+    return [line.removeprefix("missing:") for line in lines if line.startswith("missing:")]
+
+
 async def run_sandboxed(run: SandboxRun) -> ProcResult:
     """Run one untrusted command under ``run.policy``; see the module docstring.
 
@@ -272,7 +305,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         env = {k: v for k, v in os.environ.items() if not k.startswith(hidden)}
         env.update(run.env)
         ran = await run_process(
-            run.argv,
+            run.launched,
             cwd=run.tree,
             env=env,
             limit_s=run.limit_s,
@@ -313,7 +346,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 network=run.network,
                 ops=view.operations(),
                 cwd=tree,
-                argv=run.argv,
+                argv=run.launched,
                 rlimits=_rlimits(policy, bool(cg and cg.memory)),
                 cgroup_procs=cg.procs_files if cg is not None else [],
                 seccomp_fd=seccomp_fd,
