@@ -23,6 +23,21 @@ from tests.support.paths import EXAMPLES
 from tests.support.sandbox import Listener, Tree
 
 FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
+LAYERS = ("unit", "workflow", "e2e")
+"""The folders of ``tests/``, cheapest first: a whole run fails fast on what fails fast."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the layers in ``LAYERS`` order (pytest would take e2e first, by name); the order
+    of the tests within a layer is left as collected."""
+
+    here = Path(__file__).parent
+
+    def layer(item: pytest.Item) -> int:
+        parts = item.path.relative_to(here).parts if item.path.is_relative_to(here) else ()
+        return LAYERS.index(parts[0]) if parts and parts[0] in LAYERS else len(LAYERS)
+
+    items.sort(key=layer)
 
 
 @pytest_asyncio.fixture(scope="session")
