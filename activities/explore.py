@@ -15,7 +15,6 @@ from temporalio import activity
 from activities import gates
 from activities.host import artifact, sandbox
 from activities.host.git import git
-from activities.host.sandbox.paths import programs
 from activities.make import agent_home, endpoints
 from activities.model import preflight
 from loop.contracts import (
@@ -31,6 +30,7 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.rules import memory
+from loop.rules.commands import programs
 from loop.settings import Settings
 
 BRIEF_CHARS = 6_000

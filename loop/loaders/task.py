@@ -17,6 +17,7 @@ from pathlib import Path
 from loop.contracts import TaskSpec
 from loop.errors import TaskFileError
 from loop.loaders.common import read, validated
+from loop.rules.commands import programs
 
 
 def load_task(path: str | Path) -> TaskSpec:
@@ -59,11 +60,11 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
     if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").returncode != 0:
         raise TaskFileError(f"{source}: base: {base!r} is not a branch or commit in {top}")
     command = spec.agent.command or []
-    if command:
-        exe = command[0]
+    for exe in programs(command) if command else []:
         findable = shutil.which(exe) is not None or (top / exe).exists() or (folder / exe).is_file()
         if not findable:
             raise TaskFileError(
-                f"{source}: agent.command: {exe!r} is not on PATH, not a file, and not in the repo"
+                f"{source}: agent.command runs {exe!r}, which is not on PATH, not a file, and "
+                "not in the repo"
             )
     return spec.model_copy(update={"repo": str(top), "base": base})

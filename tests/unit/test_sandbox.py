@@ -419,7 +419,14 @@ async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -
         *["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"],
         start_new_session=True,
     )
-    assert sandbox.uid_processes(uid) == [orphan.pid]
+    # setpriv takes the uid a moment after it starts: wait for it (a loaded host is slow).
+    deadline = time.monotonic() + 5
+    while True:
+        found = sandbox.uid_processes(uid)
+        if found == [orphan.pid] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    assert found == [orphan.pid]
     assert uid in owners(tree.wt)
     assert await kill_leftovers(request.state_dir, request.name)
     assert await asyncio.wait_for(orphan.wait(), 5) == -9

@@ -233,7 +233,17 @@ def test_base_that_does_not_exist(tmp_path: Path, repo: Path) -> None:
 def test_agent_command_not_findable(tmp_path: Path, repo: Path) -> None:
     data = spec_dict(repo, agent={"command": ["no-such-agent-cli-4711", "--go"]})
     msg = load_error(write(tmp_path, data))
-    assert "agent.command: " in msg and "no-such-agent-cli-4711" in msg
+    assert "agent.command runs 'no-such-agent-cli-4711', which is not on PATH" in msg
+
+
+def test_agent_command_checks_each_program_of_a_shell_line(tmp_path: Path, repo: Path) -> None:
+    """The README's `sh -c "claude …"` form: `sh` exists, the agent it runs may not."""
+    line = 'cd . && no-such-agent-cli-4712 -p "$(cat "$LOOP_PROMPT_FILE")" > /dev/null'
+    data = spec_dict(repo, agent={"command": ["sh", "-c", line]})
+    msg = load_error(write(tmp_path, data))
+    assert "agent.command runs 'no-such-agent-cli-4712', which is not on PATH" in msg
+    data = spec_dict(repo, agent={"command": ["sh", "-c", 'cat "$LOOP_PROMPT_FILE" > /dev/null']})
+    load(write(tmp_path, data, name="fine.yaml"))  # every program exists: no error
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:

@@ -21,14 +21,13 @@ from pathlib import Path
 import pathspec
 
 from activities.host import tree
+from loop.rules.commands import ASSIGNMENT, SHELLS
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
 """Interpreters whose ``-c`` line is itself a command line worth reading for paths."""
 NEVER_BOUND = ("/dev", "/proc", "/sys")
 """Kernel file systems: the sandbox has its own, so a path there is never bound."""
 
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WORD = re.compile(r"[\w.+-]+")
 
 
@@ -185,66 +184,12 @@ def command_words(argv: list[str]) -> list[str]:
     return words
 
 
-_SEPARATORS = frozenset({";", "&", "&&", "|", "||", "(", ")", ";;", "|&", "\n"})
-_KEYWORDS = frozenset(
-    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "time"}
-)
-_LOOPS = frozenset({"for", "case", "select"})
-"""Their next words are names and values, not programs, up to the next separator."""
-_WRAPPERS = frozenset({"exec", "command", "env", "nice", "nohup"})
-_BUILTINS = frozenset(
-    {
-        "cd", "echo", "printf", "export", "set", "unset", "test", "[", "[[", "true", "false",
-        "exit", "return", "read", "shift", "source", ".", "eval", "type", "wait", "trap",
-        "umask", "ulimit", "local", "alias", ":", "break", "continue", "pwd", "esac",
-    }
-)  # fmt: skip
-
-
-def programs(argv: list[str]) -> list[str]:
-    """The programs a command runs: ``argv[0]``, and for a shell's ``-c LINE`` the word in
-    command position of each of its simple commands (best effort: words with expansions,
-    builtins and keywords are left out)."""
-    found = [argv[0]] if argv else []
-    if not (len(argv) >= 3 and argv[1] == "-c" and os.path.basename(argv[0]) in SHELLS):
-        return found
-    # A newline separates commands as ';' does.
-    lexer = shlex.shlex(argv[2], posix=True, punctuation_chars="();<>|&\n")
-    lexer.whitespace_split = True
-    lexer.whitespace = " \t\r"
-    try:
-        tokens = list(lexer)
-    except ValueError:
-        return found
-    at_start, skipping, arithmetic = True, False, False
-    for token in tokens:
-        if arithmetic:  # $(( … )) and (( … )) hold numbers and names, not commands
-            arithmetic = not token.startswith("))")
-        elif token.startswith("(("):
-            arithmetic = True
-        elif token in _SEPARATORS or set(token) <= set(";&|()\n"):
-            at_start, skipping = True, False
-        elif skipping:
-            continue
-        elif not at_start:
-            continue
-        elif token in _LOOPS:
-            skipping = True
-        elif token in _KEYWORDS or token in _WRAPPERS or _ASSIGNMENT.match(token):
-            continue
-        else:
-            at_start = False
-            if token not in _BUILTINS and not any(c in token for c in "$`*?[]{}<>~"):
-                found.append(token)
-    return list(dict.fromkeys(found))
-
-
 def command_paths(argv: list[str], path_env: str) -> list[str]:
     """Executables and files a command names: absolute paths, and command words found on
     PATH; never a path under /dev, /proc or /sys."""
     found: list[str] = []
     for word in command_words(argv):
-        word = _ASSIGNMENT.sub("", word)
+        word = ASSIGNMENT.sub("", word)
         if word.startswith("/") and word.strip("/"):
             if os.path.exists(word) and not any(under(word, k) for k in NEVER_BOUND):
                 found.append(word)

@@ -42,7 +42,6 @@ from activities.host.sandbox.paths import (
     cannot_execute,
     command_paths,
     git_dirs,
-    programs,
     protected_files,
     sandbox_path,
     toolchain,
@@ -52,6 +51,7 @@ from activities.host.sandbox.probe import inspect_host
 from activities.host.sandbox.refusals import refused_writes
 from loop.contracts import SandboxPolicy
 from loop.errors import permanent
+from loop.rules.commands import programs
 
 Kind = Literal["agent", "tool", "gate"]
 
