@@ -64,9 +64,12 @@ SECURITY_HEADERS = {
 }
 
 
-def create_app(config: UiConfig, client: Client, *, port: int | None = None) -> Starlette:
-    """The ASGI app; ``port`` is the one actually listened on (for the session cookie)."""
-    source = Source(client, config.home, config.task_queue)
+def create_app(
+    config: UiConfig, client: Client, *, port: int | None = None, source: Source | None = None
+) -> Starlette:
+    """The ASGI app; ``port`` is the one actually listened on (for the session cookie).
+    ``source`` stands in for the reads and answers (tests); default: through ``client``."""
+    source = source or Source(client, config.home, config.task_queue)
     guard = Guard(config.tokens, config.local_user, port if port is not None else config.bind.port)
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),

@@ -109,10 +109,10 @@ def task_rows(listings: list[Listing], now: datetime) -> list[TaskRow]:
         if st and st.waiting_for:
             waits_for = f"a person: {st.waiting_for.replace('/', ' / ')}"
             reason = st.reason
-        elif x.open and state == TaskState.RUNNING:
-            waits_for = f"the worker ({st.phase})" if st and st.phase else "the worker"
         elif x.open and st is None:
             waits_for = "a worker (no answer to the status query)"
+        elif x.open and state == TaskState.RUNNING:
+            waits_for = f"the worker ({st.phase})" if st.phase else "the worker"
         rows.append(
             TaskRow(
                 task_id=x.task_id,
