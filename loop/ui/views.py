@@ -509,7 +509,8 @@ def eval_view(r: EvalReport) -> EvalView:
             "${:.4f}",
         ),
     ]
-    charts[2].note = "- : no task accepted"
+    if any(h.cost_per_accepted is None for h in r.harnesses):
+        charts[2].note = "-: no task accepted, so no cost per accepted task"
     by_case: dict[str, dict[str, tuple[str, str, str]]] = {}
     for o in r.outcomes:
         by_case.setdefault(o.case, {})[o.harness] = (str(o.state), str(o.attempts), o.task_id)

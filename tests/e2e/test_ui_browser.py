@@ -67,6 +67,14 @@ FIX_AT_ONCE = """
 pathlib.Path("slugify.py").write_text(COMPLETE)
 out.write_text("slugify now joins the words with single hyphens")
 """
+PASS_ON_SECOND = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+    out.write_text("lowercased the title; all done")
+else:
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+    out.write_text("slugify now joins the words with single hyphens")
+"""
 SLOW = """
 time.sleep(50)
 """
@@ -212,7 +220,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
     """An assisted task waits; the page lists it first, shows its diff and every gate's
     evidence; Approve merges it and the page shows DONE_WITH_EVIDENCE without a reload."""
     repo = str(demo_repo)
-    waiting = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    waiting = task(demo_repo, write_agent(tmp_path, PASS_ON_SECOND), autonomy="assisted")
     other = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="report")
     async with build_worker(client, settings), loop_ui(env, settings) as url:
         handle = await start(client, settings, waiting)
@@ -225,7 +233,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         assert await rows.count() == 2
         assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
         first = await rows.nth(0).inner_text()
-        assert "AWAITING_APPROVAL" in first and "1 of 3" in first and "approve / reject" in first
+        assert "AWAITING_APPROVAL" in first and "2 of 3" in first and "approve / reject" in first
         assert "DONE_WITH_EVIDENCE" in await rows.nth(1).inner_text()
         await page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)
 
@@ -235,16 +243,20 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         diff_file = page.locator(".diff-file[data-file='slugify.py']")
         assert "findall" in await diff_file.inner_text()
         assert await diff_file.locator("tr.add .src span.k, tr.add .src span.kn").count() > 0
-        # Each gate's evidence.
+        # Each gate's evidence, attempt by attempt: the failing test's exit code and output
+        # tail, the files the scope judged, the agent's claim next to the verdict, and the
+        # feedback that went into the next attempt.
+        failed = await page.locator("#attempt-1 tr.gate[data-gate='tests']").inner_text()
+        assert "FAIL" in failed and re.search(r"\b1\b", failed) and "AssertionError" in failed
+        assert "lowercased the title" in await page.locator("#attempt-1 .claim").inner_text()
+        fed = await page.locator("#attempt-1 .fed").inner_text()
+        assert "feedback into attempt 2" in fed.lower() and "tests" in fed
         for name in ("tests", "scope", "keep-tests"):
-            gate = page.locator(f"#attempt-1 tr.gate[data-gate='{name}']")
+            gate = page.locator(f"#attempt-2 tr.gate[data-gate='{name}']")
             assert "pass" in await gate.inner_text()
-        tests_gate = await page.locator("#attempt-1 tr.gate[data-gate='tests']").inner_text()
-        assert re.search(r"\b0\b", tests_gate)  # its exit code
-        scope_gate = await page.locator("#attempt-1 tr.gate[data-gate='scope']").inner_text()
-        assert "slugify.py" in scope_gate  # the files it judged
-        claim = await page.locator("#attempt-1 .claim").inner_text()
-        assert "single hyphens" in claim  # the agent's claim, next to the verdict
+        scope_gate = await page.locator("#attempt-2 tr.gate[data-gate='scope']").inner_text()
+        assert "slugify.py" in scope_gate
+        assert "single hyphens" in await page.locator("#attempt-2 .claim").inner_text()
         await page.screenshot(path=str(tmp_path / "task.png"), full_page=True)
 
         await page.fill("form.approve input[name=note]", "reviewed on the page")
