@@ -19,6 +19,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,7 +59,10 @@ from loop.ui.diff import DiffFile, highlight, parse
 
 LIST_LIMIT = 200
 QUERY_TIMEOUT_S = 5.0
-QUERY_PARALLEL = 8
+LIST_QUERY_TIMEOUT_S = 2.0
+"""A task in the list that does not answer within this is shown without its status."""
+QUERY_PARALLEL = 16
+REPOS_TTL_S = 30.0
 DIFF_LIMIT = 1 << 20
 LOG_LIMIT = 1 << 20
 CACHE_SIZE = 512
@@ -129,6 +133,7 @@ class Source:
         self._specs = _Lru()
         self._closed = _Lru()
         self._diffs = _Lru()
+        self._repos: tuple[float, list[str] | None] = (0.0, None)
 
     # ------------------------------------------------------------------ the list
 
@@ -138,6 +143,8 @@ class Source:
         query = f'WorkflowType="{TASK_WORKFLOW}"'
         if repo:
             query += f' AND LoopRepo="{_quoted(repo)}"'
+        if state in views.STATES:
+            query += f' AND LoopState="{state}"'  # refined below: the status query decides
         found: list[tuple[views.Listing, Any]] = []
         async for wf in self.client.list_workflows(query, limit=LIST_LIMIT):
             sa = wf.typed_search_attributes
@@ -165,7 +172,7 @@ class Source:
             async with gate:
                 handle = self.client.get_workflow_handle(wf.id, run_id=wf.run_id)
                 if listing.open:
-                    listing.status = await self._status(handle)
+                    listing.status = await self._status(handle, LIST_QUERY_TIMEOUT_S)
                 else:
                     spec = await self._spec(handle, wf.run_id)
                     listing.max_attempts = spec.budget.max_attempts if spec else None
@@ -179,7 +186,10 @@ class Source:
         return listings
 
     async def repos(self) -> list[str]:
-        """Repositories with tasks, for the filter."""
+        """Repositories with tasks, for the filter (listed again every ``REPOS_TTL_S``)."""
+        at, known = self._repos
+        if known is not None and time.monotonic() - at < REPOS_TTL_S:
+            return known
         seen: dict[str, None] = {}
         async for wf in self.client.list_workflows(
             f'WorkflowType="{TASK_WORKFLOW}"', limit=LIST_LIMIT
@@ -187,7 +197,8 @@ class Source:
             repo = wf.typed_search_attributes.get(SA_REPO)
             if repo:
                 seen[repo] = None
-        return sorted(seen)
+        self._repos = (time.monotonic(), sorted(seen))
+        return self._repos[1]
 
     # ------------------------------------------------------------------ one task
 
@@ -260,10 +271,12 @@ class Source:
             )
         return result, status, ""
 
-    async def _status(self, handle: WorkflowHandle) -> TaskStatus | None:
+    async def _status(
+        self, handle: WorkflowHandle, within_s: float = QUERY_TIMEOUT_S
+    ) -> TaskStatus | None:
         with contextlib.suppress(RPCError, TimeoutError):
             return await asyncio.wait_for(
-                handle.query(QUERY_STATUS, result_type=TaskStatus), QUERY_TIMEOUT_S
+                handle.query(QUERY_STATUS, result_type=TaskStatus), within_s
             )
         return None
 

@@ -236,6 +236,11 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         assert "AWAITING_APPROVAL" in first and "2 of 3" in first and "approve / reject" in first
         assert "DONE_WITH_EVIDENCE" in await rows.nth(1).inner_text()
         await page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)
+        await page.select_option("select[name=state]", "AWAITING_APPROVAL")
+        await page.click(".filters button[type=submit]")
+        await page.wait_for_url(re.compile(r"state=AWAITING_APPROVAL"))
+        assert await rows.count() == 1
+        assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
 
         await page.click(f"a[href='/tasks/{waiting['id']}']")
         await page.wait_for_selector("#state[data-state=AWAITING_APPROVAL]")
