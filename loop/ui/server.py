@@ -4,8 +4,11 @@ one line (``BadInput``) rather than a log record, and port 0 can be told to the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -29,6 +32,27 @@ def listen(config: UiConfig) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """Ctrl-C and SIGTERM stop it gracefully and the command exits 0, like ``loop worker``
+    (uvicorn's own handlers re-raise the signal after shutting down)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def _stop(self) -> None:
+        if self.should_exit:
+            self.force_exit = True  # a second Ctrl-C does not wait for open connections
+        self.should_exit = True
+
+
 async def serve(
     config: UiConfig,
     *,
@@ -41,7 +65,7 @@ async def serve(
     sock = listen(config)
     port = sock.getsockname()[1]
     app = create_app(config, client, port=port)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             log_level="warning",

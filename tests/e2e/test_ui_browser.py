@@ -159,6 +159,8 @@ async def loop_ui(env: WorkflowEnvironment, settings: Settings, **extra: str) ->
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+                pytest.fail("loop ui did not stop within 10 s of SIGTERM")
+    assert proc.returncode == 0, "SIGTERM stops loop ui gracefully (exit 0)"
 
 
 async def run_ui(env: WorkflowEnvironment, settings: Settings, *args: str, **extra: str):
