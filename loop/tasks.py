@@ -1,9 +1,11 @@
-"""Client-side task helpers shared by the CLI and the demo: start, follow, worker check."""
+"""Client-side task helpers shared by the CLI, the demo and the review page: start,
+follow, worker check, and whether an answer (approve, reject, feedback, extend) applies."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 from collections.abc import Callable
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -12,20 +14,29 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from loop.contracts import (
+    QUERY_STATUS,
     QUERY_TRACE,
     SA_REPO,
     SA_STATE,
+    SIGNAL_APPROVE,
+    SIGNAL_EXTEND_BUDGET,
+    SIGNAL_FEEDBACK,
+    SIGNAL_REJECT,
     TASK_WORKFLOW,
+    WAITING_APPROVAL,
+    WAITING_DECISION,
     TaskResult,
     TaskSpec,
     TaskState,
+    TaskStatus,
     TraceEvent,
+    is_valid_task_id,
     workflow_id_for,
 )
-from loop.errors import BadInput
+from loop.errors import BadInput, LoopError, UnknownTask
 
 
 async def start_task(
@@ -111,3 +122,75 @@ async def follow(
     for event in result.events[seen:]:
         on_event(event)
     return result, False
+
+
+# --------------------------------------------------------------------------- answers
+
+ANSWER_SIGNALS = {
+    "approve": SIGNAL_APPROVE,
+    "reject": SIGNAL_REJECT,
+    "feedback": SIGNAL_FEEDBACK,
+    "extend": SIGNAL_EXTEND_BUDGET,
+}
+"""The answers a person gives a task, and the signal that carries each."""
+
+
+def applies(answer: str, st: TaskStatus) -> bool:
+    """Whether ``answer`` applies to a running task in this status (the workflow's own rule:
+    approve while it waits for approval, reject while it waits at all, feedback and extend
+    while it runs or waits for a decision)."""
+    if answer == "approve":
+        return st.waiting_for == WAITING_APPROVAL
+    if answer == "reject":
+        return st.state.waiting
+    if answer in ("feedback", "extend"):
+        return st.state == TaskState.RUNNING or st.waiting_for == WAITING_DECISION
+    raise ValueError(f"unknown answer {answer!r}")
+
+
+def refusal(task_id: str, answer: str, st: TaskStatus) -> str:
+    """Why ``answer`` does not apply to the task now; "" when it does."""
+    if applies(answer, st):
+        return ""
+    waiting = f", waiting for {st.waiting_for}" if st.waiting_for else ""
+    return f"task {task_id} is {st.state}{waiting}; {answer} does not apply now"
+
+
+async def answerable(
+    client: Client, task_id: str, answer: str
+) -> tuple[WorkflowHandle, TaskStatus]:
+    """The task's handle and status when ``answer`` applies to it now, else ``BadInput``
+    with the reason: the check before every answer, so a signal is never sent into the void.
+    """
+    if not is_valid_task_id(task_id):
+        raise BadInput(f"{task_id!r} is not a task id ([a-z0-9][a-z0-9._-]{{0,62}})")
+    handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise UnknownTask(
+                f"no task {task_id!r} (workflow {handle.id}) on this server"
+            ) from None
+        raise
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {answer} does not apply")
+    try:
+        st = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 10)
+    except TimeoutError:
+        raise LoopError(
+            f"task {handle.id} did not answer its status query: is a worker running "
+            "(`loop worker`)?"
+        ) from None
+    why = refusal(task_id, answer, st)
+    if why:
+        raise BadInput(why)
+    return handle, st
+
+
+def local_user() -> str:
+    """Who answers from this machine, for the trace (``by``)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"

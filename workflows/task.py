@@ -482,14 +482,18 @@ class TaskWorkflow:
     @workflow.signal(name=SIGNAL_APPROVE)
     def approve(self, payload: ApproveSignal) -> None:
         if self.waiting_for == WAITING_APPROVAL:
-            self._decide(_Decision("approve", payload.note), f"approve: {payload.note}")
+            self._decide(
+                _Decision("approve", payload.note), f"approve: {payload.note}{_by(payload)}"
+            )
         else:
             self._ignored("approve")
 
     @workflow.signal(name=SIGNAL_REJECT)
     def reject(self, payload: RejectSignal) -> None:
         if self.state.waiting:
-            self._decide(_Decision("reject", payload.reason), f"reject: {payload.reason}")
+            self._decide(
+                _Decision("reject", payload.reason), f"reject: {payload.reason}{_by(payload)}"
+            )
         else:
             self._ignored("reject")
 
@@ -498,7 +502,9 @@ class TaskWorkflow:
         if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
             self.human_feedback.append(payload.text)
             self._grant_attempt_if_waiting()
-            self._decide(_Decision("feedback", payload.text), f"feedback: {payload.text}")
+            self._decide(
+                _Decision("feedback", payload.text), f"feedback: {payload.text}{_by(payload)}"
+            )
         else:
             self._ignored("feedback")
 
@@ -518,7 +524,8 @@ class TaskWorkflow:
                     self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
                 if payload.cost_usd:
                     self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
-            self._decide(_Decision("extend"), f"extend_budget: {payload.model_dump_json()}")
+            added = payload.model_dump_json(exclude={"by"})
+            self._decide(_Decision("extend"), f"extend_budget: {added}{_by(payload)}")
         else:
             self._ignored("extend_budget")
 
@@ -617,3 +624,8 @@ class TaskWorkflow:
 
 def _now() -> str:
     return workflow.now().isoformat(timespec="seconds")
+
+
+def _by(payload: ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal) -> str:
+    """Who sent a decision, for its trace event (empty for senders that do not say)."""
+    return f" (by {payload.by})" if payload.by else ""

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from loop.cli import budget, console, evals, server, tasks, triage
+from loop.cli import budget, console, evals, server, tasks, triage, ui
 
 app = typer.Typer(
     help="Loopwork: AI coding agents in durable, verified loops on Temporal.",
@@ -39,6 +39,7 @@ for command in (server.dev, server.worker, tasks.start, tasks.status, tasks.inbo
     app.command()(command)
 app.command("eval")(evals.eval_)
 app.command("codec-server")(server.codec_server)
+app.command("ui")(ui.ui)
 app.add_typer(budget.budget_app, name="budget")
 app.add_typer(triage.schedule_app, name="schedule")
 

@@ -130,6 +130,11 @@ async def run_demo(
             )
         print_result(out, result)
         out.print(f"\nTemporal UI: {ui_url(client, handle.id)}", markup=False)
+        out.print(
+            f"Review page: `loop ui` (same LOOP_HOME), then http://127.0.0.1:8300/tasks/{spec.id} "
+            "shows the attempts, each gate's evidence and the diff, and answers waiting tasks",
+            markup=False,
+        )
         out.print(f"demo took {time.monotonic() - started_at:.1f} s")
         if server is not None and keep:
             out.print(f"the server at {server.address} keeps running; Ctrl-C stops it")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,8 +32,6 @@ from loop.contracts import (
     SIGNAL_FEEDBACK,
     SIGNAL_REJECT,
     TASK_WORKFLOW,
-    WAITING_APPROVAL,
-    WAITING_DECISION,
     ApproveSignal,
     ExtendBudgetSignal,
     FeedbackSignal,
@@ -48,7 +45,7 @@ from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
 from loop.settings import Settings
-from loop.tasks import follow, has_worker, start_task
+from loop.tasks import answerable, follow, has_worker, local_user, start_task
 
 
 def start(
@@ -214,16 +211,9 @@ def inbox(
     console.run(main)
 
 
-async def _answerable(task_id: str, accepts: Callable[[TaskStatus], bool], what: str) -> Any:
-    client = await console.client()
-    handle, desc = await console.handle(client, task_id)
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {what} does not apply")
-    st = await console.status_of(handle, desc)
-    assert isinstance(st, TaskStatus)
-    if not accepts(st):
-        waiting = f", waiting for {st.waiting_for}" if st.waiting_for else ""
-        raise BadInput(f"task {task_id} is {st.state}{waiting}; {what} does not apply now")
+async def _answerable(task_id: str, what: str) -> Any:
+    """The state check shared with the review page (``loop.tasks.answerable``)."""
+    handle, _ = await answerable(await console.client(), task_id, what)
     return handle
 
 
@@ -234,8 +224,8 @@ def approve(
     """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
 
     async def main() -> None:
-        handle = await _answerable(task_id, lambda s: s.waiting_for == WAITING_APPROVAL, "approve")
-        await handle.signal(SIGNAL_APPROVE, ApproveSignal(note=note))
+        handle = await _answerable(task_id, "approve")
+        await handle.signal(SIGNAL_APPROVE, ApproveSignal(note=note, by=local_user()))
         console.out.print(f"approved {task_id}")
 
     console.run(main)
@@ -248,15 +238,11 @@ def reject(
     """Reject a task waiting for a person: it ends REJECTED, nothing is merged."""
 
     async def main() -> None:
-        handle = await _answerable(task_id, lambda s: s.state.waiting, "reject")
-        await handle.signal(SIGNAL_REJECT, RejectSignal(reason=reason))
+        handle = await _answerable(task_id, "reject")
+        await handle.signal(SIGNAL_REJECT, RejectSignal(reason=reason, by=local_user()))
         console.out.print(f"rejected {task_id}")
 
     console.run(main)
-
-
-def _takes_decision(st: TaskStatus) -> bool:
-    return st.state == TaskState.RUNNING or st.waiting_for == WAITING_DECISION
 
 
 def feedback(
@@ -269,8 +255,8 @@ def feedback(
         raise typer.Exit(2)
 
     async def main() -> None:
-        handle = await _answerable(task_id, _takes_decision, "feedback")
-        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text=text))
+        handle = await _answerable(task_id, "feedback")
+        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text=text, by=local_user()))
         console.out.print(f"feedback sent to {task_id}")
 
     console.run(main)
@@ -294,8 +280,8 @@ def extend(
         raise typer.Exit(2)
 
     async def main() -> None:
-        handle = await _answerable(task_id, _takes_decision, "extend")
-        await handle.signal(SIGNAL_EXTEND_BUDGET, payload)
+        handle = await _answerable(task_id, "extend")
+        await handle.signal(SIGNAL_EXTEND_BUDGET, payload.model_copy(update={"by": local_user()}))
         console.out.print(f"budget extended for {task_id}")
 
     console.run(main)

@@ -10,14 +10,18 @@ from loop.contracts.states import Phase, TaskState
 
 class ApproveSignal(_Payload):
     note: str = ""
+    by: str = ""
+    """Who decided (the CLI's local user, the review page's token name); for the trace."""
 
 
 class RejectSignal(_Payload):
     reason: str = ""
+    by: str = ""
 
 
 class FeedbackSignal(_Payload):
     text: str = Field(min_length=1)
+    by: str = ""
 
 
 class ExtendBudgetSignal(_Payload):
@@ -25,6 +29,7 @@ class ExtendBudgetSignal(_Payload):
     seconds: int = Field(default=0, ge=0)
     tokens: int = Field(default=0, ge=0)
     cost_usd: float = Field(default=0.0, ge=0)
+    by: str = ""
 
 
 class BudgetFigures(_Record):

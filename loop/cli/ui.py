@@ -1,0 +1,55 @@
+"""``loop ui``: the review page in the browser (``loop.ui``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from loop import logs
+from loop.cli import console
+from loop.errors import LoopError
+from loop.settings import Settings
+from loop.tasks import local_user
+
+
+def ui(
+    bind: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="where to listen; anything but loopback needs LOOP_UI_TOKEN (NAME:SECRET)",
+        ),
+    ] = "127.0.0.1:8300",
+) -> None:
+    """Serve the review page: tasks, evidence, diffs, budgets, eval, and the answers."""
+    from loop.ui.config import ui_config
+    from loop.ui.server import serve
+
+    try:
+        settings = Settings.from_env()
+        config = ui_config(
+            bind,
+            dict(os.environ),
+            home=settings.home,
+            task_queue=settings.task_queue,
+            local_user=local_user(),
+        )
+    except LoopError as e:
+        console.fail(str(e))
+    logs.configure("WARNING")
+    console.run(
+        lambda: serve(
+            config,
+            address=console.connection.address,
+            namespace=console.connection.namespace,
+            say=_say,
+        )
+    )
+
+
+def _say(line: str) -> None:
+    console.out.print(line, markup=False)
+    sys.stdout.flush()  # the address is read by people and scripts as soon as it is printed

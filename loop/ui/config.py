@@ -1,0 +1,123 @@
+"""What ``loop ui`` is told: where to listen (``--bind``) and who may answer
+(``LOOP_UI_TOKEN``). Bad input is a ``BadInput`` with one line, before anything starts."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loop.errors import BadInput
+
+DEFAULT_BIND = "127.0.0.1:8300"
+TOKEN_ENV = "LOOP_UI_TOKEN"
+MIN_SECRET = 16
+"""Shortest secret accepted: a page that approves merges deserves more than a PIN."""
+DEFAULT_TOKEN_NAME = "token"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Bind:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        """Reachable from this machine only: ``localhost`` or a loopback address."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a host name: whatever it resolves to, treat it as reachable
+
+    @property
+    def family(self) -> socket.AddressFamily:
+        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
+
+    def url(self, port: int | None = None) -> str:
+        """The address to open in a browser (a wildcard bind names this machine)."""
+        host = self.host
+        if host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port if port is None else port}/"
+
+
+def parse_bind(text: str) -> Bind:
+    """``HOST:PORT`` (``[::1]:8300`` for IPv6); port 0 picks a free one."""
+    raw = text.strip()
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})", raw) or re.fullmatch(
+        r"([A-Za-z0-9.-]+):(\d{1,5})", raw
+    )
+    if not m:
+        raise BadInput(
+            f"--bind {text!r} is not HOST:PORT (for example 127.0.0.1:8300, 0.0.0.0:8300, "
+            "[::1]:8300)"
+        )
+    host, port = m.group(1), int(m.group(2))
+    if port > 65535:
+        raise BadInput(f"--bind {text!r}: port {port} is not between 0 and 65535")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise BadInput(f"--bind {text!r}: {host} is not an IPv6 address") from None
+    return Bind(host=host, port=port)
+
+
+def parse_tokens(raw: str) -> dict[str, str]:
+    """``LOOP_UI_TOKEN``: comma-separated ``NAME:SECRET`` (or one bare ``SECRET``, named
+    ``token``). Returns secret -> name; the name is who an answer is recorded as."""
+    tokens: dict[str, str] = {}
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        name, sep, secret = entry.partition(":")
+        if not sep:
+            name, secret = DEFAULT_TOKEN_NAME, entry
+        if not _NAME.fullmatch(name):
+            raise BadInput(
+                f"{TOKEN_ENV}: {name!r} is not a token name (letters, digits, . _ @ -); "
+                "write NAME:SECRET"
+            )
+        if len(secret) < MIN_SECRET:
+            raise BadInput(
+                f"{TOKEN_ENV}: the secret of {name!r} is shorter than {MIN_SECRET} characters; "
+                'make one with `python -c "import secrets; print(secrets.token_urlsafe(24))"`'
+            )
+        if secret in tokens:
+            raise BadInput(f"{TOKEN_ENV}: {name!r} and {tokens[secret]!r} share a secret")
+        tokens[secret] = name
+    return tokens
+
+
+@dataclass
+class UiConfig:
+    bind: Bind
+    home: Path
+    task_queue: str
+    local_user: str
+    tokens: dict[str, str] = field(default_factory=dict)
+    """secret -> name; empty: no token, the page answers as the local user (loopback only)."""
+    poll_seconds: float = 2.0
+
+
+def ui_config(
+    bind: str, environ: dict[str, str], *, home: Path, task_queue: str, local_user: str
+) -> UiConfig:
+    """Everything ``loop ui`` needs, checked: a bind anywhere but loopback needs a token."""
+    where = parse_bind(bind)
+    tokens = parse_tokens(environ.get(TOKEN_ENV, ""))
+    if not where.loopback and not tokens:
+        raise BadInput(
+            f"--bind {bind} listens beyond this machine: set {TOKEN_ENV} (NAME:SECRET) so "
+            "only people with the token can see and answer tasks, or bind 127.0.0.1"
+        )
+    return UiConfig(
+        bind=where, home=home, task_queue=task_queue, local_user=local_user, tokens=tokens
+    )

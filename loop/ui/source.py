@@ -1,0 +1,536 @@
+"""What the review page reads, and the one thing it writes (an answer).
+
+Reads go through Temporal with the CLI's client (same configuration, same payload
+codec): the visibility list and its search attributes, the ``status`` and ``trace``
+queries of an open task, the result and the first history event (the task file) of a
+closed one. Files come from ``LOOP_HOME``: ``runs/<id>/workspace.json`` (the base
+commit), the worker's logs under ``runs/<id>/attempt-N/``, ``eval-results.json``. The
+diff is read from the repository's objects with a hardened ``git diff`` (no external
+diff, no textconv, no fsmonitor, no hooks): the repository is untrusted.
+
+What a closed task says never changes, so it is kept in memory by run id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import stat
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from loop.client import ui_url
+from loop.contracts import (
+    LEDGER_WORKFLOW,
+    QUERY_LEDGER,
+    QUERY_STATUS,
+    QUERY_TRACE,
+    SA_ATTEMPTS,
+    SA_COST,
+    SA_REPO,
+    SA_STATE,
+    TASK_WORKFLOW,
+    ApproveSignal,
+    BudgetFigures,
+    ExtendBudgetSignal,
+    FeedbackSignal,
+    LedgerState,
+    RejectSignal,
+    TaskResult,
+    TaskSpec,
+    TaskStatus,
+    is_valid_task_id,
+    workflow_id_for,
+)
+from loop.errors import BadInput, LoopError, UnknownTask
+from loop.tasks import ANSWER_SIGNALS, answerable
+from loop.ui import views
+from loop.ui.diff import DiffFile, highlight, parse
+
+LIST_LIMIT = 200
+QUERY_TIMEOUT_S = 5.0
+LIST_QUERY_TIMEOUT_S = 2.0
+"""A task in the list that does not answer within this is shown without its status."""
+QUERY_PARALLEL = 16
+REPOS_TTL_S = 30.0
+DIFF_LIMIT = 1 << 20
+LOG_LIMIT = 1 << 20
+CACHE_SIZE = 512
+_LOG_NAME = re.compile(r"^(attempt-\d{1,4}/(gate-[A-Za-z0-9._-]{1,63}|agent)\.log|brief\.md)$")
+_GIT = (
+    "git",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "diff.external=",
+    "-c", "core.quotePath=false",
+    "-c", "diff.ignoreSubmodules=all",
+    "-c", "protocol.file.allow=never",
+)  # fmt: skip
+_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                 "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_EXTERNAL_DIFF",
+                 "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT")  # fmt: skip
+
+
+@dataclass
+class Diff:
+    files: list[DiffFile] = field(default_factory=list)
+    base: str = ""
+    commit: str = ""
+    unavailable: str = ""
+    """Why there is no diff to show (no attempt yet, the repository is not on this host)."""
+    cut: bool = False
+
+
+@dataclass
+class TaskPage:
+    task_id: str
+    workflow_id: str
+    run_id: str
+    open: bool
+    closed_as: str
+    """The workflow's status when it closed other than by returning (terminated, failed)."""
+    spec: TaskSpec | None
+    result: TaskResult
+    status: TaskStatus | None
+    used: BudgetFigures
+    limits: BudgetFigures
+    limits_note: str
+    temporal_ui: str
+    started: datetime | None
+    logs: set[str] = field(default_factory=set)
+
+
+class _Lru(OrderedDict[str, Any]):
+    def get_or(self, key: str) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return None
+
+    def put(self, key: str, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > CACHE_SIZE:
+            self.popitem(last=False)
+
+
+class Source:
+    def __init__(self, client: Client, home: Path, task_queue: str) -> None:
+        self.client = client
+        self.home = home
+        self.runs = home / "runs"
+        self.task_queue = task_queue
+        self._specs = _Lru()
+        self._closed = _Lru()
+        self._diffs = _Lru()
+        self._repos: tuple[float, list[str] | None] = (0.0, None)
+
+    # ------------------------------------------------------------------ the list
+
+    async def listings(self, state: str = "", repo: str = "") -> list[views.Listing]:
+        """Tasks from the visibility list (newest first, at most ``LIST_LIMIT``), each open
+        one with its ``status`` query."""
+        query = f'WorkflowType="{TASK_WORKFLOW}"'
+        if repo:
+            query += f' AND LoopRepo="{_quoted(repo)}"'
+        if state in views.STATES:
+            query += f' AND LoopState="{state}"'  # refined below: the status query decides
+        found: list[tuple[views.Listing, Any]] = []
+        async for wf in self.client.list_workflows(query, limit=LIST_LIMIT):
+            sa = wf.typed_search_attributes
+            is_open = wf.status == WorkflowExecutionStatus.RUNNING
+            st_name = sa.get(SA_STATE) or ""
+            if not is_open and (not st_name or st_name == "RUNNING") and wf.status:
+                st_name = wf.status.name  # terminated, failed, timed out: no state of its own
+            goal = ""
+            with contextlib.suppress(Exception):  # a memo sealed with another key
+                goal = str((await wf.memo()).get("goal", ""))
+            listing = views.Listing(
+                task_id=wf.id.removeprefix("task-"),
+                state=st_name or "RUNNING",
+                open=is_open,
+                attempts=sa.get(SA_ATTEMPTS) or 0,
+                cost_usd=sa.get(SA_COST) or 0.0,
+                repo=sa.get(SA_REPO) or "",
+                started=wf.start_time,
+                goal=goal,
+            )
+            found.append((listing, wf))
+        gate = asyncio.Semaphore(QUERY_PARALLEL)
+
+        async def fill(listing: views.Listing, wf: Any) -> None:
+            async with gate:
+                handle = self.client.get_workflow_handle(wf.id, run_id=wf.run_id)
+                if listing.open:
+                    listing.status = await self._status(handle, LIST_QUERY_TIMEOUT_S)
+                else:
+                    spec = await self._spec(handle, wf.run_id)
+                    listing.max_attempts = spec.budget.max_attempts if spec else None
+
+        await asyncio.gather(*(fill(x, wf) for x, wf in found))
+        listings = [x for x, _ in found]
+        if state:
+            listings = [
+                x for x in listings if (str(x.status.state) if x.status else x.state) == state
+            ]
+        return listings
+
+    async def repos(self) -> list[str]:
+        """Repositories with tasks, for the filter (listed again every ``REPOS_TTL_S``)."""
+        at, known = self._repos
+        if known is not None and time.monotonic() - at < REPOS_TTL_S:
+            return known
+        seen: dict[str, None] = {}
+        async for wf in self.client.list_workflows(
+            f'WorkflowType="{TASK_WORKFLOW}"', limit=LIST_LIMIT
+        ):
+            repo = wf.typed_search_attributes.get(SA_REPO)
+            if repo:
+                seen[repo] = None
+        self._repos = (time.monotonic(), sorted(seen))
+        return self._repos[1]
+
+    # ------------------------------------------------------------------ one task
+
+    async def task(self, task_id: str) -> TaskPage:
+        if not is_valid_task_id(task_id):
+            raise UnknownTask(f"{task_id!r} is not a task id")
+        wid = workflow_id_for(task_id)
+        handle = self.client.get_workflow_handle(wid)
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise UnknownTask(f"no task {task_id!r} (workflow {wid}) on this server") from None
+            raise
+        run_id = desc.run_id
+        handle = self.client.get_workflow_handle(wid, run_id=run_id, result_type=TaskResult)
+        is_open = desc.status == WorkflowExecutionStatus.RUNNING
+        spec = await self._spec(handle, run_id)
+        status: TaskStatus | None = None
+        budget_from: TaskStatus | None = None
+        closed_as = limits_note = ""
+        if is_open:
+            status = budget_from = await self._status(handle)
+            result = await self._trace(handle)
+            if result is None:  # no worker answers: the search attributes at least
+                result = TaskResult(task_id=task_id, state=status.state if status else "RUNNING")
+        else:
+            cached = self._closed.get_or(run_id)
+            if cached is None:
+                cached = await self._closed_result(handle, desc, task_id)
+                self._closed.put(run_id, cached)
+            result, budget_from, closed_as = cached
+        if budget_from is not None:
+            used, limits = budget_from.budget.used, views.limits_of(budget_from)
+        else:
+            used, limits = views.used_of(result), _spec_limits(spec)
+            limits_note = "limits as the task file set them (extensions are in the events)"
+        return TaskPage(
+            task_id=task_id,
+            workflow_id=wid,
+            run_id=run_id,
+            open=is_open,
+            closed_as=closed_as,
+            spec=spec,
+            result=result,
+            status=status,
+            used=used,
+            limits=limits,
+            limits_note=limits_note,
+            temporal_ui=ui_url(self.client, wid),
+            started=desc.start_time,
+            logs=self.logs_of(task_id),
+        )
+
+    async def _closed_result(
+        self, handle: WorkflowHandle, desc: Any, task_id: str
+    ) -> tuple[TaskResult, TaskStatus | None, str]:
+        """The result of a closed task, and its last status (for the budget's limits)."""
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            result = await handle.result()
+        else:
+            # Terminated or failed: what the trace file says, if summarize wrote one.
+            result = self._trace_file(task_id) or TaskResult(task_id=task_id, state="CANCELLED")
+            return result, None, desc.status.name if desc.status else "CLOSED"
+        status = None
+        with contextlib.suppress(RPCError, TimeoutError, LoopError):
+            # A closed workflow still answers queries (a worker replays it): exact limits.
+            status = await asyncio.wait_for(
+                handle.query(QUERY_STATUS, result_type=TaskStatus), QUERY_TIMEOUT_S
+            )
+        return result, status, ""
+
+    async def _status(
+        self, handle: WorkflowHandle, within_s: float = QUERY_TIMEOUT_S
+    ) -> TaskStatus | None:
+        with contextlib.suppress(RPCError, TimeoutError):
+            return await asyncio.wait_for(
+                handle.query(QUERY_STATUS, result_type=TaskStatus), within_s
+            )
+        return None
+
+    async def _trace(self, handle: WorkflowHandle) -> TaskResult | None:
+        with contextlib.suppress(RPCError, TimeoutError):
+            return await asyncio.wait_for(
+                handle.query(QUERY_TRACE, result_type=TaskResult), QUERY_TIMEOUT_S
+            )
+        return None
+
+    async def _spec(self, handle: WorkflowHandle, run_id: str | None) -> TaskSpec | None:
+        """The task file the workflow started with (its first history event's input)."""
+        key = run_id or handle.id
+        cached = self._specs.get_or(key)
+        if cached is not None:
+            return cached or None
+        spec: TaskSpec | None = None
+        with contextlib.suppress(RPCError, ValueError, LoopError, StopAsyncIteration):
+            events = handle.fetch_history_events(page_size=1)
+            first = await anext(aiter(events))
+            attrs = first.workflow_execution_started_event_attributes
+            if attrs.input.payloads:
+                (spec,) = await self.client.data_converter.decode(
+                    list(attrs.input.payloads), [TaskSpec]
+                )
+        self._specs.put(key, spec or False)
+        return spec
+
+    def _trace_file(self, task_id: str) -> TaskResult | None:
+        data, _ = _read_regular(self.runs / f"{task_id}.json", 16 << 20)
+        if not data:
+            return None
+        try:
+            return TaskResult.model_validate_json(data)
+        except ValueError:
+            return None
+
+    # ------------------------------------------------------------------ files
+
+    def logs_of(self, task_id: str) -> set[str]:
+        """The worker's logs of a task that can be opened (``attempt-N/gate-X.log``, ...)."""
+        folder = self.runs / task_id
+        found: set[str] = set()
+        with contextlib.suppress(OSError):
+            if (folder / "brief.md").is_file():
+                found.add("brief.md")
+            for attempt in folder.glob("attempt-*"):
+                for log in attempt.glob("*.log"):
+                    name = f"{attempt.name}/{log.name}"
+                    if _LOG_NAME.fullmatch(name):
+                        found.add(name)
+        return found
+
+    def read_log(self, task_id: str, name: str) -> tuple[str, str]:
+        """A worker log's text (the last ``LOG_LIMIT`` bytes) and a note; never follows a link
+        and opens only the worker's own files, by name."""
+        if not is_valid_task_id(task_id) or not _LOG_NAME.fullmatch(name):
+            raise UnknownTask(f"no log {name!r} for task {task_id!r}")
+        folder = self.runs / task_id
+        for part in Path(name).parent.parts:
+            if (folder / part).is_symlink():
+                raise UnknownTask(f"no log {name!r} for task {task_id!r}")
+            folder = folder / part
+        data, note = _read_regular(folder / Path(name).name, LOG_LIMIT, tail=True)
+        if note == "missing":
+            raise UnknownTask(f"no log {name!r} for task {task_id!r}")
+        return data.decode("utf-8", "replace"), note
+
+    def eval_runs(self) -> list[Any]:
+        data, _ = _read_regular(self.home / "eval-results.json", 32 << 20)
+        return views.eval_runs(data.decode("utf-8", "replace"))
+
+    # ------------------------------------------------------------------ the diff
+
+    async def diff(self, page: TaskPage) -> Diff:
+        """The latest attempt's commit against the task's base, per file, highlighted."""
+        made = next((a.make for a in reversed(page.result.attempts) if a.make), None)
+        if made is None or not made.commit:
+            return Diff(unavailable="no attempt has made a commit yet")
+        marker = _read_json(self.runs / page.task_id / "workspace.json")
+        base = str(marker.get("base_commit") or "")
+        repo = str(marker.get("repo") or (page.spec.repo if page.spec else ""))
+        if not base:
+            first = page.result.attempts[0].make if page.result.attempts else None
+            base = first.start_commit if first else ""
+        if not base or not repo:
+            return Diff(
+                unavailable=f"the base commit is not known here (no {self.runs}/"
+                f"{page.task_id}/workspace.json on this host)"
+            )
+        key = f"{repo}\0{base}\0{made.commit}"
+        cached = self._diffs.get_or(key)
+        if cached is not None:
+            return cached
+        diff = await _git_diff(repo, base, made.commit)
+        if not diff.unavailable:
+            self._diffs.put(key, diff)
+        return diff
+
+    # ------------------------------------------------------------------ ledgers
+
+    async def ledgers(self) -> list[LedgerState]:
+        query = (
+            f'WorkflowType="{LEDGER_WORKFLOW}" AND ExecutionStatus="Running" '
+            f'AND TaskQueue="{_quoted(self.task_queue)}"'
+        )
+        states = []
+        async for wf in self.client.list_workflows(query):
+            handle = self.client.get_workflow_handle(wf.id)
+            with contextlib.suppress(RPCError, TimeoutError):
+                states.append(
+                    await asyncio.wait_for(
+                        handle.query(QUERY_LEDGER, result_type=LedgerState), QUERY_TIMEOUT_S
+                    )
+                )
+        return sorted(states, key=lambda s: s.repo)
+
+    # ------------------------------------------------------------------ answers
+
+    async def answer(self, task_id: str, answer: str, payload: Any) -> None:
+        """Send an answer after the CLI's state check; ``BadInput`` (nothing sent) when it
+        does not apply now."""
+        handle, _ = await answerable(self.client, task_id, answer)
+        await handle.signal(ANSWER_SIGNALS[answer], payload)
+
+
+def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
+    """The signal's payload from a form; ``BadInput`` with one line when it is incomplete."""
+    if answer == "approve":
+        return ApproveSignal(note=form.get("note", "").strip(), by=by)
+    if answer == "reject":
+        reason = form.get("reason", "").strip()
+        if not reason:
+            raise BadInput("say why it is rejected (the reason is recorded in the trace)")
+        return RejectSignal(reason=reason, by=by)
+    if answer == "feedback":
+        text = form.get("text", "").strip()
+        if not text:
+            raise BadInput("feedback text is empty; say what the agent should do differently")
+        return FeedbackSignal(text=text, by=by)
+    if answer == "extend":
+        fields = {"attempts": int, "seconds": int, "tokens": int, "cost_usd": float}
+        values: dict[str, Any] = {}
+        for name, kind in fields.items():
+            raw = form.get(name, "").strip()
+            try:
+                values[name] = kind(raw) if raw else kind(0)
+            except ValueError:
+                raise BadInput(f"{name}: {raw!r} is not a number") from None
+            if values[name] < 0:
+                raise BadInput(f"{name}: must not be negative")
+        payload = ExtendBudgetSignal(**values, by=by)
+        if payload.model_copy(update={"by": ""}) == ExtendBudgetSignal():
+            raise BadInput("nothing to add; give attempts, seconds, tokens or cost")
+        return payload
+    raise BadInput(f"unknown answer {answer!r}")
+
+
+def _spec_limits(spec: TaskSpec | None) -> BudgetFigures:
+    if spec is None:
+        return BudgetFigures()
+    b = spec.budget
+    return BudgetFigures(
+        attempts=b.max_attempts,
+        seconds=b.max_seconds,
+        tokens=b.max_tokens,
+        cost_usd=b.max_cost_usd,
+        tool_calls=b.max_tool_calls,
+    )
+
+
+def _quoted(value: str) -> str:
+    """A value inside a visibility query's double quotes."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _read_regular(path: Path, limit: int, *, tail: bool = False) -> tuple[bytes, str]:
+    """At most ``limit`` bytes of a regular file, never through a link (the head, or the
+    tail with ``tail``), and a note on what was cut or wrong ("" when nothing)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return b"", "missing"
+    except OSError as e:
+        return b"", f"{path.name} cannot be opened: {e.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b"", f"{path.name} is not a regular file"
+        start = max(0, st.st_size - limit) if tail else 0
+        if start:
+            os.lseek(fd, start, os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    note = ""
+    if st.st_size > limit:
+        where = "last" if tail else "first"
+        note = f"{path.name} is {st.st_size:,} bytes; showing the {where} {limit:,}"
+    return b"".join(chunks), note
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    data, _ = _read_regular(path, 1 << 20)
+    try:
+        found = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+async def _git_diff(repo: str, base: str, commit: str) -> Diff:
+    if not re.fullmatch(r"[0-9a-f]{7,64}", base) or not re.fullmatch(r"[0-9a-f]{7,64}", commit):
+        return Diff(unavailable=f"not commits: {base!r}, {commit!r}")
+    if not Path(repo).is_dir():
+        return Diff(unavailable=f"the repository {repo} is not on this host")
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
+    args = [*_GIT, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", base, commit]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=repo,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as e:
+        return Diff(unavailable=f"cannot run git: {e.strerror}")
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out = await asyncio.wait_for(proc.stdout.read(DIFF_LIMIT + 1), 20)
+        cut = len(out) > DIFF_LIMIT
+        if cut:
+            proc.kill()
+            out = out[: out.rfind(b"\n", 0, DIFF_LIMIT) + 1]
+        err = await asyncio.wait_for(proc.stderr.read(), 5)
+        await asyncio.wait_for(proc.wait(), 5)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return Diff(unavailable="git diff took longer than 20 s")
+    if proc.returncode not in (0, None) and not cut:
+        line = (err.decode("utf-8", "replace").strip().splitlines() or ["failed"])[0]
+        return Diff(unavailable=f"git diff {base[:12]}..{commit[:12]}: {line}")
+    files = highlight(parse(out.decode("utf-8", "replace")))
+    return Diff(files=files, base=base, commit=commit, cut=cut)
+
+
+def today() -> str:
+    return datetime.now(UTC).date().isoformat()

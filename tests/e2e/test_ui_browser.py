@@ -1,0 +1,429 @@
+"""The review page end to end: the real dev server, a real worker, ``loop ui`` as a
+subprocess, and headless Chromium (Debian's ``chromium``) driven by Playwright.
+
+Where no browser is installed the browser tests skip with the reason, unless
+``LOOP_BROWSER_REQUIRED=1`` (``.ci/run`` sets it): then they fail. Screenshots of the
+tasks page and a task page are saved in the test's temporary folder; the README says
+how to make them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from loop.codec import KEY_ENV, data_converter
+from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
+from loop.settings import Settings
+from loop.tasks import local_user, start_task
+from tests.conftest import task, write_agent
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(150)
+
+LOOP = str(Path(sys.executable).parent / "loop")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BROWSER_REQUIRED = os.environ.get("LOOP_BROWSER_REQUIRED", "") == "1"
+"""``.ci/run`` sets it: a missing browser fails these tests instead of skipping them."""
+
+
+def browser_missing() -> str:
+    if not os.access(CHROMIUM, os.X_OK):
+        return "no browser: Debian's chromium is not installed (apt-get install chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "no browser driver: Playwright for Python is not installed (pip install -e .[dev])"
+    return ""
+
+
+FIX_AT_ONCE = """
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text("slugify now joins the words with single hyphens")
+"""
+PASS_ON_SECOND = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+    out.write_text("lowercased the title; all done")
+else:
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+    out.write_text("slugify now joins the words with single hyphens")
+"""
+SLOW = """
+time.sleep(50)
+"""
+
+
+# --------------------------------------------------------------------------- helpers (copied)
+
+
+async def signals_received(handle: WorkflowHandle) -> list[str]:
+    history = await handle.fetch_history()
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+
+
+async def wait_for(handle: WorkflowHandle, pred, within_s: float = 60) -> TaskStatus:
+    deadline = time.monotonic() + within_s
+    while True:
+        st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
+        if pred(st):
+            return st
+        assert time.monotonic() < deadline, f"gave up waiting; last status {st}"
+        await asyncio.sleep(0.2)
+
+
+async def start(client: Client, settings: Settings, spec: dict) -> WorkflowHandle:
+    handle, started = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
+    assert started
+    return handle
+
+
+def git_show(repo: Path, what: str) -> str:
+    return subprocess.run(
+        ["git", "show", what], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def ui_env(env: WorkflowEnvironment, settings: Settings, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
+    base.update(
+        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+        TEMPORAL_NAMESPACE=env.client.namespace,
+        LOOP_HOME=str(settings.home),
+        LOOP_TASK_QUEUE=settings.task_queue,
+        NO_COLOR="1",
+        **extra,
+    )
+    return base
+
+
+@contextlib.asynccontextmanager
+async def loop_ui(env: WorkflowEnvironment, settings: Settings, **extra: str) -> AsyncIterator[str]:
+    """``loop ui --bind 127.0.0.1:0`` running; yields its address (from its first line)."""
+    proc = await asyncio.create_subprocess_exec(
+        LOOP,
+        "ui",
+        "--bind",
+        "127.0.0.1:0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ui_env(env, settings, **extra),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            first = await asyncio.wait_for(proc.stdout.readline(), 30)
+        except TimeoutError:
+            pytest.fail("loop ui printed no address within 30 s")
+        line = first.decode()
+        m = re.search(r"Loopwork review page: (http://127\.0\.0\.1:\d+)/", line)
+        if not m:
+            err = (await proc.stderr.read()).decode()
+            pytest.fail(f"loop ui did not start: {line!r} {err!r}")
+        yield m.group(1)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                pytest.fail("loop ui did not stop within 10 s of SIGTERM")
+    assert proc.returncode == 0, "SIGTERM stops loop ui gracefully (exit 0)"
+
+
+async def run_ui(env: WorkflowEnvironment, settings: Settings, *args: str, **extra: str):
+    """``loop ui ARGS`` expected to stop by itself: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        LOOP,
+        "ui",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ui_env(env, settings, **extra),
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail(f"loop ui {' '.join(args)} kept running")
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def browser() -> AsyncIterator[Any]:
+    missing = browser_missing()
+    if missing:
+        if BROWSER_REQUIRED:
+            pytest.fail(f"{missing} (LOOP_BROWSER_REQUIRED=1)")
+        pytest.skip(missing)
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest_asyncio.fixture
+async def page(browser: Any) -> AsyncIterator[Any]:
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        yield await context.new_page()
+    finally:
+        await context.close()
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+async def test_approve_from_the_page_merges_and_the_page_follows(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    """An assisted task waits; the page lists it first, shows its diff and every gate's
+    evidence; Approve merges it and the page shows DONE_WITH_EVIDENCE without a reload."""
+    repo = str(demo_repo)
+    waiting = task(demo_repo, write_agent(tmp_path, PASS_ON_SECOND), autonomy="assisted")
+    other = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="report")
+    async with build_worker(client, settings), loop_ui(env, settings) as url:
+        handle = await start(client, settings, waiting)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        done = await start(client, settings, other)  # newer, but not waiting
+        assert (await done.result()).state == TaskState.DONE_WITH_EVIDENCE
+
+        await page.goto(f"{url}/?repo={repo}")
+        rows = page.locator("table.tasks tbody tr")
+        assert await rows.count() == 2
+        assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
+        first = await rows.nth(0).inner_text()
+        assert "AWAITING_APPROVAL" in first and "2 of 3" in first and "approve / reject" in first
+        assert "DONE_WITH_EVIDENCE" in await rows.nth(1).inner_text()
+        await page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)
+        await page.select_option("select[name=state]", "AWAITING_APPROVAL")
+        await page.click(".filters button[type=submit]")
+        await page.wait_for_url(re.compile(r"state=AWAITING_APPROVAL"))
+        assert await rows.count() == 1
+        assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
+
+        await page.click(f"a[href='/tasks/{waiting['id']}']")
+        await page.wait_for_selector("#state[data-state=AWAITING_APPROVAL]")
+        # The diff of the attempt against base, per file, coloured by Pygments.
+        diff_file = page.locator(".diff-file[data-file='slugify.py']")
+        assert "findall" in await diff_file.inner_text()
+        assert await diff_file.locator("tr.add .src span.k, tr.add .src span.kn").count() > 0
+        # Each gate's evidence, attempt by attempt: the failing test's exit code and output
+        # tail, the files the scope judged, the agent's claim next to the verdict, and the
+        # feedback that went into the next attempt.
+        failed = await page.locator("#attempt-1 tr.gate[data-gate='tests']").inner_text()
+        assert "FAIL" in failed and re.search(r"\b1\b", failed) and "AssertionError" in failed
+        assert "lowercased the title" in await page.locator("#attempt-1 .claim").inner_text()
+        fed = await page.locator("#attempt-1 .fed").inner_text()
+        assert "feedback into attempt 2" in fed.lower() and "tests" in fed
+        for name in ("tests", "scope", "keep-tests"):
+            gate = page.locator(f"#attempt-2 tr.gate[data-gate='{name}']")
+            assert "pass" in await gate.inner_text()
+        scope_gate = await page.locator("#attempt-2 tr.gate[data-gate='scope']").inner_text()
+        assert "slugify.py" in scope_gate
+        assert "single hyphens" in await page.locator("#attempt-2 .claim").inner_text()
+        await page.screenshot(path=str(tmp_path / "task.png"), full_page=True)
+
+        await page.fill("form.approve input[name=note]", "reviewed on the page")
+        await page.click("form.approve button[type=submit]")
+        await page.wait_for_selector("[data-flash=ok]")
+        await page.evaluate("window.__notReloaded = true")
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
+        assert await page.evaluate("window.__notReloaded === true")  # the live parts, no reload
+        assert await page.locator("form.approve").count() == 0
+        await page.screenshot(path=str(tmp_path / "task-done.png"), full_page=True)
+
+        result = await handle.result()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
+    assert "findall" in git_show(demo_repo, "main:slugify.py")  # merged into the repository
+    decided = [e.detail for e in result.events if e.kind == "signal"]
+    assert decided == [f"approve: reviewed on the page (by {local_user()})"]
+
+
+async def test_reject_from_the_page_signed_in_with_a_token(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    secret = "s3cret-for-the-review-page"
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    async with (
+        build_worker(client, settings),
+        loop_ui(env, settings, LOOP_UI_TOKEN=f"reviewer:{secret}") as url,
+    ):
+        handle = await start(client, settings, spec)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        async with httpx.AsyncClient(base_url=url) as web:
+            assert (await web.get("/", headers={"X-Live": "1"})).status_code == 401
+            ok = await web.get("/", headers={"Authorization": f"Bearer {secret}"})
+            assert ok.status_code == 200 and spec["id"] in ok.text
+
+        await page.goto(f"{url}/tasks/{spec['id']}")
+        assert "/login" in page.url  # a browser signs in first
+        await page.fill("input[name=token]", secret)
+        await page.click("form.login button[type=submit]")
+        await page.wait_for_selector("#state[data-state=AWAITING_APPROVAL]")
+        assert "reviewer" in await page.locator(".who").inner_text()
+
+        await page.fill("form.reject input[name=reason]", "the slugs must keep accents")
+        await page.click("form.reject button[type=submit]")
+        await page.wait_for_selector("#state[data-state=REJECTED]", timeout=60_000)
+        result = await handle.result()
+    assert result.state == TaskState.REJECTED
+    assert result.reason == "the slugs must keep accents"
+    assert "findall" not in git_show(demo_repo, "main:slugify.py")  # nothing merged
+    assert [e.detail for e in result.events if e.kind == "signal"] == [
+        "reject: the slugs must keep accents (by reviewer)"
+    ]
+
+
+async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, SLOW))
+    spec["agent"]["timeout"] = 90
+    async with build_worker(client, settings), loop_ui(env, settings) as url:
+        handle = await start(client, settings, spec)
+        try:
+            await wait_for(handle, lambda s: s.phase == "make")
+            target = f"{url}/tasks/{spec['id']}"
+            await page.goto(target)
+            await page.wait_for_selector("#state[data-state=RUNNING]")
+            assert await page.locator("form.approve").count() == 0
+            assert await page.get_by_role("button", name="Approve").count() == 0
+            assert await page.locator("form.reject").count() == 0  # reject needs a wait too
+            csrf = await page.locator("form.feedback input[name=csrf]").get_attribute("value")
+            assert csrf
+
+            # Another site's page posting with the person's cookie: wrong Origin.
+            forged = await page.context.request.post(
+                f"{target}/approve",
+                form={"csrf": csrf, "note": "forged"},
+                headers={"Origin": "http://evil.example"},
+                max_redirects=0,
+            )
+            assert forged.status == 403
+            # The right origin but no form token (a form that was never this page's).
+            tokenless = await page.context.request.post(
+                f"{target}/feedback",
+                form={"text": "forged"},
+                headers={"Origin": url},
+                max_redirects=0,
+            )
+            assert tokenless.status == 403
+            # A script without the cookie, the token or an origin.
+            async with httpx.AsyncClient() as web:
+                bare = await web.post(f"{target}/approve", data={"note": "forged"})
+            assert bare.status_code == 403
+            assert await signals_received(handle) == []  # nothing was sent
+
+            # An honest request that no longer applies: the reason, not a signal.
+            stale = await page.context.request.post(
+                f"{target}/approve", form={"csrf": csrf}, headers={"Origin": url}
+            )
+            assert stale.ok
+            assert "is RUNNING; approve does not apply now" in await stale.text()
+            assert await signals_received(handle) == []
+        finally:
+            await handle.cancel()
+            result = await handle.result()
+    assert result.state == TaskState.CANCELLED
+
+
+async def test_beyond_loopback_without_a_token_exits_2(
+    env: WorkflowEnvironment, settings: Settings
+) -> None:
+    code, out, err = await run_ui(env, settings, "--bind", "0.0.0.0:8300")
+    assert code == 2, (out, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "LOOP_UI_TOKEN" in lines[0]
+    code, _, err = await run_ui(env, settings, "--bind", "0.0.0.0")
+    assert code == 2 and "is not HOST:PORT" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = await run_ui(env, settings, "--bind", f"127.0.0.1:{port}")
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
+
+
+async def test_the_page_reads_sealed_payloads_through_the_codec(
+    env: WorkflowEnvironment, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """With LOOP_CODEC_KEY_FILE the history holds ciphertext; the page decrypts it with
+    the worker's codec (the same key), like the CLI."""
+    key_file = tmp_path / "codec.key"
+    key_file.write_text(os.urandom(32).hex())
+    sealed = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=data_converter({KEY_ENV: str(key_file)}),
+    )
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+    spec["goal"] = "A goal only the key can read: slugify must join words with hyphens."
+    async with build_worker(sealed, settings):
+        handle = await start(sealed, settings, spec)
+        assert (await handle.result()).state == TaskState.DONE_WITH_EVIDENCE
+    raw = await env.client.get_workflow_handle(handle.id).fetch_history()
+    assert "A goal only the key can read" not in str(raw)  # the server holds ciphertext
+    async with (
+        build_worker(sealed, settings),
+        loop_ui(env, settings, **{KEY_ENV: str(key_file)}) as url,
+        httpx.AsyncClient(base_url=url) as web,
+    ):
+        listed = await web.get("/")
+        shown = await web.get(f"/tasks/{spec['id']}")
+    assert "A goal only the key can read" in listed.text
+    assert "A goal only the key can read" in shown.text
+    assert 'data-state="DONE_WITH_EVIDENCE"' in shown.text
+    assert 'data-gate="tests"' in shown.text and "findall" in shown.text
