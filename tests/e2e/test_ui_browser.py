@@ -32,7 +32,8 @@ from loop.codec import KEY_ENV, data_converter
 from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
-from tests.conftest import task, write_agent
+from tests.support.agents import write_agent
+from tests.support.tasks import task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(150)
