@@ -1,6 +1,6 @@
 """History size of a long model attempt: bytes and events per step, first steps vs last.
 
-One task with the openai backend and a scripted model (tests/model_server.py):
+One task with the openai backend and a scripted model (tests/support/model_server.py):
 ``--steps - 1`` ``list_files`` tool calls, then ``finish``. The attempt's model
 loop is the child workflow ``task-<id>-attempt-1``; its history (every run, if
 it continued as new) is read and split into steps: a step is everything from
@@ -33,7 +33,7 @@ from temporalio.client import Client
 from loop.contracts import TaskSpec
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.model_server import ScriptedModel, reply
+from tests.support.model_server import ScriptedModel, reply
 from worker import build_worker
 
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench-not-a-key")  # read by the model activity

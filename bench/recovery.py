@@ -17,7 +17,7 @@ The kill lands at different offsets into the step (``--kill-after``), because a
 heartbeat is only sent every 4 s (80 % of the 5 s heartbeat timeout), so the
 server notices the death 1-5 s after it.
 
-openai backend: a scripted model (tests/model_server.py) over real HTTP; the
+openai backend: a scripted model (tests/support/model_server.py) over real HTTP; the
 worker is killed during a ``run`` tool call between two model calls; every
 model request is recorded, and a request whose conversation was already
 answered before is a re-sent model call (target: 0).
@@ -58,7 +58,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from loop.contracts import TaskSpec, TaskState
 from loop.tasks import start_task
-from tests.model_server import ScriptedModel, reply
+from tests.support.model_server import ScriptedModel, reply
 
 TARGET_S = 3.0
 

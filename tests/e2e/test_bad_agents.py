@@ -8,7 +8,6 @@ reaches the worker, as it does when the command disappears after the start.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -22,26 +21,26 @@ from temporalio.worker import Worker
 from loop.contracts import OUTPUT_TAIL_CHARS, FinalAction, TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.support.agents import COMPLETE_FIX, agent_calls, agent_file, write_agent
-from tests.support.git import git
+from tests.support.agents import (
+    COMPLETE_FIX,
+    FIX_AT_ONCE,
+    agent_calls,
+    agent_file,
+    write_agent,
+)
 from tests.support.model_server import ScriptedModel, reply
-from tests.support.system import alive
-from tests.support.tasks import UNITTEST, finished_tries, model_task, task
+from tests.support.repos import git
+from tests.support.tasks import UNITTEST, model_task, result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
-
-FIX_AT_ONCE = """
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text("done")
-"""
 
 
 async def run(client: Client, settings: Settings, spec: dict | TaskSpec) -> TaskResult:
     spec = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
     handle, started = await start_task(client, spec, settings.task_queue)
     assert started
-    return await asyncio.wait_for(handle.result(), 120)
+    return await result_of(handle, within=120)
 
 
 def handle_of(client: Client, result: TaskResult) -> WorkflowHandle:
@@ -50,7 +49,16 @@ def handle_of(client: Client, result: TaskResult) -> WorkflowHandle:
 
 async def tries(client: Client, result: TaskResult, name: str) -> list[int]:
     """The try number each execution of activity ``name`` ended on (1: not retried)."""
-    return (await finished_tries(handle_of(client, result))).get(name, [])
+    names: dict[int, str] = {}
+    out: list[int] = []
+    async for ev in handle_of(client, result).fetch_history_events():
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.HasField("activity_task_started_event_attributes"):
+            started = ev.activity_task_started_event_attributes
+            if names[started.scheduled_event_id] == name:
+                out.append(started.attempt)
+    return out
 
 
 async def assert_healthy(
@@ -67,6 +75,14 @@ def trace_of(result: TaskResult) -> dict[str, Any]:
     data = json.loads(Path(result.trace_path).read_text(encoding="utf-8"))
     assert TaskResult.model_validate(data).state == result.state
     return data
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # --------------------------------------------------------------------------- cannot start

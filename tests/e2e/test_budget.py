@@ -33,7 +33,7 @@ from loop.contracts import (
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import task, wait_for
+from tests.support.tasks import result_of, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,7 +120,7 @@ async def test_spent_period_budget_parks_the_task_until_raised(
         # limit, spent today, held by running attempts, left
         assert re.search(r"cost\s*│\s*\$5\.0000\s*│", out.decode()), out.decode()
         await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text="budget raised, go on"))
-        result = await handle.result()
+        result = await result_of(handle)
         proc = await asyncio.create_subprocess_exec(
             loop_cli,
             "budget",

@@ -16,8 +16,8 @@ from loop.contracts import TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import agent_calls, agent_file, write_agent
-from tests.support.paths import ROOT
-from tests.support.tasks import task
+from tests.support.repos import ROOT
+from tests.support.tasks import result_of, task
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,7 +70,7 @@ async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo:
     restarted_at = time.time()
     second = await spawn_worker(client, settings, log)
     try:
-        result = await asyncio.wait_for(handle.result(), 60)
+        result = await result_of(handle, within=60)
     finally:
         second.send_signal(signal.SIGTERM)
         await second.wait()

@@ -1,17 +1,16 @@
-"""The embedded dev server and the client helpers, against real ``temporal`` servers started
-and stopped here, and ``loop demo`` run the way a newcomer runs it.
+"""The embedded dev server and the client helpers, against the real ``temporal`` binary.
 
-What needs no server (arguments, busy ports, connection settings) is in
-``tests/unit/test_devserver.py``.
+Their pure parts (arguments, busy ports, the connection config) are in
+tests/unit/test_devserver.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import stat
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,11 @@ from temporalio.testing import WorkflowEnvironment
 from loop import contracts, devserver
 from loop.client import connect, ensure_search_attributes
 from loop.devserver import DevServer, ensure_running, port_busy, temporal_binary
-from loop.errors import DevServerError
+from loop.errors import DevServerError, ServerUnavailable
 from loop.settings import Settings
-from tests.support.system import free_port, free_ports
+from tests.support import net
+from tests.support.net import free_port, free_ports
+from tests.support.repos import ROOT
 
 EXPECTED_TYPES = {
     "LoopState": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -32,6 +33,38 @@ EXPECTED_TYPES = {
     "LoopCostUSD": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
     "LoopRepo": temporalio.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    with net.listening() as s:
+        yield s
+
+
+# --------------------------------------------------------------------------- no server
+
+
+@pytest.mark.timeout(30)
+async def test_connect_where_nothing_listens_fails_fast() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable) as err:
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"no Temporal server at 127.0.0.1:{port}: "
+        "start one with `loop dev` (or `loop worker --dev`)"
+    )
+
+
+@pytest.mark.timeout(30)
+async def test_connect_to_a_silent_listener_is_bounded(listening: socket.socket) -> None:
+    """Something accepts TCP but never speaks gRPC: connect gives up within seconds."""
+    port = listening.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=f"no Temporal server at 127.0.0.1:{port}"):
+        await connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
 
 
 # --------------------------------------------------------------------------- real server
@@ -141,19 +174,6 @@ async def test_ensure_search_attributes_tolerates_the_test_server() -> None:
         assert await ensure_search_attributes(env.client) == []
 
 
-def test_the_home_folder_and_the_database_are_the_workers_alone(tmp_path: Path) -> None:
-    port = free_port()
-    home = tmp_path / "server"
-    server = DevServer.start(home=home, port=port, headless=True)
-    try:
-        asyncio.run(server.wait_ready())
-    finally:
-        server.stop()
-    assert stat.S_IMODE(home.stat().st_mode) == 0o700
-    dbs = list(home.glob("temporal.db*"))
-    assert dbs and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in dbs), dbs
-
-
 # --------------------------------------------------------------------------- found as a newcomer
 
 LOOP = Path(sys.executable).parent / "loop"
@@ -212,3 +232,27 @@ def test_the_demo_that_started_its_server_says_how_to_see_the_history(tmp_path: 
     assert f"http://localhost:{port + 1000}/namespaces/default/workflows/task-demo-slugify" in out
     assert "run `loop dev` (same LOOP_HOME) to open the link above" in out
     assert (tmp_path / "home" / "temporal.db").exists()
+
+
+def test_the_editable_install_prints_no_warning(tmp_path: Path) -> None:
+    """pip prints setuptools' "folders with the same name as your package" block when the
+    editable wheel needs an import finder; a plain path file needs none (and warns of none)."""
+    import subprocess
+    import zipfile
+
+    build = "import sys; from setuptools import build_meta; build_meta.build_editable(sys.argv[1])"
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", build, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("loopwork-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.endswith("_finder.py")], names
+    (pth,) = [n for n in names if n.endswith(".pth")]
+    assert zipfile.ZipFile(wheel).read(pth).decode().strip() == str(ROOT)
+    assert "same name as your package" not in done.stdout + done.stderr

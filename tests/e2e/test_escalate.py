@@ -1,4 +1,7 @@
-"""escalate in a running task: the task parks at once while a failing webhook is retried."""
+"""escalate on a real server: a task parks at once, while a failing webhook is retried.
+
+The activity itself (one inbox line, a webhook, retries) is in tests/unit/test_escalate.py.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from loop.contracts import TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import task, wait_for
+from tests.support.tasks import result_of, task, wait_for
 from worker import build_worker
 
 
@@ -53,7 +56,7 @@ async def test_task_parks_at_once_while_a_failing_webhook_is_retried(
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.1)
             await handle.signal("reject", {"reason": "enough"})
-            result: TaskResult = await handle.result()
+            result: TaskResult = await result_of(handle)
     finally:
         server.shutdown()
     assert calls[0] <= parked_at + 0.5 < calls[1]  # parked before the retry went out

@@ -1,8 +1,15 @@
-"""Harness evaluation on the example suite: the table matches the runs."""
+"""Harness evaluation on the example suite: the table matches the runs; harnesses can't cheat.
+
+What needs no server (the loaders' refusal, snapshots) is in tests/unit/test_eval.py.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -12,7 +19,8 @@ from loop.cli.evals import print_report, run_eval
 from loop.contracts import TaskResult, TaskState, workflow_id_for
 from loop.loaders import load_harness, load_suite
 from loop.settings import Settings
-from tests.support.paths import EXAMPLES
+from tests.support.repos import EXAMPLES
+from tests.support.tasks import result_of
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,9 +40,9 @@ async def test_two_harnesses_on_the_example_suite(client: Client, settings: Sett
     assert sorted(f.case for f in report.flipped) == ["slugify", "wordcount"]
     # The table is computed from the runs: every outcome is its child task's result.
     for o in report.outcomes:
-        result = await client.get_workflow_handle(
-            workflow_id_for(o.task_id), result_type=TaskResult
-        ).result()
+        result = await result_of(
+            client.get_workflow_handle(workflow_id_for(o.task_id), result_type=TaskResult)
+        )
         assert (o.state, o.attempts) == (result.state, len(result.attempts))
         assert (result.spec_hash and result.final_action == "left_in_worktree") or not o.accepted
     saved = json.loads((settings.home / "eval-results.json").read_text())["runs"][0]
@@ -45,3 +53,21 @@ async def test_two_harnesses_on_the_example_suite(client: Client, settings: Sett
     text = console.export_text()
     assert "careful" in text and "100%" in text and "33%" in text
     assert "flipped: slugify" in text and "hasty vs careful: pass rate -67%" in text
+
+
+async def test_cli_refuses_a_cheating_harness_with_exit_2(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: cheat\nagent: {command: [python3, x.py]}\nrubric: lenient\n")
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "loop"),
+        "eval",
+        str(EVAL / "suite.yaml"),
+        "--harness",
+        str(bad),
+        env={**os.environ, "LOOP_HOME": str(tmp_path / "home")},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "may not change the gates" in err.decode() and "Traceback" not in err.decode()

@@ -73,12 +73,17 @@ from loop.contracts import (
 from loop.devserver import DevServer
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.support.agents import COMPLETE_FIX, agent_calls, agent_file, write_agent
-from tests.support.git import git
+from tests.support.agents import (
+    COMPLETE_FIX,
+    FIX_AT_ONCE,
+    agent_calls,
+    agent_file,
+    write_agent,
+)
 from tests.support.model_server import ScriptedModel, reply
-from tests.support.paths import ROOT
-from tests.support.system import alive, free_port
-from tests.support.tasks import UNITTEST, finished_tries, task
+from tests.support.net import free_port
+from tests.support.repos import ROOT, git
+from tests.support.tasks import UNITTEST, result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -89,7 +94,7 @@ HARNESS = {"mode": "off", "allow_unsafe_off": True}
 """These tests hold and release agents and gates through files of the test's own folder
 (a pid, a "go on" mark, a run count), which a sandboxed command can neither write nor
 even see. What they test is Temporal's side (kills, retries, outages), so their commands
-run unconfined; the sandbox's own crash handling is tested in tests/unit/test_sandbox.py."""
+run unconfined; the sandbox's own crash handling is tested in test_sandbox.py."""
 
 
 def ftask(repo: Path, agent: list[str], **overrides: object) -> dict:
@@ -164,6 +169,15 @@ async def until(pred: Callable[[], Any], what: str, within: float = 60) -> Any:
         await asyncio.sleep(0.05)
 
 
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 async def pending(handle: WorkflowHandle) -> dict[str, int]:
     """The workflow's pending activities: name -> state (scheduled, started, ...)."""
     desc = await handle.describe()
@@ -185,6 +199,20 @@ async def answers(handle: WorkflowHandle) -> bool:
     except Exception:
         return False
     return True
+
+
+async def finished_tries(handle: WorkflowHandle) -> dict[str, list[int]]:
+    """Per activity type, the try number each execution of it finished on (1 = no retry)."""
+    names: dict[int, str] = {}
+    tries: dict[str, list[int]] = {}
+    async for ev in handle.fetch_history_events():
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            attrs = ev.activity_task_scheduled_event_attributes
+            names[ev.event_id] = attrs.activity_type.name
+        elif ev.HasField("activity_task_started_event_attributes"):
+            started = ev.activity_task_started_event_attributes
+            tries.setdefault(names[started.scheduled_event_id], []).append(started.attempt)
+    return tries
 
 
 def outcome(r: TaskResult) -> dict[str, Any]:
@@ -240,11 +268,6 @@ def flock(path: Path) -> Iterator[None]:
 def trace_ok(r: TaskResult) -> bool:
     return TaskResult.model_validate_json(Path(r.trace_path).read_text()).state == r.state
 
-
-FIX_AT_ONCE = """
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text("done")
-"""
 
 DONE_IN_WORKTREE = {
     "state": TaskState.DONE_WITH_EVIDENCE,
@@ -407,7 +430,7 @@ async def test_no_crash_baseline(client: Client, settings: Settings, demo_repo: 
         ]
         async with build_worker(client, settings):
             handles = [(await start_task(client, c.spec, settings.task_queue))[0] for c in cases]
-            results = await asyncio.gather(*(h.result() for h in handles))
+            results = await asyncio.gather(*(result_of(h) for h in handles))
     for case, r in zip(cases, results, strict=True):
         assert outcome(r) == case.expected, (case.kind, r.reason)
         assert clean(r.worktree) and wip_commits(case.repo, case.spec.id) == 1, case.kind
@@ -523,7 +546,7 @@ async def test_kill_9_inside_every_activity_kind(
             await h["escalate"].signal(SIGNAL_APPROVE, {"note": "go"})
 
             async def end(k: str) -> TaskResult:
-                result = await asyncio.wait_for(h[k].result(), 200)
+                result = await result_of(h[k], within=200)
                 RECOVERY[k] = round(time.monotonic() - killed_at, 1)
                 return result
 
@@ -687,7 +710,7 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
             downtime = time.monotonic() - down_at
             await until(lambda: answers(h["c"]), "the client reconnected", within=30)
             await h["c"].signal(SIGNAL_APPROVE, {"note": "after the restart"})
-            results = {k: await asyncio.wait_for(x.result(), 120) for k, x in h.items()}
+            results = {k: await result_of(x, within=120) for k, x in h.items()}
             requests = len(model.requests)
         runs_a = len(agent_calls(settings, specs["a"].id))
         print(f"server down for {downtime:.1f} s; agent runs {runs_a}")
@@ -752,7 +775,7 @@ async def test_two_workers_one_killed_during_a_batch_of_20(
     again = Worker(address, settings, tmp_path / "victim.log")
     async with running(victim, other, again):
         handles = [(await start_task(client, s, settings.task_queue))[0] for s in specs]
-        ending = [asyncio.ensure_future(h.result()) for h in handles]
+        ending = [asyncio.ensure_future(result_of(h, within=200)) for h in handles]
         # A random moment of the batch, whatever this machine's speed: just after the
         # k-th agent run started, plus a random fraction of an agent's run.
         k, extra = rng.randint(3, 15), rng.uniform(0.0, 1.0)
@@ -763,7 +786,7 @@ async def test_two_workers_one_killed_during_a_batch_of_20(
         await victim.kill()
         killed_at = time.monotonic()
         await again.start()
-        results = await asyncio.wait_for(asyncio.gather(*ending), 200)
+        results = await asyncio.gather(*ending)
         took = time.monotonic() - killed_at
     retried: dict[str, dict[str, list[int]]] = {}
     by_victim = 0

@@ -1,4 +1,7 @@
-"""Memory across runs: one task's lessons reach the next task's brief."""
+"""Memory across runs on a real server: one task's lessons reach the next task's brief.
+
+How lessons fold and how memory.json is written are in tests/unit/test_memory.py.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from loop.contracts import TaskSpec
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import PASS_ON_SECOND, write_agent
-from tests.support.tasks import task
+from tests.support.tasks import result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 async def run(client: Client, settings: Settings, spec: dict):
     async with build_worker(client, settings):
         handle, _ = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
-        return await handle.result()
+        return await result_of(handle)
 
 
 async def test_what_one_task_learned_is_in_the_next_brief(

@@ -22,8 +22,8 @@ from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import COMPLETE_FIX, agent_file, write_agent
 from tests.support.model_server import ScriptedModel, drop, reply, status
-from tests.support.paths import ROOT
-from tests.support.tasks import UNITTEST, model_task, task
+from tests.support.repos import ROOT
+from tests.support.tasks import UNITTEST, model_task, result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,7 +49,7 @@ FIX_SCRIPT = [
 async def run_task(client: Client, settings: Settings, spec: TaskSpec) -> TaskResult:
     async with build_worker(client, settings):
         handle, _ = await start_task(client, spec, settings.task_queue)
-        return await handle.result()
+        return await result_of(handle)
 
 
 async def test_read_edit_run_finish(client: Client, settings: Settings, demo_repo: Path):
@@ -165,7 +165,7 @@ async def test_history_per_step_does_not_grow(client: Client, settings: Settings
         )
         async with build_worker(client, settings):
             handle, _ = await start_task(client, spec, settings.task_queue)
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.attempts[0].make.tool_calls == steps
     child = client.get_workflow_handle(f"{handle.id}-attempt-1")
     names: dict[int, str] = {}
@@ -222,7 +222,7 @@ async def test_kill_9_between_model_calls_pays_nothing_twice(
             sys.executable, str(ROOT / "worker.py"), env=env, cwd=ROOT, stdout=log, stderr=log
         )
         try:
-            result = await asyncio.wait_for(handle.result(), 90)
+            result = await result_of(handle)
         finally:
             second.send_signal(signal.SIGTERM)
             await second.wait()

@@ -10,7 +10,7 @@ from activities.reconcile import reconcile_worktrees
 from activities.workspace import WorkspaceActivities, wip_commit
 from loop.contracts import PrepareInput
 from loop.settings import Settings
-from tests.support.git import git
+from tests.support.repos import git
 
 
 async def test_merged_leftovers_go_unmerged_work_stays(

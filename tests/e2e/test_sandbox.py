@@ -1,28 +1,390 @@
-"""The sandbox's egress proxy beside a real Temporal server: what is listed gets through,
-the worker's own services never do.
+"""The sandbox runner, one command at a time: what a confined command can see, reach and do.
 
-The rest of the sandbox runner, which needs no server, is in tests/unit/test_sandbox.py.
+Each test runs real commands through ``run_sandboxed`` (the launcher, bubblewrap in
+strict, real namespaces, real uids) in both confining levels where it applies.
+Whole tasks with hostile agents are in test_trust_boundary.py; the sandbox's rules
+that run nothing (policy, egress rules, uid leases, ...) in tests/unit/test_sandbox.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import shlex
+import socket
+import stat
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
-from temporalio.testing import WorkflowEnvironment
 
+from activities.gates import Bench, run_gate
 from activities.host import sandbox
+from activities.host.sandbox import SandboxRun, kill_leftovers, run_sandboxed
+from activities.host.sandbox import uids as leases
 from activities.host.toolbox import execute
-from loop.contracts import SandboxPolicy, ToolPolicy
-from tests.support.levels import LEVELS
-from tests.support.sandbox import Listener, Tree, fetch
+from loop.contracts import Gate, SandboxPolicy, ToolPolicy, Workspace
+from loop.errors import PERMANENT
+from tests.support.host import HOST, LEVELS, needs
+from tests.support.repos import git
 
 pytestmark = [pytest.mark.timeout(90)]
 
 
+# --------------------------------------------------------------------------- fixtures
+
+
+class Tree:
+    """A repository, a worktree of it and a LOOP_HOME (0700, as the worker makes it)."""
+
+    def __init__(self, root: Path, task_id: str = "sbx") -> None:
+        self.root = root
+        self.task_id = f"{task_id}-{uuid.uuid4().hex[:6]}"
+        self.repo = root / "repo"
+        self.home = root / "home"
+        self.home.mkdir(mode=0o700)
+        self.wt = self.home / "worktrees" / self.task_id
+        self.attempt = self.home / "runs" / self.task_id / "attempt-1"
+        self.attempt.mkdir(parents=True, mode=0o700)
+        self.own = self.attempt / "agent"
+        (self.repo / "tests").mkdir(parents=True)
+        (self.repo / "app.py").write_text("x = 1\n")
+        (self.repo / "tests" / "test_app.py").write_text("def test_x():\n    pass\n")
+        git(self.repo, "init", "-q", "-b", "main")
+        git(self.repo, "add", "-A")
+        git(self.repo, "commit", "-q", "-m", "base")
+        git(self.repo, "worktree", "add", "-q", "-b", f"loop/{self.task_id}", str(self.wt))
+
+    @property
+    def uid(self) -> int:
+        return leases.lease(self.home, self.task_id)
+
+    def request(
+        self, command: str, policy: SandboxPolicy, kind: str = "agent", **kw: object
+    ) -> SandboxRun:
+        options: dict = {
+            "argv": ["bash", "-c", command],
+            "kind": kind,
+            "policy": policy,
+            "task_id": self.task_id,
+            "home": self.home,
+            "tree": self.wt,
+            "state_dir": self.attempt,
+            "name": f"run-{uuid.uuid4().hex[:6]}",
+            "limit_s": 30,
+            "env": {"LOOP_OUTPUT_FILE": str(self.own / "output.md")},
+            "writable": [self.own] if kind == "agent" else [],
+            "protected": ["tests/**"],
+        }
+        options.update(kw)
+        return SandboxRun(**options)
+
+    async def run(self, command: str, policy: SandboxPolicy, kind: str = "agent", **kw: object):
+        return await run_sandboxed(self.request(command, policy, kind, **kw))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    t = Tree(tmp_path)
+    yield t
+    leases.release(t.home, t.task_id)
+
+
+def py(code: str) -> str:
+    """A bash word that runs ``code`` with the worker's Python."""
+    return f"{sys.executable} -c {shlex.quote(textwrap.dedent(code))}"
+
+
+def command_lines() -> list[str]:
+    """Every live process's command line (what ``ps`` shows every user)."""
+    lines = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+                lines.append(raw.replace(b"\0", b" ").decode(errors="replace"))
+    return lines
+
+
+def owners(top: Path) -> set[int]:
+    return {os.lstat(p).st_uid for p in [top, *top.rglob("*")] if ".git" not in p.parts}
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that answers HTTP 200 ``hello``: a destination."""
+
+    def __init__(self) -> None:
+        class Hello(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"hello from the listener")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
+
+
+FETCH = textwrap.dedent(
+    """
+    import sys, urllib.error, urllib.request
+    direct = sys.argv[1] == "direct"  # direct: ignore the proxy variables
+    handlers = [urllib.request.ProxyHandler({})] if direct else []
+    opener = urllib.request.build_opener(*handlers)
+    for url in sys.argv[2:]:
+        try:
+            print(opener.open(url, timeout=5).status)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+        except Exception:
+            print("000")
+    """
+)
+
+
+def fetch(*urls: str, direct: bool = False) -> str:
+    """A shell command printing the HTTP status of each URL (000: it got nowhere)."""
+    how = "direct" if direct else "proxy"
+    return f"{sys.executable} -c {shlex.quote(FETCH)} {how} {' '.join(urls)}"
+
+
+# --------------------------------------------------------------------------- both levels
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_the_files_a_command_sees(tree: Tree, mode: str) -> None:
+    secret = tree.root / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    other_task = tree.home / "runs" / "other" / "attempt-1"
+    other_task.mkdir(parents=True)
+    (other_task / "prompt.md").write_text("other task's prompt")
+    (tree.home / "temporal.db").write_text("every payload")
+    # What a hostile agent does, from a script: nothing it names is on the command line.
+    script = tree.root / "hostile.sh"
+    script.write_text(
+        "id -u; echo fix > app.py; echo new > new.txt; echo x > tests/test_app.py\n"
+        "echo x > /etc/loop-probe; echo x > /root/loop-probe\n"
+        f"echo x > {tree.home}/probe; echo x > {tree.repo}/.git/probe\n"
+        f"echo answer > {tree.own}/output.md; echo x > {tree.attempt}/forged.pid\n"
+        "rm -f .git; git status --short | sort | tr '\\n' ' '; echo\n"
+        f"cat {secret} || echo read-refused\n"
+        f"cat {other_task}/prompt.md {tree.home}/temporal.db || echo home-hidden\n"
+        "echo planted > /tmp/conftest.py; ls /tmp\n"
+        "unshare -U true 2>&1 || echo userns-refused\n"
+    )
+    script.chmod(0o755)
+    ran = await tree.run("", SandboxPolicy(mode=mode), argv=["bash", str(script)])
+    out = ran.output_tail
+    assert ran.exit_code == 0, out
+    assert out.splitlines()[0] == str(tree.uid) and tree.uid not in (0, os.getuid())
+    assert ran.sandbox.startswith(f"{mode} uid={tree.uid} net=proxy")
+    # Writes in the worktree land; everywhere else they are refused and recorded.
+    assert (tree.wt / "app.py").read_text() == "fix\n"
+    assert "M app.py ?? new.txt" in out
+    assert (tree.wt / "tests" / "test_app.py").read_text() == "def test_x():\n    pass\n"
+    for path in ("/etc/loop-probe", "/root/loop-probe", tree.home / "probe"):
+        assert not Path(path).exists()
+        assert any(r.startswith(f"{path} (") for r in ran.refused), ran.refused
+    assert not (tree.repo / ".git" / "probe").exists()
+    assert any(r.startswith(f"{tree.repo}/.git/probe") for r in ran.refused)
+    assert not any("tests/test_app.py" in r for r in ran.refused)  # diff_scope's call
+    # Its own folder takes its output; the worker's folder beside it takes nothing.
+    assert (tree.own / "output.md").read_text() == "answer\n"
+    assert not (tree.attempt / "forged.pid").exists()
+    assert (tree.wt / ".git").is_file()
+    assert "read-refused" in out and "root only" not in out
+    assert "home-hidden" in out and "other task's prompt" not in out and "every payload" not in out
+    assert "userns-refused" in out
+    assert not Path("/tmp/conftest.py").exists()  # its /tmp was its own
+    # The worktree is the worker's again, ready for its git.
+    assert owners(tree.wt) == {0}
+    assert git(tree.wt, "status", "--porcelain") == "M app.py\n?? new.txt"
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_the_environment_holds_no_secret_of_the_worker(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = tree.root / "codec.key"
+    key.write_text("0123456789abcdef" * 4)
+    key.chmod(0o644)  # readable by anyone: the sandbox must cover it anyway
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted-openai")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-planted-github")
+    monkeypatch.setenv("TEMPORAL_API_KEY", "planted-temporal")
+    show = (
+        "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null; done;"
+        f" cat {key}; echo end"
+    )
+    ran = await tree.run(show, SandboxPolicy(mode=mode))
+    text = Path(ran.log_path).read_text()
+    assert ran.exit_code == 0 and text.rstrip().endswith("end"), text
+    assert "planted" not in text and "0123456789abcdef" not in text
+    passed = await tree.run(show, SandboxPolicy(mode=mode, env=["GITHUB_TOKEN"]))
+    text = Path(passed.log_path).read_text()
+    assert "GITHUB_TOKEN=ghp-planted-github" in text
+    assert "sk-planted-openai" not in text and "planted-temporal" not in text
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_no_secret_on_a_command_line(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a sandbox is given goes through its environment: ``ps`` never shows it."""
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-planted-on-the-command-line")
+    run = asyncio.ensure_future(
+        tree.run(
+            "touch $LOOP_OUTPUT_FILE; sleep 30",
+            SandboxPolicy(mode=mode, env=["GITHUB_TOKEN"]),
+            env={"LOOP_OUTPUT_FILE": str(tree.own / "output.md"), "LOOP_TOKEN": "ghp-too"},
+        )
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tree.own / "output.md").exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        lines = command_lines()
+        assert any("sleep 30" in line for line in lines)
+        assert not [line for line in lines if "planted" in line or "ghp-too" in line]
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_link_under_a_protect_glob_shows_nothing(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A protected path that is a link (in the repository, or left by an earlier run) is
+    not bound: bound read-only, it would show what it points to, a covered secret too."""
+    key = tree.root / "codec.key"
+    key.write_text("CODEC-KEY-SECRET")
+    key.chmod(0o644)
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
+    (tree.wt / "tests" / "fixture.txt").symlink_to(os.path.relpath(key, tree.wt / "tests"))
+    ran = await tree.run("cat tests/fixture.txt; echo end", SandboxPolicy(mode=mode))
+    assert "CODEC-KEY-SECRET" not in Path(ran.log_path).read_text()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_protected_files_cannot_be_set_aside(tree: Tree, mode: str) -> None:
+    (tree.wt / "src" / "tests").mkdir(parents=True)
+    (tree.wt / "src" / "tests" / "test_deep.py").write_text("def test_y():\n    pass\n")
+    ran = await tree.run(
+        "mv tests tests.old || echo kept-1; mv src/tests src/t || echo kept-2;"
+        " echo new > tests/test_new.py && echo added",
+        SandboxPolicy(mode=mode),
+        protected=["tests/**", "src/tests/**"],
+    )
+    assert all(w in ran.output_tail for w in ("kept-1", "kept-2", "added")), ran.output_tail
+    assert (tree.wt / "tests" / "test_app.py").is_file()
+    assert (tree.wt / "src" / "tests" / "test_deep.py").is_file()
+    assert stat.S_IMODE((tree.wt / "tests").stat().st_mode) == 0o755  # given back as it was
+    assert owners(tree.wt) == {0}
+
+
+@needs("basic")
+async def test_basic_leaves_nothing_in_shared_folders(tree: Tree) -> None:
+    """Folders any user may write (and System V IPC) are the run's own in basic."""
+    name = f"loop-probe-{uuid.uuid4().hex[:6]}"
+    ran = await tree.run(
+        f"echo x > /run/lock/{name} && echo wrote; ipcmk -M 4096 >/dev/null && echo shm",
+        SandboxPolicy(mode="basic"),
+    )
+    assert "wrote" in ran.output_tail and "shm" in ran.output_tail, ran.output_tail
+    assert not Path(f"/run/lock/{name}").exists()
+    segments = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    assert not [s for s in segments if int(s.split()[7]) == tree.uid]  # uid column
+
+
+async def test_one_sandbox_cannot_exhaust_the_workers_descriptors(
+    tree: Tree, listener: Listener
+) -> None:
+    from activities.host.sandbox.egress import MAX_CONNECTIONS
+
+    mode = "strict" if not HOST.unavailable("strict") else "basic"
+    hold = py(
+        """
+        import socket, time
+        held = []
+        for _ in range(300):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", 3128), timeout=2))
+            except OSError:
+                break
+        time.sleep(1)
+        alive = 0
+        for s in held:
+            s.setblocking(False)
+            try:
+                alive += s.recv(1) != b""
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+        print("alive", alive)
+        """
+    )
+    before = len(os.listdir("/proc/self/fd"))
+    ran = await tree.run(hold, SandboxPolicy(mode=mode))
+    alive = int(ran.output_tail.split("alive")[1].split()[0])
+    assert alive <= MAX_CONNECTIONS, ran.output_tail
+    assert len(os.listdir("/proc/self/fd")) < before + 16
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_network_none_reaches_nothing(tree: Tree, mode: str, listener: Listener) -> None:
+    connect = py(
+        f"""
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", {listener.port}), timeout=2)
+            print("connected")
+        except OSError as e:
+            print("refused:", e)
+        print("interfaces:", sorted(l.split(":")[0].strip()
+              for l in open("/proc/net/dev").read().splitlines()[2:]))
+        """
+    )
+    none = await tree.run(connect, SandboxPolicy(mode=mode, network="none"))
+    assert "refused:" in none.output_tail, none.output_tail
+    assert "interfaces: ['lo']" in none.output_tail
+    # Gates default to no network; the same command on the host's network connects.
+    gate = await tree.run(connect, SandboxPolicy(mode=mode), kind="gate")
+    assert "refused:" in gate.output_tail
+    unsafe = SandboxPolicy(mode=mode, network="host", allow_unsafe_host_network=True)
+    host = await tree.run(connect, unsafe)
+    assert "connected" in host.output_tail, host.output_tail
+
+
 @pytest.mark.parametrize("mode", LEVELS)
 async def test_the_egress_proxy_lets_through_only_what_is_listed(
-    tree: Tree, mode: str, listener: Listener, env: WorkflowEnvironment
+    tree: Tree, mode: str, listener: Listener, env
 ) -> None:
     temporal = env.client.service_client.config.target_host.rsplit(":", 1)[1]
     sandbox.protect([f"127.0.0.1:{temporal}"])
@@ -68,3 +430,200 @@ async def test_the_egress_proxy_lets_through_only_what_is_listed(
         assert gate.output_tail.split() == ["200"]
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_cancel_kills_the_whole_tree(tree: Tree, mode: str) -> None:
+    marker = tree.own / "started"
+    run = asyncio.ensure_future(
+        tree.run(f"(setsid sleep 300.4243 &); touch {marker}; sleep 300", SandboxPolicy(mode=mode))
+    )
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert not sandbox.uid_processes(tree.uid)
+    assert not [a for a in command_lines() if "300.4243" in a]
+    assert owners(tree.wt) == {0}
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -> None:
+    """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree,
+    the state file in the worker's own folder that says what to undo."""
+    from activities.host.sandbox import ownership
+
+    uid = tree.uid
+    request = tree.request("true", SandboxPolicy(mode=mode))
+    record = ownership.record(str(tree.wt))
+    ownership.lend_tree(record, uid, uid, set())
+    request.state_file.write_text(json.dumps({"uid": uid, "cgroups": [], "lent": [record]}))
+    orphan = await asyncio.create_subprocess_exec(
+        *["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"],
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 5
+    while not sandbox.uid_processes(uid):  # setpriv starts as root, drops to the uid after
+        assert time.monotonic() < deadline, "the orphan never ran as the task's uid"
+        await asyncio.sleep(0.01)
+    assert sandbox.uid_processes(uid) == [orphan.pid]
+    assert uid in owners(tree.wt)
+    assert await kill_leftovers(request.state_dir, request.name)
+    assert await asyncio.wait_for(orphan.wait(), 5) == -9
+    assert owners(tree.wt) == {0}
+    assert not request.state_file.exists()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
+    ws = Workspace(
+        task_id=tree.task_id,
+        repo=str(tree.repo),
+        path=str(tree.wt),
+        branch=f"loop/{tree.task_id}",
+        base_ref="main",
+        base_commit=git(tree.repo, "rev-parse", "HEAD"),
+        run_dir=str(tree.home / "runs" / tree.task_id),
+    )
+    bench = Bench(tree=tree.wt, log_dir=tree.attempt, home=tree.home)
+    policy = SandboxPolicy(mode=mode)
+    writes = await run_gate(
+        Gate(name="writes", run="cat app.py && touch made.txt && echo wrote"), ws, bench, policy
+    )
+    assert not writes.passed and "x = 1" in writes.evidence.output_tail
+    assert "wrote" not in writes.evidence.output_tail and not (tree.wt / "made.txt").exists()
+    home = await run_gate(
+        Gate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new"),
+        ws,
+        bench,
+        policy,
+    )
+    assert home.evidence.output_tail.split() == ["/tmp/home", "/tmp", "1", "new"], home
+    reads = await run_gate(Gate(name="reads", run=f"{sys.executable} app.py"), ws, bench, policy)
+    assert reads.passed, reads.evidence.output_tail
+
+
+async def test_the_run_tool_names_nothing_into_view(tree: Tree) -> None:
+    """The model's command line is untrusted: naming a hidden file does not show it."""
+    hidden = Path.home() / f".loop-sbx-{uuid.uuid4().hex[:6]}"
+    hidden.write_text("worker's file")
+    hidden.chmod(0o644)
+    mode = "strict" if not HOST.unavailable("strict") else "basic"
+    try:
+        out = await execute(
+            "run",
+            json.dumps(
+                {
+                    "command": f"cat {hidden} || echo hidden; echo made > made.txt;"
+                    " echo x > tests/test_app.py || echo protected;"
+                    " python3 -c 'print(6 * 7)' || python -c 'print(6 * 7)'"
+                }
+            ),
+            tree.wt,
+            ToolPolicy(),
+            ["tests/**"],
+            tree.attempt,
+            sandbox=SandboxPolicy(mode=mode),
+            task_id=tree.task_id,
+            home=tree.home,
+        )
+    finally:
+        hidden.unlink()
+    assert "worker's file" not in out.text and "hidden" in out.text
+    assert "protected" in out.text and "42" in out.text
+    assert (tree.wt / "made.txt").read_text() == "made\n"
+    assert owners(tree.wt) == {0}
+
+
+async def test_a_command_the_task_uid_cannot_run_is_refused_before_it_starts(
+    tree: Tree,
+) -> None:
+    script = tree.root / "agent.sh"
+    script.write_text("#!/bin/sh\necho never\n")
+    script.chmod(0o744)  # the owner's (root) only
+    mode = "basic" if not HOST.unavailable("basic") else "off"
+    with pytest.raises(Exception) as info:
+        await tree.run("", SandboxPolicy(mode=mode), argv=[str(script)])
+    if mode == "basic":
+        assert getattr(info.value, "type", "") == PERMANENT
+        assert f"may not execute {script} (mode 0744, owner uid 0)" in str(info.value)
+    with pytest.raises(Exception, match="command not found: 'no-such-agent'"):
+        await tree.run("", SandboxPolicy(mode=mode), argv=["no-such-agent"])
+
+
+# --------------------------------------------------------------------------- strict only
+
+
+@needs("strict")
+async def test_strict_limits_stop_runaways(tree: Tree) -> None:
+    tight = {"processes": 32, "memory_mb": 64, "cpu_seconds": 1, "file_size_mb": 1}
+    policy = SandboxPolicy(mode="strict", limits=tight)
+    bomb = await tree.run(
+        py(
+            """
+            import os, time
+            n = 0
+            while n < 500:
+                try:
+                    pid = os.fork()
+                except OSError as e:
+                    print("fork failed after", n, e)
+                    break
+                if pid == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                n += 1
+            """
+        ),
+        policy,
+    )
+    assert "fork failed after" in bomb.output_tail, bomb.output_tail
+    assert int(bomb.output_tail.split("fork failed after")[1].split()[0]) < 32
+    assert not sandbox.uid_processes(tree.uid)  # the sleepers are gone
+
+    memory = await tree.run(
+        py("b = [bytearray(16 << 20) for _ in range(32)]; print('fits')"), policy
+    )
+    assert memory.exit_code != 0 and "fits" not in memory.output_tail
+
+    big = await tree.run(
+        py("open('big.bin', 'wb').write(b'x' * (8 << 20)); print('wrote')"), policy
+    )
+    assert big.exit_code != 0 and "wrote" not in big.output_tail
+    assert (tree.wt / "big.bin").stat().st_size <= 1 << 20
+
+    started = time.monotonic()
+    spin = await tree.run(py("while True: pass"), policy)
+    assert spin.exit_code != 0 and not spin.timed_out
+    assert time.monotonic() - started < 15
+
+
+async def test_strict_without_bubblewrap_fails_closed(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOP_BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(Exception) as info:
+        await tree.run("echo should not run", SandboxPolicy(mode="strict"))
+    assert getattr(info.value, "type", "") == PERMANENT
+    assert getattr(info.value, "non_retryable", False)
+    assert "sandbox strict is not available on this host" in str(info.value)
+
+
+def test_the_home_folder_and_the_database_are_the_workers_alone(tmp_path: Path) -> None:
+    from loop.devserver import DevServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tmp_path / "server"
+    server = DevServer.start(home=home, port=port, headless=True)
+    try:
+        asyncio.run(server.wait_ready())
+    finally:
+        server.stop()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    dbs = list(home.glob("temporal.db*"))
+    assert dbs and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in dbs), dbs

@@ -1,10 +1,13 @@
-"""Secrets stay secret on a real server: encrypted payloads in the history, read back through
-the codec endpoint; a planted secret redacted everywhere the worker writes."""
+"""Secrets stay secret on a real server: encrypted payloads in the history, read back
+through the codec endpoint, and a planted secret that appears nowhere. The codec
+endpoint's own rules and redaction are in tests/unit/test_secrets.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -13,16 +16,37 @@ from temporalio.client import Client
 
 from loop.codec import KEY_ENV, EncryptionCodec, data_converter, load_key, make_server
 from loop.contracts import TaskSpec, TaskState
+from loop.devserver import temporal_binary
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.cli import temporal
-from tests.support.tasks import task
+from tests.support.tasks import result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
 MARKER = "PLANTED-GOAL-MARKER-7d1f"
 TOKEN = "codec-token-for-tests"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "codec.key"
+    path.write_text(os.urandom(32).hex())
+    return path
+
+
+async def temporal(client: Client, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(temporal_binary()),
+        *args,
+        "--address",
+        client.service_client.config.target_host,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 async def test_history_is_ciphertext_and_the_codec_server_reads_it(
@@ -37,9 +61,9 @@ async def test_history_is_ciphertext_and_the_codec_server_reads_it(
     bad = TaskSpec.model_validate(task(tmp_path / "missing-repo", agent))
     async with build_worker(sealed_client, settings):
         handle, _ = await start_task(sealed_client, good, settings.task_queue)
-        assert (await handle.result()).state == TaskState.DONE_WITH_EVIDENCE
+        assert (await result_of(handle)).state == TaskState.DONE_WITH_EVIDENCE
         failing, _ = await start_task(sealed_client, bad, settings.task_queue)
-        assert (await failing.result()).state == TaskState.BLOCKED
+        assert (await result_of(failing)).state == TaskState.BLOCKED
 
     shown = await temporal(
         client, "workflow", "show", "--workflow-id", handle.id, "--output", "json"
@@ -116,7 +140,7 @@ async def test_a_planted_secret_appears_nowhere_even_when_the_agent_prints_it(
     spec["sandbox"] = {"mode": "basic", "env": ["GITHUB_TOKEN"]}  # passed through on purpose
     async with build_worker(client, settings):
         handle, _ = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.BUDGET_EXCEEDED
     assert "[redacted]" in result.attempts[0].make.claim  # the agent did print it
     assert planted not in result.model_dump_json()

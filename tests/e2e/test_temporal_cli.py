@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
 from loop.contracts import TaskResult, TaskState
+from loop.devserver import temporal_binary
 from loop.settings import Settings
 from tests.support.agents import write_agent
-from tests.support.cli import temporal
-from tests.support.tasks import task
+from tests.support.tasks import result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
 
 FIX_AT_ONCE = 'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
+
+
+async def temporal(client: Client, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(temporal_binary()),
+        *args,
+        "--address",
+        client.service_client.config.target_host,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TEMPORAL_CLI_SHOW_STACKS": "0"},
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, f"temporal {' '.join(args)}: {err.decode()}"
+    return out.decode()
 
 
 async def test_readme_commands(client: Client, settings: Settings, demo_repo: Path, tmp_path):
@@ -81,7 +97,7 @@ async def test_readme_commands(client: Client, settings: Settings, demo_repo: Pa
             "--input",
             '{"note":"ok"}',
         )
-        result = await client.get_workflow_handle(wid, result_type=TaskResult).result()
+        result = await result_of(client.get_workflow_handle(wid, result_type=TaskResult))
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert result.final_action == "merged"
     assert any(e.kind == "signal" and "approve: ok" in e.detail for e in result.events)

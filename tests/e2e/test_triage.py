@@ -4,7 +4,6 @@ Real dev server, real git repositories, a scripted agent that changes nothing (i
 tasks fail their gates and wait, or end when ``approval_timeout`` is short): what
 is asserted is what triage decided and started, not what the tasks achieved.
 Source names are unique per test because task workflow ids are namespace-wide.
-The pure policy and the sources file's checks are in tests/unit/test_triage.py.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -51,10 +49,10 @@ from loop.contracts import (
 from loop.loaders import load_sources
 from loop.settings import Settings
 from tests.support.agents import COMPLETE_FIX, write_agent
-from tests.support.git import git
-from tests.support.levels import DEFAULT_SANDBOX
-from tests.support.paths import EXAMPLES
-from tests.support.triage import NOTHING, template, write_sources
+from tests.support.host import DEFAULT_SANDBOX
+from tests.support.repos import EXAMPLES, git
+from tests.support.tasks import result_of
+from tests.support.triage import NOTHING, issue, template, write_sources
 from worker import build_worker
 from workflows.triage import TriageWorkflow
 
@@ -77,13 +75,14 @@ async def run_triage(
     workflow_id: str | None = None,
 ) -> TriageResult:
     sources = file if isinstance(file, TriageSources) else load_sources(file)
-    return await client.execute_workflow(
+    handle = await client.start_workflow(
         TRIAGE_WORKFLOW,
         TriageInput(sources=sources, dry_run=dry_run),
         id=workflow_id or f"triage-test-{uuid.uuid4().hex[:8]}",
         task_queue=settings.task_queue,
         result_type=TriageResult,
     )
+    return await result_of(handle)
 
 
 def by_task(result: TriageResult) -> dict[str, TriageDecision]:
@@ -119,11 +118,6 @@ async def eventually(check: Callable[[], Awaitable[object]], within_s: float = 3
             return value
         assert time.monotonic() < deadline, "gave up waiting"
         await asyncio.sleep(0.2)
-
-
-def issue(folder: Path, name: str, front: dict, body: str = "Make it so.") -> None:
-    folder.mkdir(exist_ok=True)
-    (folder / name).write_text(f"---\n{yaml.safe_dump(front, sort_keys=False)}---\n{body}\n")
 
 
 # --------------------------------------------------------------------------- the four sources
@@ -418,7 +412,7 @@ async def test_cooldown_skips_an_item_whose_task_ended_recently(
     async with build_worker(client, settings):
         await run_triage(client, settings, write_sources(tmp_path, tmpl, [source]))
         handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        ended = await handle.result()
+        ended = await result_of(handle)
         assert ended.state == "BUDGET_EXCEEDED"
 
         cooling = write_sources(tmp_path, tmpl, [source], cooldown=3_600)
@@ -448,7 +442,7 @@ async def test_a_task_started_meanwhile_is_not_started_again(
     task_id = f"{name}-1"
     async with build_worker(client, settings):
         await run_triage(client, settings, file)
-        await client.get_workflow_handle(workflow_id_for(task_id)).result()
+        await result_of(client.get_workflow_handle(workflow_id_for(task_id)))
 
     @activity.defn(name=LOOKUP_TASKS.name)
     async def sees_nothing(inp: LookupInput) -> LookupResult:
@@ -574,7 +568,6 @@ def loop_cli(client: Client, settings: Settings) -> Callable[..., Awaitable[Ran]
             env=base,
         )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode is not None
         return Ran(proc.returncode, out.decode(), err.decode())
 
     return run
@@ -637,7 +630,7 @@ async def test_schedule_created_listed_triggered_deleted(
 
         run_id = await eventually(ran_once)
         assert str(run_id).startswith(f"triage-{name}-")
-        result = await client.get_workflow_handle(str(run_id), result_type=TriageResult).result()
+        result = await result_of(client.get_workflow_handle(str(run_id), result_type=TriageResult))
         assert "passes on main" in result.notes[0] and not result.dry_run
 
         async def has_result() -> dict | None:

@@ -29,9 +29,9 @@ from loop.contracts import QUERY_STATUS, TaskResult, TaskSpec, TaskState, TaskSt
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.git import git
-from tests.support.levels import DEFAULT_SANDBOX, LEVELS
-from tests.support.tasks import task
+from tests.support.host import DEFAULT_SANDBOX, LEVELS
+from tests.support.repos import git
+from tests.support.tasks import result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -85,7 +85,7 @@ async def canaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIter
 async def run(client: Client, settings: Settings, spec: dict) -> TaskResult:
     handle, started = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
     assert started
-    return await asyncio.wait_for(handle.result(), 150)
+    return await result_of(handle, within=150)
 
 
 def record_of(result: TaskResult) -> str:
@@ -415,7 +415,8 @@ async def test_a_repository_the_agent_made_runs_nothing_as_the_worker(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
 ) -> None:
     """A nested repository's config is the agent's: it is removed before the commit, and the
-    worker's git never reads such a config anyway."""
+    worker's git never reads such a config anyway (tests/unit/test_workspace.py checks that
+    alone)."""
     mark = tmp_path / "ran-as-root"
     spec = task(
         demo_repo,
@@ -431,27 +432,6 @@ async def test_a_repository_the_agent_made_runs_nothing_as_the_worker(
     assert "notes/sub/.git" in result.attempts[0].make.removed
     tree = git(demo_repo, "ls-tree", "-r", "main")
     assert "160000" not in tree and "notes/sub/f" in tree  # its files, never a gitlink
-
-
-async def test_the_workers_git_never_runs_a_nested_repositorys_commands(tmp_path: Path) -> None:
-    """The second line of defence alone: a committed gitlink to a repository whose config
-    names an fsmonitor command, owned by the worker, as a crash could leave it."""
-    from activities.workspace import dirty_files
-
-    repo, mark = tmp_path / "repo", tmp_path / "ran"
-    sub = repo / "sub"
-    sub.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    (sub / "f").write_text("y\n")
-    git(sub, "init", "-q")
-    git(sub, "add", "f")
-    git(sub, "commit", "-q", "-m", "s")
-    git(sub, "config", "core.fsmonitor", f"id > {mark}; false")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "gitlink")
-    (sub / "f").write_text("changed\n")
-    await dirty_files(str(repo))
-    assert not mark.exists()
 
 
 # --------------------------------------------------------------------------- 9. its own folders

@@ -33,7 +33,7 @@ from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import task
+from tests.support.tasks import result_of, task
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(150)
@@ -229,7 +229,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         handle = await start(client, settings, waiting)
         await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
         done = await start(client, settings, other)  # newer, but not waiting
-        assert (await done.result()).state == TaskState.DONE_WITH_EVIDENCE
+        assert (await result_of(done)).state == TaskState.DONE_WITH_EVIDENCE
 
         await page.goto(f"{url}/?repo={repo}")
         rows = page.locator("table.tasks tbody tr")
@@ -276,7 +276,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         assert await page.locator("form.approve").count() == 0
         await page.screenshot(path=str(tmp_path / "task-done.png"), full_page=True)
 
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
     assert "findall" in git_show(demo_repo, "main:slugify.py")  # merged into the repository
     decided = [e.detail for e in result.events if e.kind == "signal"]
@@ -314,7 +314,7 @@ async def test_reject_from_the_page_signed_in_with_a_token(
         await page.fill("form.reject input[name=reason]", "the slugs must keep accents")
         await page.click("form.reject button[type=submit]")
         await page.wait_for_selector("#state[data-state=REJECTED]", timeout=60_000)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.REJECTED
     assert result.reason == "the slugs must keep accents"
     assert "findall" not in git_show(demo_repo, "main:slugify.py")  # nothing merged
@@ -377,7 +377,7 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             assert await signals_received(handle) == []
         finally:
             await handle.cancel()
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.state == TaskState.CANCELLED
 
 
@@ -414,7 +414,7 @@ async def test_the_page_reads_sealed_payloads_through_the_codec(
     spec["goal"] = "A goal only the key can read: slugify must join words with hyphens."
     async with build_worker(sealed, settings):
         handle = await start(sealed, settings, spec)
-        assert (await handle.result()).state == TaskState.DONE_WITH_EVIDENCE
+        assert (await result_of(handle)).state == TaskState.DONE_WITH_EVIDENCE
     raw = await env.client.get_workflow_handle(handle.id).fetch_history()
     assert "A goal only the key can read" not in str(raw)  # the server holds ciphertext
     async with (

@@ -1,23 +1,26 @@
-"""The worker as a process (``python worker.py``) against the session's server."""
+"""The worker as a process: it serves Prometheus metrics and drains on SIGTERM.
+
+What it registers, and the examples it ships, are checked in tests/unit/test_worker.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import socket
 import sys
 import urllib.request
 from pathlib import Path
 
-from temporalio.testing import WorkflowEnvironment
-
-from tests.support.paths import ROOT
-from tests.support.system import free_port
+from tests.support.repos import ROOT
 
 
-async def test_worker_serves_prometheus_metrics(env: WorkflowEnvironment, tmp_path: Path):
+async def test_worker_serves_prometheus_metrics(env, tmp_path: Path):
     """LOOP_METRICS_BIND exposes the SDK's metrics; SIGTERM still drains and exits 0."""
-    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     worker_env = {
         **os.environ,
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,

@@ -1,16 +1,16 @@
-"""Helpers shared by the test layers (``tests/unit``, ``tests/workflow``, ``tests/e2e``).
+"""Helpers the tests share; test modules import from here, never from each other.
 
-Test modules import from here, never from each other; pytest fixtures live in
-``tests/conftest.py``, which imports from here too.
+- ``repos``: git with a fixed identity, the demo repository, the repository's paths.
+- ``agents``: scripted agents (``write_agent``), what they left (``agent_file``,
+  ``agent_calls``) and the agent bodies several tests use (``COMPLETE_FIX``, ...).
+- ``tasks``: task files (``task``, ``model_task``), starting a task, and bounded waits
+  on it (``wait_for`` a status, ``result_of`` its end, which fails saying where it is).
+- ``host``: which sandbox levels this host gives (``needs``, ``LEVELS``).
+- ``model_server``: a scripted OpenAI-compatible server (``ScriptedModel``).
+- ``gates``, ``tools``, ``triage``: what the unit and end-to-end tests of gates, the
+  model's toolbox and triage both use.
+- ``net``: free ports, a socket that listens and never answers.
+- ``temporal``: the names Temporal registers an activity or a workflow under.
 
-- ``paths``: the repository's root and examples.
-- ``git``: git with a fixed identity, for the repositories tests make.
-- ``levels``: what this host's sandbox can give, and how tests ask for a level.
-- ``agents``: scripted agents (Python scripts speaking the command protocol).
-- ``tasks``: task specs, waiting on a task's status, reading its history.
-- ``model_server``: a scripted OpenAI-compatible server.
-- ``sandbox``: a repository, worktree and LOOP_HOME to run sandboxed commands in.
-- ``system``: free ports and live processes.
-- ``cli``: the ``temporal`` binary run against a test's server.
-- ``triage``: sources files for triage.
+Fixtures (the dev server, ``client``, ``settings``, ``demo_repo``) are in ``tests/conftest.py``.
 """

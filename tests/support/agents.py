@@ -1,4 +1,4 @@
-"""Scripted agents: Python scripts speaking the command backend's protocol."""
+"""Scripted agents: Python scripts that speak the agent protocol, and what they leave."""
 
 from __future__ import annotations
 
@@ -16,7 +16,26 @@ COMPLETE_FIX = """import re
 def slugify(text: str) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
 """
-"""The demo repository's ``slugify.py``, fixed (``COMPLETE`` inside an agent's body)."""
+"""The demo's slugify.py, fixed (an agent body has it as ``COMPLETE``)."""
+
+FIX_AT_ONCE = """
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text("done")
+"""
+"""An agent body that fixes the demo on its first attempt."""
+
+PASS_ON_SECOND = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+    out.write_text("fixed it")
+else:
+    fb = json.loads(pathlib.Path(os.environ["LOOP_FEEDBACK_FILE"]).read_text())
+    assert fb["failed"][0]["gate"] == "tests", fb
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+    out.write_text("fixed it properly")
+"""
+"""An agent body whose first attempt fails ``tests`` and whose second, given that
+feedback, fixes the demo."""
 
 
 def write_agent(folder: Path, body: str) -> list[str]:
@@ -60,16 +79,3 @@ def agent_calls(settings: Settings, task_id: str) -> list[dict]:
         for line in log.read_text().splitlines()
     ]
     return sorted(calls, key=lambda c: c["t"])
-
-
-PASS_ON_SECOND = """
-if attempt == 1:
-    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
-    out.write_text("fixed it")
-else:
-    fb = json.loads(pathlib.Path(os.environ["LOOP_FEEDBACK_FILE"]).read_text())
-    assert fb["failed"][0]["gate"] == "tests", fb
-    pathlib.Path("slugify.py").write_text(COMPLETE)
-    out.write_text("fixed it properly")
-"""
-"""An agent body: attempt 1 fails the tests; attempt 2 reads the feedback and fixes it."""

@@ -1,4 +1,4 @@
-"""Task specs for the demo repository, and what tests read off a running or ended task."""
+"""Tasks for tests: task files, starting a task, and waiting on it with a bound."""
 
 from __future__ import annotations
 
@@ -8,20 +8,26 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import WorkflowHandle
+import pytest
+from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from loop.contracts import QUERY_STATUS, TaskSpec, TaskStatus
-from tests.support.levels import DEFAULT_SANDBOX
+from loop.settings import Settings
+from loop.tasks import start_task
+from tests.support.host import DEFAULT_SANDBOX
 from tests.support.model_server import ScriptedModel
 
 UNITTEST = f"{sys.executable} -m unittest discover -s tests -t ."
-"""The demo repository's test command."""
+"""The demo repository's tests, as a ``run`` gate or a ``run`` tool command."""
+ASK_S = 10
+"""How long ``where_is`` waits for each answer about a task that did not end."""
 
 
 def task(repo: Path, agent: list[str], **overrides: object) -> dict:
-    """A task file's fields (a dict) for the demo repository's slugify bug."""
+    """A task file (as a dict) for the demo repository: fix slugify, three gates."""
     spec: dict = {
         "id": f"t-{uuid.uuid4().hex[:8]}",
         "goal": 'slugify("Hello, World!") must return "hello-world".',
@@ -29,11 +35,7 @@ def task(repo: Path, agent: list[str], **overrides: object) -> dict:
         "base": "main",
         "agent": {"backend": "command", "command": agent, "timeout": 60},
         "verify": [
-            {
-                "name": "tests",
-                "run": UNITTEST,
-                "timeout": 60,
-            },
+            {"name": "tests", "run": UNITTEST, "timeout": 60},
             {
                 "name": "scope",
                 "diff_scope": {
@@ -52,7 +54,7 @@ def task(repo: Path, agent: list[str], **overrides: object) -> dict:
 
 
 def model_task(repo: Path, model: ScriptedModel, **overrides: object) -> TaskSpec:
-    """``task()`` with the openai backend, against the scripted model server."""
+    """``task()`` with the openai backend, talking to the scripted ``model``."""
     data = task(repo, ["true"])
     data["agent"] = {
         "backend": "openai",
@@ -64,31 +66,73 @@ def model_task(repo: Path, model: ScriptedModel, **overrides: object) -> TaskSpe
     return TaskSpec.model_validate(data)
 
 
+async def start(client: Client, settings: Settings, spec: dict | TaskSpec) -> WorkflowHandle:
+    """Start the task on the settings' queue; it must be a new one."""
+    spec = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
+    handle, started = await start_task(client, spec, settings.task_queue)
+    assert started, f"{spec.id} was already running"
+    return handle
+
+
 async def wait_for(
-    handle: WorkflowHandle, pred: Callable[[TaskStatus], bool], within: float = 60
+    handle: WorkflowHandle, pred: Callable[[TaskStatus], object], within: float = 60
 ) -> TaskStatus:
-    """Query the task's status until ``pred`` holds; fail after ``within`` seconds."""
+    """Poll the task's ``status`` query until ``pred`` holds; fail after ``within`` seconds
+    with the last status seen. A query the server cannot answer yet (the workflow's first
+    task has not run) counts as "not yet"."""
     deadline = time.monotonic() + within
     while True:
         try:
-            st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
-            if pred(st):
-                return st
-        except RPCError:
-            st = None  # the first workflow task may not have run yet
+            st: TaskStatus | str = await handle.query(QUERY_STATUS, result_type=TaskStatus)
+            if pred(st):  # type: ignore[arg-type]
+                return st  # type: ignore[return-value]
+        except RPCError as e:
+            st = f"no answer to the status query ({e})"
         assert time.monotonic() < deadline, f"gave up waiting; last status {st}"
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
 
 
-async def finished_tries(handle: WorkflowHandle) -> dict[str, list[int]]:
-    """Per activity type, the try number each execution of it finished on (1 = no retry)."""
-    names: dict[int, str] = {}
-    tries: dict[str, list[int]] = {}
-    async for ev in handle.fetch_history_events():
-        if ev.HasField("activity_task_scheduled_event_attributes"):
-            attrs = ev.activity_task_scheduled_event_attributes
-            names[ev.event_id] = attrs.activity_type.name
-        elif ev.HasField("activity_task_started_event_attributes"):
-            started = ev.activity_task_started_event_attributes
-            tries.setdefault(names[started.scheduled_event_id], []).append(started.attempt)
-    return tries
+async def result_of(handle: WorkflowHandle, within: float = 90) -> Any:
+    """The workflow's result, waited for at most ``within`` seconds.
+
+    A task that does not end in time fails the test at once, saying where it is: the
+    server's view (execution status, pending activities) and the task's own ``status``
+    query (state, phase, attempt, reason), instead of the test's timeout with no message.
+    Works for any workflow; one without the ``status`` query reports the server's view.
+    """
+    try:
+        return await asyncio.wait_for(handle.result(), within)
+    except TimeoutError:
+        where = await where_is(handle)
+    pytest.fail(f"{handle.id} did not end within {within:g} s: {where}", pytrace=False)
+
+
+async def where_is(handle: WorkflowHandle) -> str:
+    """One line on where a workflow is: the server's description and the task's status
+    (each asked for at most ``ASK_S`` seconds: a query waits for a worker to answer)."""
+    parts: list[str] = []
+    try:
+        desc = await asyncio.wait_for(handle.describe(), ASK_S)
+        status = desc.status.name if desc.status is not None else "unknown"
+        pending = [
+            f"{p.activity_type.name} (try {p.attempt})"
+            for p in desc.raw_description.pending_activities
+        ]
+        parts.append(f"execution {status}")
+        parts.append("pending activities: " + (", ".join(pending) or "none"))
+    except TimeoutError:
+        parts.append(f"the server did not describe it within {ASK_S} s")
+    except Exception as e:  # the server may be what is wrong
+        parts.append(f"describe failed: {type(e).__name__}: {e}")
+    try:
+        st = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), ASK_S)
+        parts.append(
+            f"state {st.state}, phase {st.phase}, attempt {st.attempt}, "
+            f"reason {st.reason!r}, waiting for {st.waiting_for!r}, "
+            f"last verdict {st.last_verdict!r}"
+        )
+    except TimeoutError:
+        parts.append(f"no answer to the status query within {ASK_S} s (is a worker running?)")
+    except Exception as e:  # not a task, or the server is what is wrong
+        parts.append(f"status query failed: {type(e).__name__}: {e}")
+    return "; ".join(parts)

@@ -1,4 +1,4 @@
-"""Sources files for triage: a template for every item's task, and the file itself."""
+"""Triage sources files for tests: a task template, sources, issue files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 from tests.support.tasks import task
 
 NOTHING = "pass\n"
-"""An agent body that changes nothing: its tasks fail their gates."""
+"""An agent body that changes nothing."""
 
 
 def template(repo: Path, agent: list[str], *, approval_timeout: int = 3_600) -> dict:
@@ -26,7 +26,14 @@ def template(repo: Path, agent: list[str], *, approval_timeout: int = 3_600) -> 
 
 
 def write_sources(folder: Path, tmpl: dict, sources: list[dict], **policy_fields) -> Path:
+    """A sources file in ``folder``: the template, the policy fields and the sources."""
     file = folder / f"sources-{uuid.uuid4().hex[:6]}.yaml"
     data = {"template": tmpl, "policy": policy_fields, "sources": sources}
     file.write_text(yaml.safe_dump(data, sort_keys=False))
     return file
+
+
+def issue(folder: Path, name: str, front: dict, body: str = "Make it so.") -> None:
+    """An issue file: YAML front matter, then the body."""
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(f"---\n{yaml.safe_dump(front, sort_keys=False)}---\n{body}\n")

@@ -19,7 +19,7 @@ import yaml
 
 from loop.contracts import SEARCH_ATTRIBUTES
 from loop.devserver import DYNAMIC_CONFIG
-from tests.support.paths import ROOT
+from tests.support.repos import ROOT
 from worker import DRAIN
 
 SERVICES = {"postgres", "temporal", "temporal-ui", "search-attributes", "worker"}

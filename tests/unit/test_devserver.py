@@ -1,24 +1,23 @@
-"""The embedded dev server and the client helpers, without a server: arguments, the binary,
-busy ports, connection settings, and connecting where no Temporal server answers.
-
-Real servers started and stopped are in ``tests/e2e/test_devserver.py``."""
+"""The embedded dev server's and the client's pure parts: arguments, the binary, busy
+ports, the connection config. Servers that really start are in tests/e2e/test_devserver.py.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loop import contracts, devserver
-from loop.client import connect, connect_config
+from loop.client import connect_config
 from loop.devserver import DevServer, port_busy, server_args, temporal_binary
-from loop.errors import DevServerError, ServerUnavailable
-from tests.support.system import free_port
+from loop.errors import DevServerError
+from tests.support import net
+from tests.support.net import free_port
 
 
 def pairs(args: list[str], flag: str) -> list[str]:
@@ -40,14 +39,8 @@ def no_popen(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 @pytest.fixture
 def listening() -> Iterator[socket.socket]:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    yield s
-    s.close()
-
-
-# --------------------------------------------------------------------------- pure parts
+    with net.listening() as s:
+        yield s
 
 
 def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path) -> None:
@@ -165,29 +158,3 @@ def test_connect_config_reads_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
     monkeypatch.setenv("TEMPORAL_PROFILE", "night")
     assert connect_config() == {"target_host": "b:2", "namespace": "n"}
-
-
-# --------------------------------------------------------------------------- no server
-
-
-@pytest.mark.timeout(30)
-async def test_connect_where_nothing_listens_fails_fast() -> None:
-    port = free_port()
-    started = time.monotonic()
-    with pytest.raises(ServerUnavailable) as err:
-        await connect(f"127.0.0.1:{port}")
-    assert time.monotonic() - started < 10
-    assert str(err.value) == (
-        f"no Temporal server at 127.0.0.1:{port}: "
-        "start one with `loop dev` (or `loop worker --dev`)"
-    )
-
-
-@pytest.mark.timeout(30)
-async def test_connect_to_a_silent_listener_is_bounded(listening: socket.socket) -> None:
-    """Something accepts TCP but never speaks gRPC: connect gives up within seconds."""
-    port = listening.getsockname()[1]
-    started = time.monotonic()
-    with pytest.raises(ServerUnavailable, match=f"no Temporal server at 127.0.0.1:{port}"):
-        await connect(f"127.0.0.1:{port}")
-    assert time.monotonic() - started < 10

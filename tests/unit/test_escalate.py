@@ -1,6 +1,6 @@
 """escalate: one message per escalation to the inbox file and a webhook served here.
 
-The activity alone; a task parked while its webhook fails is in tests/e2e/test_escalate.py.
+That a task parks at once while a failing webhook is retried is in tests/e2e/test_escalate.py.
 """
 
 from __future__ import annotations

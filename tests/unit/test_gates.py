@@ -1,168 +1,33 @@
-"""Gate evaluation on real git repositories, and failure fingerprints."""
+"""Gates that judge without running a command, on real git repositories, and failure
+fingerprints. ``run`` gates (they run in the sandbox) and ``evaluate`` are in
+tests/e2e/test_gates.py."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from activities.gates import (
-    Bench,
     contains_gate,
     diff_scope_gate,
-    evaluate,
     gate_env,
     is_test_file,
     no_removed_tests_gate,
     parse_tests,
-    run_gate,
 )
-from loop.contracts import (
-    AgentSpec,
-    DiffScope,
-    Evidence,
-    Gate,
-    GateResult,
-    MakeResult,
-    TaskSpec,
-    Workspace,
-)
+from loop.contracts import DiffScope, Evidence, Gate, GateResult
 from loop.rules.fingerprint import fingerprint, normalise
-from tests.support.git import git
-
-APP = "def add(a, b):\n    return a + b\n"
-TESTS = """\
-from src.app import add
-
-
-def test_one():
-    assert add(1, 2) == 3
-
-
-def test_two():
-    assert add(2, 2) == 4
-"""
-PYTHON = sys.executable
-
-
-class Repo:
-    """A repository with a base commit; ``agent_commit`` plays the agent's attempt."""
-
-    def __init__(self, root: Path) -> None:
-        self.path = root / "repo"
-        self.run_dir = root / "run"
-        self.home = root / "home"
-        self.path.mkdir(parents=True)
-        self.run_dir.mkdir()
-        git(self.path, "init", "-q", "-b", "main")
-        self.write({"src/app.py": APP, "tests/test_app.py": TESTS})
-        git(self.path, "add", "-A")
-        git(self.path, "commit", "-q", "--no-verify", "-m", "base")
-        self.base = git(self.path, "rev-parse", "HEAD")
-
-    def write(self, files: dict[str, str | None]) -> None:
-        for rel, text in files.items():
-            target = self.path / rel
-            if text is None:
-                target.unlink()
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
-
-    @property
-    def workspace(self) -> Workspace:
-        return Workspace(
-            task_id="t",
-            repo=str(self.path),
-            path=str(self.path),
-            branch="loop/t",
-            base_ref="main",
-            base_commit=self.base,
-            run_dir=str(self.run_dir),
-        )
-
-    @property
-    def bench(self) -> Bench:
-        """Where its gates run: the repository itself here (verify uses a clean checkout)."""
-        return Bench(tree=self.path, log_dir=self.run_dir, home=self.home)
-
-    def agent_commit(self, files: dict[str, str | None], claim: str = "") -> MakeResult:
-        self.write(files)
-        git(self.path, "add", "-A")
-        git(self.path, "commit", "-q", "--no-verify", "--allow-empty", "-m", "wip")
-        commit = git(self.path, "rev-parse", "HEAD")
-        changed = git(self.path, "diff", "--name-only", self.base, commit).splitlines()
-        return MakeResult(attempt=1, commit=commit, changed_files=changed, claim=claim)
+from tests.support.gates import APP, TESTS, GateRepo
+from tests.support.repos import git
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return Repo(tmp_path)
+def repo(tmp_path: Path) -> GateRepo:
+    return GateRepo(tmp_path)
 
 
-def task(*gates: Gate) -> TaskSpec:
-    return TaskSpec(
-        id="t",
-        goal="make it so",
-        repo="/nowhere",
-        agent=AgentSpec(command=["true"]),
-        verify=list(gates),
-    )
-
-
-# --------------------------------------------------------------------------- run
-
-
-async def test_run_gate_passes_with_evidence(repo: Repo) -> None:
-    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace, repo.bench)
-    assert result.passed
-    assert result.kind == "run"
-    assert result.evidence.exit_code == 0
-    assert "hello" in result.evidence.output_tail
-    assert result.requirement == "`echo hello; exit 0` exits 0"
-    assert (repo.run_dir / "gate-ok.log").read_text().strip() == "hello"
-
-
-async def test_run_gate_fails_with_exit_code_and_tail(repo: Repo) -> None:
-    gate = Gate(name="bad", run="echo first; echo 'it broke' >&2; exit 3")
-    result = await run_gate(gate, repo.workspace, repo.bench)
-    assert not result.passed
-    assert not result.policy_violation
-    assert result.evidence.exit_code == 3
-    assert "it broke" in result.evidence.output_tail
-    assert result.evidence.detail == "exit code 3"
-
-
-async def test_run_gate_runs_in_the_worktree(repo: Repo) -> None:
-    result = await run_gate(
-        Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace, repo.bench
-    )
-    assert result.passed
-    assert result.evidence.output_tail.strip() == str(repo.path)
-
-
-async def test_run_gate_times_out(repo: Repo) -> None:
-    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo.workspace, repo.bench)
-    assert not result.passed
-    assert result.evidence.exit_code is None
-    assert result.evidence.detail == "timed out after 1 s"
-    assert result.evidence.duration_s < 4
-
-
-async def test_pytest_gate_leaves_no_byproducts(
-    repo: Repo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The gate itself must switch bytecode and pytest's cache off, whatever the worker has.
-    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q tests")
-    result = await run_gate(gate, repo.workspace, repo.bench)
-    assert result.passed, result.evidence.output_tail
-    assert "2 passed" in result.evidence.output_tail
-    assert list(repo.path.rglob("__pycache__")) == []
-    assert not (repo.path / ".pytest_cache").exists()
-    assert git(repo.path, "status", "--porcelain", "--ignored") == ""
+# --------------------------------------------------------------------------- gate environment
 
 
 def test_gate_env_keeps_existing_pytest_addopts() -> None:
@@ -181,7 +46,7 @@ def scope_gate(allow: list[str] | None = None, protect: list[str] | None = None)
     return Gate(name="scope", diff_scope=scope)
 
 
-def test_diff_scope_inside_allow_passes(repo: Repo) -> None:
+def test_diff_scope_inside_allow_passes(repo: GateRepo) -> None:
     make = repo.agent_commit({"src/app.py": APP + "\n# more\n", "tests/test_new.py": "x = 1\n"})
     result = diff_scope_gate(scope_gate(["src/**", "tests/**"]), make.changed_files)
     assert result.passed
@@ -189,7 +54,7 @@ def test_diff_scope_inside_allow_passes(repo: Repo) -> None:
     assert result.requirement == "changes stay within src/**, tests/**"
 
 
-def test_diff_scope_outside_allow_is_recoverable(repo: Repo) -> None:
+def test_diff_scope_outside_allow_is_recoverable(repo: GateRepo) -> None:
     make = repo.agent_commit(
         {"src/app.py": APP + "\n# more\n", "README.md": "hi\n", "docs/x.md": "x\n"}
     )
@@ -200,7 +65,7 @@ def test_diff_scope_outside_allow_is_recoverable(repo: Repo) -> None:
     assert result.evidence.detail == "changed outside the allowed scope: README.md, docs/x.md"
 
 
-def test_diff_scope_protected_path_is_a_policy_violation(repo: Repo) -> None:
+def test_diff_scope_protected_path_is_a_policy_violation(repo: GateRepo) -> None:
     make = repo.agent_commit({"tests/test_app.py": TESTS + "\n# weakened\n", "NOTES": "x\n"})
     gate = scope_gate(["src/**", "tests/**"], protect=["tests/test_app.py"])
     result = diff_scope_gate(gate, make.changed_files)
@@ -211,7 +76,7 @@ def test_diff_scope_protected_path_is_a_policy_violation(repo: Repo) -> None:
     assert "leave tests/test_app.py untouched" in result.requirement
 
 
-def test_diff_scope_deleting_a_protected_file_counts(repo: Repo) -> None:
+def test_diff_scope_deleting_a_protected_file_counts(repo: GateRepo) -> None:
     make = repo.agent_commit({"tests/test_app.py": None})
     result = diff_scope_gate(scope_gate(protect=["tests/*.py"]), make.changed_files)
     assert result.policy_violation
@@ -231,26 +96,26 @@ def test_diff_scope_glob_semantics() -> None:
 KEEP = Gate(name="keep-tests", no_removed_tests=True)
 
 
-async def keep_tests(repo: Repo, files: dict[str, str | None]) -> GateResult:
+async def keep_tests(repo: GateRepo, files: dict[str, str | None]) -> GateResult:
     make = repo.agent_commit(files)
     return await no_removed_tests_gate(KEEP, repo.workspace, make)
 
 
-async def test_unchanged_tests_pass(repo: Repo) -> None:
+async def test_unchanged_tests_pass(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"src/app.py": "def add(a, b):\n    return b + a\n"})
     assert result.passed
     assert result.evidence.files == []
     assert result.requirement == "no test present at base is removed or newly skipped"
 
 
-async def test_added_tests_pass(repo: Repo) -> None:
+async def test_added_tests_pass(repo: GateRepo) -> None:
     more = TESTS + "\n\ndef test_three():\n    assert add(0, 0) == 0\n"
     new = "class TestMore:\n    def test_four(self):\n        assert True\n"
     result = await keep_tests(repo, {"tests/test_app.py": more, "tests/test_more.py": new})
     assert result.passed, result.evidence.detail
 
 
-async def test_removed_test_function_fails(repo: Repo) -> None:
+async def test_removed_test_function_fails(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"tests/test_app.py": TESTS.split("\n\ndef test_two")[0]})
     assert not result.passed
     assert not result.policy_violation
@@ -258,13 +123,13 @@ async def test_removed_test_function_fails(repo: Repo) -> None:
     assert "tests removed: tests/test_app.py::test_two" in result.evidence.detail
 
 
-async def test_renamed_test_function_counts_as_removed(repo: Repo) -> None:
+async def test_renamed_test_function_counts_as_removed(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"tests/test_app.py": TESTS.replace("test_one", "check_one")})
     assert not result.passed
     assert result.evidence.files == ["tests/test_app.py::test_one"]
 
 
-async def test_removed_test_file_fails(repo: Repo) -> None:
+async def test_removed_test_file_fails(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"tests/test_app.py": None})
     assert not result.passed
     assert result.evidence.files == ["tests/test_app.py"]
@@ -281,7 +146,7 @@ async def test_removed_test_file_fails(repo: Repo) -> None:
         "@unittest.skip('no')",
     ],
 )
-async def test_newly_skipped_by_decorator_fails(repo: Repo, decorator: str) -> None:
+async def test_newly_skipped_by_decorator_fails(repo: GateRepo, decorator: str) -> None:
     text = "import pytest\nimport unittest\n" + TESTS.replace(
         "def test_one", f"{decorator}\ndef test_one"
     )
@@ -291,7 +156,7 @@ async def test_newly_skipped_by_decorator_fails(repo: Repo, decorator: str) -> N
     assert "tests newly skipped: tests/test_app.py::test_one" in result.evidence.detail
 
 
-async def test_newly_skipped_by_pytest_skip_in_body_fails(repo: Repo) -> None:
+async def test_newly_skipped_by_pytest_skip_in_body_fails(repo: GateRepo) -> None:
     text = "import pytest\n" + TESTS.replace(
         "def test_two():\n", 'def test_two():\n    """Docstring."""\n    pytest.skip("flaky")\n'
     )
@@ -300,7 +165,7 @@ async def test_newly_skipped_by_pytest_skip_in_body_fails(repo: Repo) -> None:
     assert result.evidence.files == ["tests/test_app.py::test_two"]
 
 
-async def test_newly_skipped_by_module_pytestmark_fails(repo: Repo) -> None:
+async def test_newly_skipped_by_module_pytestmark_fails(repo: GateRepo) -> None:
     text = "import pytest\n\npytestmark = [pytest.mark.skip(reason='x')]\n" + TESTS
     result = await keep_tests(repo, {"tests/test_app.py": text})
     assert not result.passed
@@ -310,7 +175,7 @@ async def test_newly_skipped_by_module_pytestmark_fails(repo: Repo) -> None:
     ]
 
 
-async def test_skip_present_at_base_is_not_new(repo: Repo) -> None:
+async def test_skip_present_at_base_is_not_new(repo: GateRepo) -> None:
     skipped = "import pytest\n" + TESTS.replace("def test_one", "@pytest.mark.skip\ndef test_one")
     repo.agent_commit({"tests/test_app.py": skipped})
     repo.base = git(repo.path, "rev-parse", "HEAD")
@@ -318,7 +183,7 @@ async def test_skip_present_at_base_is_not_new(repo: Repo) -> None:
     assert result.passed, result.evidence.detail
 
 
-async def test_unparsable_test_file_counts_as_removing_its_tests(repo: Repo) -> None:
+async def test_unparsable_test_file_counts_as_removing_its_tests(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"tests/test_app.py": TESTS + "\ndef broken(:\n"})
     assert not result.passed
     assert sorted(result.evidence.files) == [
@@ -388,32 +253,6 @@ def test_contains_reports_missing_case_sensitively() -> None:
     assert not result.passed
     assert result.evidence.detail == "missing: Flask, FastAPI"
     assert result.evidence.output_tail == claim[:1000]
-
-
-# --------------------------------------------------------------------------- evaluate
-
-
-async def test_evaluate_runs_every_gate_in_order(repo: Repo) -> None:
-    make = repo.agent_commit(
-        {"src/app.py": APP + "\n# edit\n", "tests/test_app.py": None}, claim="done with Flask"
-    )
-    spec = task(
-        Gate(name="first", run="echo boom; exit 2"),
-        Gate(name="scope", diff_scope=DiffScope(allow=["src/**"])),
-        Gate(name="answer", contains=["Flask"]),
-        Gate(name="keep-tests", no_removed_tests=True),
-        Gate(name="last", run="echo reached"),
-    )
-    bench = Bench(tree=repo.path, log_dir=repo.run_dir / "logs", home=repo.home)
-    results = await evaluate(spec, repo.workspace, make, bench)
-    assert [r.name for r in results] == ["first", "scope", "answer", "keep-tests", "last"]
-    assert [r.kind for r in results] == ["run", "diff_scope", "contains", "no_removed_tests", "run"]
-    assert [r.passed for r in results] == [False, False, True, False, True]
-    assert results[1].evidence.files == ["tests/test_app.py"]
-    assert results[3].evidence.files == ["tests/test_app.py"]
-    assert "reached" in results[4].evidence.output_tail
-    assert (repo.run_dir / "logs" / "gate-last.log").exists()
-    assert all(r.requirement for r in results)
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -488,16 +327,3 @@ def test_normalise_examples() -> None:
     assert normalise("/tmp/tmpab12cd/x/app.py") == "<path>/app.py"
     assert normalise("see src/app.py") == "see src/app.py"
     assert normalise("http://host/a/b") == "http://host/a/b"
-
-
-async def test_fingerprint_same_for_reruns_of_a_real_failure(tmp_path: Path) -> None:
-    prints = []
-    for n in (1, 2):
-        repo = Repo(tmp_path / f"r{n}")
-        make = repo.agent_commit({"src/app.py": "def add(a, b):\n    return a - b\n"})
-        spec = task(Gate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests"))
-        results = await evaluate(spec, repo.workspace, make, repo.bench)
-        assert not results[0].passed
-        assert "2 failed" in results[0].evidence.output_tail
-        prints.append(fingerprint(results))
-    assert prints[0] == prints[1]

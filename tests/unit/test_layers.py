@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from tests.support.repos import ROOT
 
 PACKAGES = ("loop", "workflows", "activities")
 

@@ -1,6 +1,6 @@
-"""Memory: folding a run in is idempotent; writes are atomic.
+"""Memory without a server: folding a run in is idempotent, and writes are atomic.
 
-One task's lessons reaching the next task's brief is in tests/e2e/test_memory.py.
+That one task's lessons reach the next task's brief is in tests/e2e/test_memory.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import pytest
 
 from activities.host.files import update_atomic
 from loop.rules import memory
-
-pytestmark = pytest.mark.timeout(120)
 
 
 def test_fold_is_idempotent_per_task_run(tmp_path: Path):

@@ -1,7 +1,6 @@
-"""Secrets stay secret: the codec endpoint for people, the key file, redaction.
-
-Encrypted histories on a real server, and a planted secret through a whole task, are in
-tests/e2e/test_secrets.py.
+"""Secrets without a server: the codec endpoint people decode history with, key files,
+redaction. That the history holds only ciphertext, and that a planted secret appears
+nowhere, is checked on a real server in tests/e2e/test_secrets.py.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import threading
 import urllib.error
 import urllib.request
@@ -21,8 +21,14 @@ from loop.codec import EncryptionCodec, load_key, make_server
 from loop.errors import BadInput
 from loop.redact import redact
 
-pytestmark = pytest.mark.timeout(120)
 TOKEN = "codec-token-for-tests"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "codec.key"
+    path.write_text(os.urandom(32).hex())
+    return path
 
 
 async def test_codec_server_needs_the_token_and_allows_the_ui_origin(key_file: Path):

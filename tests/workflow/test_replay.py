@@ -1,13 +1,12 @@
 """Replay: recorded histories of representative runs still replay on today's workflow code.
 
-The histories in ``tests/workflow/histories/`` come from real runs
-(``tests/workflow/make_histories.py`` says how each was made). A workflow code
-change that would break a task in flight shows up here as a non-determinism
-error: guard it with ``workflow.patched(...)`` rather than regenerating the
-history. One stored history is incompatible on purpose and must fail, so the
-check itself is known to bite. A whole task run with no workflow cache, so that
-every workflow task replays its history from the start, is in
-tests/e2e/test_no_workflow_cache.py.
+The histories in ``tests/workflow/histories/`` come from real runs (``make_histories.py``
+says how each was made). A workflow code change that would break a task in
+flight shows up here as a non-determinism error: guard it with
+``workflow.patched(...)`` rather than regenerating the history. One stored
+history is incompatible on purpose and must fail, so the check itself is
+known to bite. A whole task run with no workflow cache, so that every workflow
+task replays its history from the start, is in tests/e2e/test_task.py.
 """
 
 from __future__ import annotations

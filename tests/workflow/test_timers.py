@@ -5,7 +5,7 @@ tell): what is under test here is the workflow's timers, not git or agents. The
 time-skipping server cannot register custom search attributes, so the workflow's
 upserts are recorded instead of sent (the real-server tests cover them for real).
 
-The ``max_seconds`` timer is tested on the real dev server (test_task_e2e): the
+The ``max_seconds`` timer is tested on the real dev server (e2e/test_task.py): the
 time-skipping server does not advance time while an activity runs, and racing a
 running activity is exactly what that timer is for.
 """
@@ -71,7 +71,8 @@ from loop.contracts import (
     VerifyInput,
     Workspace,
 )
-from tests.support.paths import ROOT
+from tests.support.repos import ROOT
+from tests.support.tasks import result_of
 from workflows import task as task_module
 from workflows.task import TaskWorkflow
 
@@ -238,7 +239,7 @@ async def run(client: Client, fakes: Fakes, s: TaskSpec) -> tuple[WorkflowHandle
         handle = await client.start_workflow(
             TASK_WORKFLOW, s, id=f"task-{s.id}", task_queue=queue, result_type=TaskResult
         )
-        return handle, await handle.result()
+        return handle, await result_of(handle)
 
 
 async def test_needs_human_times_out_as_budget_exceeded(
@@ -301,7 +302,7 @@ async def test_status_while_waiting(skipping: WorkflowEnvironment):
         assert st.state == TaskState.NEEDS_HUMAN and st.phase is None
         assert st.budget.used.attempts == 2 and st.budget.left.attempts == 0
         await skipping.sleep(timedelta(days=11))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.BUDGET_EXCEEDED
 
 
@@ -322,5 +323,5 @@ async def test_answer_sent_while_the_escalation_is_sent_is_not_lost(skipping: Wo
                 await asyncio.sleep(0.02)
             assert fakes.escalations  # escalate is running, its webhook still busy
             await handle.signal(SIGNAL_REJECT, RejectSignal(reason="stop"))
-            result = await asyncio.wait_for(handle.result(), 20)
+            result = await result_of(handle, within=20)
     assert result.state == TaskState.REJECTED and result.reason == "stop"

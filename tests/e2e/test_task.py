@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.enums.v1 import TaskQueueKind
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from loop.contracts import (
     QUERY_TRACE,
@@ -18,23 +21,15 @@ from loop.contracts import (
     FinalAction,
     RejectSignal,
     TaskResult,
-    TaskSpec,
     TaskState,
 )
 from loop.settings import Settings
-from loop.tasks import start_task
-from tests.support.agents import PASS_ON_SECOND, agent_calls, write_agent
-from tests.support.git import git
-from tests.support.tasks import task, wait_for
-from worker import build_worker
+from tests.support.agents import FIX_AT_ONCE, PASS_ON_SECOND, agent_calls, write_agent
+from tests.support.repos import git
+from tests.support.tasks import result_of, start, task, wait_for
+from worker import WORKFLOWS, build_worker
 
 pytestmark = pytest.mark.timeout(120)
-
-
-async def start(client: Client, settings: Settings, spec: dict) -> WorkflowHandle:
-    handle, started = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
-    assert started
-    return handle
 
 
 async def test_pass_after_feedback(client: Client, settings: Settings, demo_repo: Path, tmp_path):
@@ -42,7 +37,7 @@ async def test_pass_after_feedback(client: Client, settings: Settings, demo_repo
     spec = task(demo_repo, agent)
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert [a.verdict.passed for a in result.attempts] == [False, True]
     assert result.final_action == FinalAction.LEFT_IN_WORKTREE
@@ -84,7 +79,7 @@ async def test_attempts_exhausted_then_extend(
         assert st.waiting_for == "feedback/extend_budget/reject"
         assert st.budget.left.attempts == 0
         await handle.signal(SIGNAL_EXTEND_BUDGET, ExtendBudgetSignal(attempts=1))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert len(result.attempts) == 3
     assert result.human_escalation[0].resolved_by == "extend"
@@ -112,18 +107,12 @@ async def test_protected_path_blocks_at_once(
     before = (demo_repo / "tests" / "test_slugify.py").read_text()
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.BLOCKED
     assert "protected path touched: tests/test_slugify_more.py" in result.reason
     assert result.attempts[0].make.claim.startswith("refused: ")
     assert Path(result.worktree, "tests", "test_slugify.py").read_text() == before
     assert len(result.attempts) == 1 and len(agent_calls(settings, spec["id"])) == 1
-
-
-FIX_AT_ONCE = """
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text("done")
-"""
 
 
 async def test_assisted_approve_merges_into_base(
@@ -137,7 +126,7 @@ async def test_assisted_approve_merges_into_base(
         assert st.waiting_for == "approve/reject"
         assert git(demo_repo, "rev-parse", "main") == base_before  # nothing merged yet
         await handle.signal(SIGNAL_APPROVE, {"note": "looks right", "extra": "ignored"})
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert result.final_action == FinalAction.MERGED
     assert git(demo_repo, "rev-parse", "main") == result.commit != base_before
@@ -153,7 +142,7 @@ async def test_reject_ends_rejected(client: Client, settings: Settings, demo_rep
         handle = await start(client, settings, task(demo_repo, agent, autonomy="assisted"))
         await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
         await handle.signal(SIGNAL_REJECT, RejectSignal(reason="not this way"))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.state == TaskState.REJECTED and result.reason == "not this way"
     assert git(demo_repo, "rev-parse", "main") == base_before
     assert Path(result.worktree).exists()  # the rejected work is kept for inspection
@@ -165,7 +154,7 @@ async def test_unattended_merges_without_waiting(
     agent = write_agent(tmp_path, FIX_AT_ONCE)
     async with build_worker(client, settings):
         handle = await start(client, settings, task(demo_repo, agent, autonomy="unattended"))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.final_action == FinalAction.MERGED
     assert not [e for e in result.events if e.kind == "waiting"]
     assert "findall" in (demo_repo / "slugify.py").read_text()
@@ -193,7 +182,7 @@ async def test_cancel_during_make_kills_agent_and_keeps_worktree(
             await asyncio.sleep(0.1)
         pid = int(pid_file.read_text())
         await handle.cancel()
-        result = await handle.result()
+        result = await result_of(handle)
         trace = await handle.query(QUERY_TRACE, result_type=TaskResult)
     assert trace.state == TaskState.CANCELLED
     assert result.state == TaskState.CANCELLED
@@ -220,7 +209,7 @@ async def test_two_tasks_on_one_repo_do_not_disturb_each_other(
     async with build_worker(client, settings):
         ha = await start(client, settings, task(demo_repo, a))
         hb = await start(client, settings, task(demo_repo, b))
-        ra, rb = await asyncio.gather(ha.result(), hb.result())
+        ra, rb = await asyncio.gather(result_of(ha), result_of(hb))
     assert ra.state == rb.state == TaskState.DONE_WITH_EVIDENCE
     assert sorted(ra.attempts[0].make.changed_files) == ["notes/a.txt", "slugify.py"]
     assert sorted(rb.attempts[0].make.changed_files) == ["notes/b.txt", "slugify.py"]
@@ -235,7 +224,7 @@ async def test_max_seconds_timer_cancels_the_running_agent(
     started = time.monotonic()
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
-        result = await handle.result()
+        result = await result_of(handle)
     took = time.monotonic() - started
     assert result.state == TaskState.BUDGET_EXCEEDED
     assert result.reason == "wall-clock budget of 3 s spent"
@@ -244,3 +233,44 @@ async def test_max_seconds_timer_cancels_the_running_agent(
     assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
     assert 3 <= result.execution_seconds < 10
     assert len(result.attempts) == 1 and result.attempts[0].verdict is None
+
+
+# --------------------------------------------------------------------------- no workflow cache
+
+
+FAIL_THEN_PASS = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+else:
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text(f"attempt {attempt}")
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_full_task_without_a_workflow_cache(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """max_cached_workflows=0: every workflow task rebuilds the workflow from its history
+    (the recorded histories replay in tests/workflow/test_replay.py)."""
+    spec = task(demo_repo, write_agent(tmp_path, FAIL_THEN_PASS))
+    async with build_worker(client, settings, max_cached_workflows=0):
+        handle = await start(client, settings, spec)
+        result = await result_of(handle)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert len(result.attempts) == 2
+    assert [a.verdict.passed for a in result.attempts if a.verdict] == [False, True]
+    history = await handle.fetch_history()
+    # No workflow task went to a sticky queue: none found the workflow in a cache.
+    sticky = [
+        e
+        for e in history.events
+        if e.HasField("workflow_task_scheduled_event_attributes")
+        and e.workflow_task_scheduled_event_attributes.task_queue.kind
+        == TaskQueueKind.TASK_QUEUE_KIND_STICKY
+    ]
+    assert not sticky
+    # And the run it left behind replays as well.
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history)
+    assert replayed.replay_failure is None

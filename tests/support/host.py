@@ -1,4 +1,4 @@
-"""The sandbox levels this host can give, and how a test asks for one."""
+"""Which sandbox levels this host can give, and what tests do where one is missing."""
 
 from __future__ import annotations
 
