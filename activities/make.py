@@ -29,7 +29,7 @@ from temporalio import activity
 from activities.host import artifact, sandbox
 from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
-from activities.workspace import (
+from activities.host.worktree import (
     changed_files,
     outside_changes,
     outside_snapshot,

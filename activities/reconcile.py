@@ -19,8 +19,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.host import sandbox
+from activities.host.worktree import is_ancestor
 from activities.summarize import release_task
-from activities.workspace import MARKER, WorkspaceActivities, is_ancestor, read_marker
+from activities.workspace import MARKER, WorkspaceActivities, read_marker
 from loop.contracts import RemoveInput, Workspace, workflow_id_for
 from loop.settings import Settings
 

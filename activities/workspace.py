@@ -15,23 +15,34 @@ Operations on state shared by all tasks of a repository (worktree add and
 remove, ref updates, merges) run under ``repo_lock``; work inside one task's
 worktree needs no lock because only that task touches it.
 
-The plain helpers at the top are used by other activities (make, verify).
+The plain helpers other activities share (make, verify) are in
+``activities.host.worktree``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import os
-import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 
 from activities.host.git import GitError, git, git_ok, repo_lock
+from activities.host.worktree import (
+    dirty_files,
+    exists,
+    find_worktree,
+    is_ancestor,
+    is_dir,
+    listing,
+    only,
+    repo_top,
+    rev,
+    split_z,
+    status_paths,
+    worktrees,
+)
 from loop import contracts
 from loop.contracts import (
     COMMIT,
@@ -51,234 +62,6 @@ from loop.errors import permanent
 from loop.settings import Settings
 
 MARKER = "workspace.json"
-
-# Byproducts of running Python and pytest in a tree: never the agent's work.
-BYPRODUCT_GLOBS = ("**/__pycache__", "**/*.pyc", "**/.pytest_cache")
-"""What running Python and pytest leave behind, whatever the agent."""
-
-
-def _pathspecs(magic: str, globs: Sequence[str]) -> list[str]:
-    """Git pathspecs for globs where a glob naming a folder covers what is in it."""
-    found: list[str] = []
-    for g in (*BYPRODUCT_GLOBS, *globs):
-        g = g.rstrip("/")
-        found += [f":({magic}){g}", f":({magic}){g}/**"]
-    return found
-
-
-def excluding(globs: Sequence[str]) -> list[str]:
-    """Pathspecs after ``--``: the whole tree but byproducts (``Workspace.byproducts``)."""
-    return [".", *_pathspecs("exclude,glob", globs)]
-
-
-def only(globs: Sequence[str]) -> list[str]:
-    """Pathspecs after ``--``: byproducts alone."""
-    return _pathspecs("glob", globs)
-
-
-_MAX_LISTED = 10
-
-
-def _listing(paths: list[str]) -> str:
-    shown = ", ".join(paths[:_MAX_LISTED])
-    more = len(paths) - _MAX_LISTED
-    return f"{shown} (+{more} more)" if more > 0 else shown
-
-
-def printable(path: str) -> str:
-    """A path that can travel in a payload: bytes that are not UTF-8 become \\xNN."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _split_z(out: str) -> list[str]:
-    return [p for p in out.split("\0") if p]
-
-
-def _status_paths(out: str) -> list[str]:
-    """Paths of ``git status --porcelain -z``: ``XY path``, renames followed by the old path."""
-    entries = out.split("\0")
-    paths: list[str] = []
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        paths.append(entry[3:])
-        if entry[0] in "RC" and i < len(entries):
-            paths.append(entries[i])  # the old name of a staged rename changed too
-            i += 1
-    return paths
-
-
-def _exists(path: str | Path) -> bool:
-    """Also true for a dangling symlink: something is in the way either way."""
-    return os.path.lexists(path)
-
-
-def _is_dir(path: str | Path) -> bool:
-    return os.path.isdir(path)
-
-
-def _realpath(path: str | Path) -> str:
-    return os.path.realpath(path)
-
-
-def _same_path(a: str | Path, b: str | Path) -> bool:
-    return _realpath(a) == _realpath(b)
-
-
-def _under(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-async def repo_top(path: str) -> str:
-    """The main repository's top level, refusing inputs that no retry can fix."""
-    p = path
-    if not _exists(p):
-        raise permanent(f"repository {path} does not exist")
-    if not _is_dir(p):
-        raise permanent(f"repository {path} is not a directory")
-    try:
-        bare = await git(["rev-parse", "--is-bare-repository"], p)
-    except GitError as e:
-        raise permanent(f"{path} is not a git repository ({e.message})") from None
-    if bare == "true":
-        raise permanent(f"{path} is a bare git repository; a task needs one with a working tree")
-    try:
-        top = await git(["rev-parse", "--show-toplevel"], p)
-    except GitError as e:
-        raise permanent(f"{path} is not inside a git working tree ({e.message})") from None
-    if not top:
-        raise permanent(f"{path} is not inside a git working tree")
-    return _realpath(top)
-
-
-async def _rev(cwd: str | Path, rev: str) -> str | None:
-    out = await git(["rev-parse", "--verify", "-q", rev], cwd, check=False)
-    return out or None
-
-
-async def is_ancestor(cwd: str | Path, ancestor: str, descendant: str) -> bool:
-    return await git_ok(["merge-base", "--is-ancestor", ancestor, descendant], cwd)
-
-
-async def wip_commit(ws: Workspace, attempt: int) -> str:
-    """Record the attempt's worktree as a commit: the artifact verify checks and a retry
-    restores. Running it twice for the same attempt must not stack empty commits."""
-    message = f"loop({ws.task_id}): attempt {attempt}"
-    await git(["add", "-A", "--", *excluding(ws.byproducts)], ws.path)
-    head = await git(["symbolic-ref", "-q", "HEAD"], ws.path, check=False)
-    if head != f"refs/heads/{ws.branch}":
-        # The agent detached HEAD or switched branches: its work goes back on the task
-        # branch (at the commit it ended on, tree and index kept), which is what the
-        # verdict, the commit and the merge name.
-        await git(["checkout", "-q", "-B", ws.branch], ws.path)
-    staged = not await git_ok(["diff", "--cached", "--quiet"], ws.path)
-    if not staged and await git(["log", "-1", "--format=%s"], ws.path) == message:
-        return await git(["rev-parse", "HEAD"], ws.path)
-    await git(["commit", "-q", "--no-verify", "--allow-empty", "-m", message], ws.path)
-    return await git(["rev-parse", "HEAD"], ws.path)
-
-
-async def changed_files(ws: Workspace, commit: str) -> list[str]:
-    """The attempt's diff against base, by path: without rename detection a moved
-    protected file shows up under its old name too."""
-    out = await git(["diff", "--name-only", "--no-renames", "-z", ws.base_commit, commit], ws.path)
-    return sorted(printable(p) for p in _split_z(out))
-
-
-async def restore(ws: Workspace, commit: str) -> None:
-    """Put the worktree back at ``commit`` so a retry or the next attempt starts clean."""
-    await git(["reset", "-q", "--hard", commit], ws.path)
-    await git(["clean", "-q", "-fd"], ws.path)
-
-
-async def dirty_files(path: str, byproducts: Sequence[str] = ()) -> list[str]:
-    """Changes not yet committed: what a reset or a removal would destroy."""
-    out = await git(["status", "--porcelain", "-z", "-uall", "--", *excluding(byproducts)], path)
-    return [printable(p) for p in _status_paths(out)]
-
-
-def _fingerprint(path: Path) -> str:
-    """What is at ``path`` now, never following a link or blocking on a FIFO."""
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(path)
-            return "symlink:" + hashlib.sha256(os.fsencode(target)).hexdigest()
-        if stat.S_ISDIR(st.st_mode):
-            return "directory"  # an untracked nested repository, listed as ``dir/``
-        if not stat.S_ISREG(st.st_mode):
-            return f"special:{stat.S_IFMT(st.st_mode):o}:{st.st_ino}"
-        digest = hashlib.sha256()
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        return digest.hexdigest()
-    except FileNotFoundError:
-        return "deleted"
-    except OSError as e:
-        return f"unreadable: {e.strerror}"
-
-
-async def outside_snapshot(repo_top: str, exclude: list[str]) -> dict[str, str]:
-    """What the main repository's working tree holds beyond its HEAD, by content.
-
-    Comparing a snapshot from before an attempt with one from after shows writes an
-    agent made outside its worktree (an absolute path, ``../..``) into the main tree.
-    """
-    out = await git(["status", "--porcelain", "-z", "-uall"], repo_top)
-    return await asyncio.to_thread(_snapshot, repo_top, _status_paths(out), exclude)
-
-
-def _snapshot(repo_top: str, paths: list[str], exclude: list[str]) -> dict[str, str]:
-    skip = [_realpath(d) for d in exclude]
-    snapshot: dict[str, str] = {}
-    for p in paths:
-        full = os.path.join(repo_top, p)
-        if not any(_under(_realpath(full), d) for d in skip):
-            snapshot[p] = _fingerprint(Path(full))
-    return snapshot
-
-
-def outside_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    changed = (p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-    return sorted(printable(p) for p in changed)
-
-
-# --------------------------------------------------------------------------- worktree list
-
-
-async def _worktrees(top: str) -> list[dict[str, str]]:
-    """``git worktree list --porcelain -z`` as one dict per worktree (``worktree``,
-    ``HEAD``, ``branch``; flags such as ``bare`` map to "")."""
-    out = await git(["worktree", "list", "--porcelain", "-z"], top)
-    entries: list[dict[str, str]] = []
-    current: dict[str, str] = {}
-    for field in out.split("\0"):
-        if not field:
-            if current:
-                entries.append(current)
-            current = {}
-            continue
-        key, _, value = field.partition(" ")
-        current[key] = value
-    if current:
-        entries.append(current)
-    return entries
-
-
-def _find_worktree(entries: list[dict[str, str]], path: str | Path) -> dict[str, str] | None:
-    for e in entries:
-        if "worktree" in e and _same_path(e["worktree"], path):
-            return e
-    return None
-
 
 # --------------------------------------------------------------------------- marker
 
@@ -315,7 +98,7 @@ class WorkspaceActivities:
             if head.startswith("refs/heads/"):
                 base = head.removeprefix("refs/heads/")
             else:
-                detached = await _rev(top, "HEAD^{commit}")
+                detached = await rev(top, "HEAD^{commit}")
                 if detached is None:
                     raise permanent(f"repository {top} has no commit to start from")
                 base = detached
@@ -323,7 +106,7 @@ class WorkspaceActivities:
             base = base.removeprefix("refs/heads/")
         if not base or base.startswith("-"):
             raise permanent(f"base {base!r} is not a branch or commit name")
-        commit = await _rev(top, f"{base}^{{commit}}")
+        commit = await rev(top, f"{base}^{{commit}}")
         if commit is None:
             raise permanent(f"base {base!r} is not a branch or commit in {top}")
         is_branch = await git_ok(["show-ref", "--verify", "--quiet", f"refs/heads/{base}"], top)
@@ -354,9 +137,9 @@ class WorkspaceActivities:
         )
         async with repo_lock(self.settings.locks, top):
             await git(["worktree", "prune"], top)
-            entries = await _worktrees(top)
-            if _exists(path):
-                if _find_worktree(entries, path) is None:
+            entries = await worktrees(top)
+            if exists(path):
+                if find_worktree(entries, path) is None:
                     raise permanent(f"{path} exists but is not a worktree of {top}; move it away")
                 marker = read_marker(run_dir)
                 if marker.get("run_id") == inp.run_id:
@@ -393,7 +176,7 @@ class WorkspaceActivities:
     ) -> None:
         """Before the task branch is pointed at base again: save a tip that base does not
         contain as ``<branch>.prev-<sha>``; drop the branch when it holds nothing new."""
-        tip = await _rev(top, f"refs/heads/{branch}")
+        tip = await rev(top, f"refs/heads/{branch}")
         if tip is None:
             return
         if await is_ancestor(top, tip, base_commit):
@@ -411,7 +194,7 @@ class WorkspaceActivities:
         """Leave one reviewable commit on the branch: base + the verified tree. The
         attempt-by-attempt history stays in the trace, not in the repository."""
         ws = inp.workspace
-        if await _rev(ws.path, f"{inp.artifact}^{{commit}}") is None:
+        if await rev(ws.path, f"{inp.artifact}^{{commit}}") is None:
             raise permanent(f"artifact {inp.artifact!r} is not a commit in {ws.path}")
         trailer = f"Loop-Task: {ws.task_id}"
         head = await git(["rev-parse", "HEAD"], ws.path)
@@ -444,10 +227,10 @@ class WorkspaceActivities:
             )
         top = ws.repo
         ref = f"refs/heads/{ws.base_ref}"
-        if await _rev(top, f"{inp.commit}^{{commit}}") is None:
+        if await rev(top, f"{inp.commit}^{{commit}}") is None:
             raise permanent(f"commit {inp.commit!r} to merge is not in {top}")
         async with repo_lock(self.settings.locks, top):
-            old = await _rev(top, ref)
+            old = await rev(top, ref)
             if old is None:
                 return MergeResult(merged=False, reason=f"base branch {ws.base_ref} is gone")
             if await is_ancestor(top, inp.commit, ref):
@@ -456,8 +239,8 @@ class WorkspaceActivities:
             checkout = next(
                 (
                     e["worktree"]
-                    for e in await _worktrees(top)
-                    if e.get("branch") == ref and _is_dir(e["worktree"])
+                    for e in await worktrees(top)
+                    if e.get("branch") == ref and is_dir(e["worktree"])
                 ),
                 None,
             )
@@ -477,7 +260,7 @@ class WorkspaceActivities:
                     raise
                 files = [ln for ln in e.stdout.splitlines()[1:] if ln]
                 return MergeResult(
-                    merged=False, reason=f"merge conflict in {_listing(files) or e.message}"
+                    merged=False, reason=f"merge conflict in {listing(files) or e.message}"
                 )
             tree = out.splitlines()[0]
             new = await git(
@@ -491,13 +274,13 @@ class WorkspaceActivities:
     ) -> MergeResult:
         """Merge where base is checked out, so that tree shows the result; a person's
         uncommitted edits there are left alone."""
-        tracked = _status_paths(
+        tracked = status_paths(
             await git(["status", "--porcelain", "-z", "--untracked-files=no"], checkout)
         )
         if tracked:
             return MergeResult(
                 merged=False,
-                reason=f"base checkout {checkout} has uncommitted changes: {_listing(tracked)}",
+                reason=f"base checkout {checkout} has uncommitted changes: {listing(tracked)}",
             )
         if fast_forward:
             how = "fast-forward"
@@ -509,13 +292,13 @@ class WorkspaceActivities:
         try:
             await git(args, checkout)
         except GitError as e:
-            conflicted = _split_z(
+            conflicted = split_z(
                 await git(["diff", "--name-only", "--diff-filter=U", "-z"], checkout, check=False)
             )
             await git(["merge", "--abort"], checkout, check=False)
             if conflicted:
                 return MergeResult(
-                    merged=False, reason=f"merge conflict in {_listing(sorted(conflicted))}"
+                    merged=False, reason=f"merge conflict in {listing(sorted(conflicted))}"
                 )
             return MergeResult(merged=False, reason=f"merge failed in {checkout}: {e.message}")
         return MergeResult(merged=True, commit=await git(["rev-parse", ref], checkout), how=how)
@@ -525,15 +308,15 @@ class WorkspaceActivities:
         """Remove a finished task's worktree unless it holds uncommitted work."""
         ws = inp.workspace
         path = ws.path
-        if not _is_dir(ws.repo):
-            return RemoveResult(removed=not _exists(path), reason="repository is gone")
+        if not is_dir(ws.repo):
+            return RemoveResult(removed=not exists(path), reason="repository is gone")
         async with repo_lock(self.settings.locks, ws.repo):
-            if not _exists(path):
+            if not exists(path):
                 await git(["worktree", "prune"], ws.repo)
                 # A crash between removing the tree and deleting the branch ends here too.
                 await self._drop_branch(ws, inp.delete_branch)
                 return RemoveResult(removed=True, reason="already removed")
-            if _find_worktree(await _worktrees(ws.repo), path) is None:
+            if find_worktree(await worktrees(ws.repo), path) is None:
                 return RemoveResult(
                     removed=False, reason=f"{path} is not a worktree of {ws.repo}; kept"
                 )
@@ -548,7 +331,7 @@ class WorkspaceActivities:
 
     async def _drop_branch(self, ws: Workspace, delete: bool) -> str:
         """Delete the task branch only when base already holds it; else say it was kept."""
-        if not delete or await _rev(ws.repo, f"refs/heads/{ws.branch}") is None:
+        if not delete or await rev(ws.repo, f"refs/heads/{ws.branch}") is None:
             return ""
         base = f"refs/heads/{ws.base_ref}" if ws.base_is_branch else ws.base_commit
         if await is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):

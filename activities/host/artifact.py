@@ -27,7 +27,7 @@ from pathlib import Path
 
 from activities.host import tree
 from activities.host.git import git, repo_lock
-from activities.workspace import excluding, printable
+from activities.host.worktree import excluding, printable
 
 BLOCK = 4096
 """What one entry costs at least on disk (and an inode): a link or an empty file is not free."""

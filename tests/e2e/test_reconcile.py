@@ -6,8 +6,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from activities.host.worktree import wip_commit
 from activities.reconcile import reconcile_worktrees
-from activities.workspace import WorkspaceActivities, wip_commit
+from activities.workspace import WorkspaceActivities
 from loop.contracts import PrepareInput
 from loop.settings import Settings
 from tests.support.repos import git

@@ -10,8 +10,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.host.git import GitError, git, git_ok, repo_lock
-from activities.workspace import (
-    WorkspaceActivities,
+from activities.host.worktree import (
     changed_files,
     dirty_files,
     outside_changes,
@@ -20,6 +19,7 @@ from activities.workspace import (
     restore,
     wip_commit,
 )
+from activities.workspace import WorkspaceActivities
 from loop.contracts import (
     CommitInput,
     MergeInput,
