@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shlex
-import socket
 import stat
 import sys
 import textwrap
@@ -34,6 +33,7 @@ from activities.host.toolbox import execute
 from loop.contracts import Gate, SandboxPolicy, ToolPolicy, Workspace
 from loop.errors import PERMANENT
 from tests.support.host import HOST, LEVELS, needs
+from tests.support.net import free_port
 from tests.support.repos import git
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -615,9 +615,7 @@ async def test_strict_without_bubblewrap_fails_closed(
 def test_the_home_folder_and_the_database_are_the_workers_alone(tmp_path: Path) -> None:
     from loop.devserver import DevServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     home = tmp_path / "server"
     server = DevServer.start(home=home, port=port, headless=True)
     try:

@@ -8,19 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import urllib.request
 from pathlib import Path
 
+from tests.support.net import free_port
 from tests.support.repos import ROOT
 
 
 async def test_worker_serves_prometheus_metrics(env, tmp_path: Path):
     """LOOP_METRICS_BIND exposes the SDK's metrics; SIGTERM still drains and exits 0."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     worker_env = {
         **os.environ,
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
