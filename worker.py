@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import resource
 import signal
 import sys
@@ -27,9 +28,12 @@ from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
 from activities.host import sandbox
+from activities.host.leases import Lease, fail_orphans
 from activities.host.liveness import Liveness
 from activities.make import MakeActivities
 from activities.model import ModelActivities
+from activities.ping import PingActivities
+from activities.pull_request import PullRequestActivities
 from activities.reconcile import reconcile_worktrees, release_leases
 from activities.review import ReviewActivities
 from activities.summarize import SummarizeActivities
@@ -38,6 +42,7 @@ from activities.verify import VerifyActivities
 from activities.workspace import WorkspaceActivities
 from loop import logs
 from loop.client import connect, ensure_search_attributes
+from loop.contracts import ping_queue
 from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.settings import Settings
@@ -53,12 +58,32 @@ DRAIN = timedelta(seconds=10)
 
 def activities_for(settings: Settings) -> list[Callable]:
     """Every activity implementation, bound to the worker's settings."""
-    ws = WorkspaceActivities(settings)
+    ping = PingActivities(settings).ping_host
+    return [*shared_activities(settings), *host_activities(settings), ping]
+
+
+def shared_activities(settings: Settings) -> list[Callable]:
+    """What any host may run: preparing a worktree (the host that does owns the task's
+    worktree from then on), budgets, escalations, triage, eval results."""
     budget = BudgetActivities()
-    make = MakeActivities(settings)
     discover = DiscoverActivities(settings)
     return [
-        ws.prepare_workspace,
+        WorkspaceActivities(settings).prepare_workspace,
+        EscalateActivities(settings).escalate,
+        budget.reserve_budget,
+        budget.report_usage,
+        budget.closed_holders,
+        EvalActivities(settings).write_eval_results,
+        discover.discover,
+        discover.lookup_tasks,
+    ]
+
+
+def host_activities(settings: Settings) -> list[Callable]:
+    """What only the host holding a task's worktree (and its run folder) may run."""
+    ws = WorkspaceActivities(settings)
+    make = MakeActivities(settings)
+    return [
         ws.commit_branch,
         ws.merge,
         ws.remove_workspace,
@@ -68,16 +93,10 @@ def activities_for(settings: Settings) -> list[Callable]:
         make.end_attempt,
         VerifyActivities(settings).verify,
         SummarizeActivities(settings).summarize,
-        EscalateActivities(settings).escalate,
-        budget.reserve_budget,
-        budget.report_usage,
-        budget.closed_holders,
         ModelActivities(settings).model_step,
         ToolActivities(settings).tool_step,
         ReviewActivities(settings).review,
-        EvalActivities(settings).write_eval_results,
-        discover.discover,
-        discover.lookup_tasks,
+        PullRequestActivities(settings).open_pull_request,
     ]
 
 
@@ -103,22 +122,60 @@ def protected_services(client: Client, settings: Settings) -> list[str]:
     return services
 
 
-def build_worker(client: Client, settings: Settings, **overrides: object) -> Worker:
+class HostWorkers:
+    """One worker process's three Temporal workers, run and stopped together:
+
+    - the shared queue (``LOOP_TASK_QUEUE``): every workflow, and every activity, so a
+      task from before hosts (its steps on the shared queue) still runs;
+    - this host's queue (``<queue>@<host id>``): the steps of the tasks whose worktree
+      is here;
+    - this host's ping queue, with slots of its own, so a busy host still answers.
+    """
+
+    def __init__(self, workers: list[Worker], lease: Lease) -> None:
+        self.workers = workers
+        self.lease = lease
+
+    async def __aenter__(self) -> HostWorkers:
+        async with contextlib.AsyncExitStack() as stack:
+            for w in self.workers:
+                await stack.enter_async_context(w)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+        self.lease.close()
+
+    @property
+    def is_running(self) -> bool:
+        return all(w.is_running for w in self.workers)
+
+
+def build_worker(client: Client, settings: Settings, **overrides: object) -> HostWorkers:
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.home.chmod(0o700)  # other users (and every task uid) see nothing in it
     sandbox.protect(protected_services(client, settings))
-    options: dict[str, object] = {
+    lease = Lease(settings.workers)
+    common: dict[str, object] = {
+        "graceful_shutdown_timeout": DRAIN,
+        "max_concurrent_activities": settings.max_activities,
+        "interceptors": [Liveness(lease)],
+    }
+    shared: dict[str, object] = {
+        **common,
         "task_queue": settings.task_queue,
         "workflows": WORKFLOWS,
         "activities": activities_for(settings),
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
-        "graceful_shutdown_timeout": DRAIN,
-        "max_concurrent_activities": settings.max_activities,
         "max_cached_workflows": settings.workflow_cache,
-        "interceptors": [Liveness()],
     }
-    options.update(overrides)
-    return Worker(client, **options)  # type: ignore[arg-type]
+    shared.update(overrides)
+    here = {**common, "task_queue": settings.host_queue, "activities": host_activities(settings)}
+    ping = PingActivities(settings).ping_host
+    answers = {"task_queue": ping_queue(settings.host_queue), "activities": [ping]}
+    workers = [Worker(client, **shared), Worker(client, **here), Worker(client, **answers)]  # type: ignore[arg-type]
+    return HostWorkers(workers, lease)
 
 
 def metrics_runtime(settings: Settings) -> Runtime | None:
@@ -143,29 +200,39 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes", names=added)
-        found = await reconcile_worktrees(client, settings)
-        log.info(
-            "worktrees reconciled",
-            running=len(found.running),
-            removed=found.removed,
-            kept=len(found.kept),
-        )
-        released = await release_leases(client, settings)
-        if released:
-            log.info("task uids released", tasks=released)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        log.info("sandbox", **await asyncio.to_thread(sandbox.host_record))
         worker = build_worker(client, settings)
         async with worker:
+            # Polling first, then what dead workers of this host ran is failed: its
+            # retries start now and find this worker waiting (docs: "Recovery").
+            failed = await fail_orphans(client, settings.workers)
+            if failed:
+                log.info(
+                    "failed what dead workers of this host ran, so it is retried now",
+                    activities=[f"{o.workflow_id}:{o.activity}" for o in failed],
+                )
             log.info(
                 "worker ready",
                 task_queue=settings.task_queue,
+                host=settings.host_id,
+                host_queue=settings.host_queue,
                 address=client.service_client.config.target_host,
                 loop_home=str(settings.home),
             )
+            found = await reconcile_worktrees(client, settings)
+            log.info(
+                "worktrees reconciled",
+                running=len(found.running),
+                removed=found.removed,
+                kept=len(found.kept),
+            )
+            released = await release_leases(client, settings)
+            if released:
+                log.info("task uids released", tasks=released)
+            log.info("sandbox", **await asyncio.to_thread(sandbox.host_record))
             await stop.wait()
             log.info("draining: waiting for running activities", seconds=DRAIN.total_seconds())
     finally:

@@ -29,6 +29,7 @@ from temporalio import activity
 from activities.host import artifact, sandbox
 from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
+from activities.host.remote import publish
 from activities.host.worktree import (
     changed_files,
     outside_changes,
@@ -262,6 +263,7 @@ class MakeActivities:
                 not_committed=f"git could not commit the attempt: {e.message}",
                 removed=found.special,
             )
+        await publish(ws)
         return MakeResult(
             attempt=n,
             start_commit=start.start_commit,

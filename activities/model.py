@@ -34,12 +34,14 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+
+if TYPE_CHECKING:
+    import openai
 
 from activities.host.proc import heartbeating
 from activities.host.step_files import model_artifact, tool_artifact
@@ -98,6 +100,8 @@ class ModelActivities:
 
     @activity.defn(name=MODEL_STEP.name)
     async def model_step(self, inp: ModelStepInput) -> ModelStepResult:
+        import openai  # at first use: see ``client_for``
+
         log = log_for(inp.task_id, inp.attempt, "model_step").bind(step=inp.step)
         path = model_artifact(inp.attempt_dir, inp.step)
         if path.exists():
@@ -301,7 +305,12 @@ def key() -> str:
 
 def client_for(base_url: str | None, timeout: float) -> openai.AsyncOpenAI:
     """The one way to reach a model: the task's endpoint, else OPENAI_BASE_URL, else
-    OpenAI's; no retries of the client's own (Temporal's policy retries)."""
+    OpenAI's; no retries of the client's own (Temporal's policy retries).
+
+    ``openai`` is imported at first use here and in this module's other functions: it is
+    half a second of a worker's start, and a worker's start is crash-recovery time."""
+    import openai
+
     return openai.AsyncOpenAI(
         base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
         api_key=key(),
@@ -323,6 +332,8 @@ async def preflight(
     Any HTTP answer to ``GET /models`` but 401/403 counts as reachable (not every
     OpenAI-compatible server lists models); no answer is retried for ``bound_s``.
     """
+    import openai
+
     async with client_for(base_url, PREFLIGHT_CALL_S) as client:
         endpoint = display_url(str(client.base_url))
         where = f"model {model} at {endpoint}"
@@ -355,6 +366,8 @@ async def preflight(
 
 def classify(e: openai.OpenAIError, where: str, api_key: str) -> ApplicationError:
     """A Temporal error of the right kind, in one line, with secrets taken out."""
+    import openai
+
     if isinstance(e, openai.APITimeoutError):
         return _retryable(f"{where}: timed out", "ModelTimeout", None, api_key)
     if isinstance(e, openai.APIConnectionError):

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import openai
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from temporalio import activity
 
@@ -129,6 +128,8 @@ class ReviewActivities:
         return "\n".join(lines)
 
     async def _ask(self, model: str, base_url: str | None, messages: list) -> dict[str, Any]:
+        import openai  # at first use (``activities.model.client_for`` says why)
+
         api_key = key()
         async with client_for(base_url, REVIEW_CALL_S) as client:
             where = f"review model {model} at {display_url(str(client.base_url))}"

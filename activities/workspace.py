@@ -28,6 +28,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.host import remote
 from activities.host.git import GitError, git, git_ok, repo_lock
 from activities.host.worktree import (
     dirty_files,
@@ -57,11 +58,31 @@ from loop.contracts import (
     RemoveInput,
     RemoveResult,
     Workspace,
+    is_remote,
 )
 from loop.errors import permanent
 from loop.settings import Settings
 
 MARKER = "workspace.json"
+
+PUSH_TRIES = 5
+
+
+async def _merge_commit(top: str, base: str, commit: str, message: str) -> tuple[str, str]:
+    """(the merge commit of ``base`` and ``commit``, "") or ("", why it conflicts); no
+    checkout is touched (``merge-tree``)."""
+    try:
+        out = await git(
+            ["merge-tree", "--write-tree", "--name-only", "--no-messages", base, commit], top
+        )
+    except GitError as e:
+        if e.exit_code != 1:
+            raise
+        files = [ln for ln in e.stdout.splitlines()[1:] if ln]
+        return "", f"merge conflict in {listing(files) or e.message}"
+    tree = out.splitlines()[0]
+    return await git(["commit-tree", tree, "-p", base, "-p", commit, "-m", message], top), ""
+
 
 # --------------------------------------------------------------------------- marker
 
@@ -74,11 +95,13 @@ def read_marker(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_marker(run_dir: Path, run_id: str, ws: Workspace) -> None:
-    """Written atomically: a torn marker would make a retry look like a rerun."""
+def _write_marker(run_dir: Path, owner: str, ws: Workspace) -> None:
+    """Written atomically: a torn marker would make a retry look like a rerun. ``owner``
+    is the run and the host it moved from: a task back on a host it left is not a retry."""
     target = run_dir / MARKER
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"run_id": run_id, **ws.model_dump()}, indent=2))
+    run_id = owner.partition(":")[0]
+    tmp.write_text(json.dumps({"run_id": run_id, "owner": owner, **ws.model_dump()}, indent=2))
     os.replace(tmp, target)
 
 
@@ -112,15 +135,44 @@ class WorkspaceActivities:
         is_branch = await git_ok(["show-ref", "--verify", "--quiet", f"refs/heads/{base}"], top)
         return base, commit, is_branch
 
+    async def _remote_base(self, top: str, url: str, base: str | None) -> tuple[str, str, bool]:
+        """(base_ref, base_commit, base_is_branch) for ``base`` of the remote at ``url``."""
+        if base is None:
+            base = await remote.default_branch(top, url)
+        base = base.removeprefix("refs/heads/")
+        if not base or base.startswith("-"):
+            raise permanent(f"base {base!r} is not a branch or commit name")
+        branch = await rev(top, f"{remote.tracking(base)}^{{commit}}")
+        if branch is not None:
+            return base, branch, True
+        commit = await rev(top, f"{base}^{{commit}}")
+        if commit is None:
+            raise permanent(f"base {base!r} is not a branch or commit of {url}")
+        return base, commit, False
+
     @activity.defn(name=PREPARE_WORKSPACE.name)
     async def prepare_workspace(self, inp: PrepareInput) -> Workspace:
-        """Give the task a worktree on its own branch, starting at base.
+        """Give the task a worktree on its own branch, starting at base, on this host.
 
         The same run gets back what it made (a retry after a crash); a new run of the
-        task reuses a clean leftover worktree from its base and refuses a dirty one.
+        task reuses a clean leftover worktree from its base and refuses a dirty one. A
+        task whose host was lost (``moved_from``) continues here from its pushed branch.
         """
-        top = await repo_top(inp.repo)
-        base_ref, base_commit, base_is_branch = await self._resolve_base(top, inp.base)
+        moved = inp.moved_from
+        url = inp.repo if is_remote(inp.repo) else ""
+        if url:
+            try:
+                top = await remote.mirror(self.settings.repos, self.settings.locks, url)
+            except remote.RemoteError as e:
+                raise RuntimeError(str(e)) from None  # the network may come back: retried
+            if moved is not None:
+                base = moved.base_ref, moved.base_commit, moved.base_is_branch
+            else:
+                base = await self._remote_base(top, url, inp.base)
+        else:
+            top = await repo_top(inp.repo)
+            base = await self._resolve_base(top, inp.base)
+        base_ref, base_commit, base_is_branch = base
         path = self.settings.worktrees.resolve() / inp.task_id
         run_dir = self.settings.runs.resolve() / inp.task_id
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +186,15 @@ class WorkspaceActivities:
             run_dir=str(run_dir),
             base_is_branch=base_is_branch,
             byproducts=inp.byproducts,
+            remote=url,
+            host=self.settings.host_id,
+            host_queue=self.settings.host_queue,
+            host_lost_after=float(self.settings.host_lost_after),
         )
+        owner = inp.run_id if moved is None else f"{inp.run_id}:{moved.host}"
+        start = base_commit
+        if url and moved is not None:
+            start = await rev(top, f"{remote.tracking(ws.branch)}^{{commit}}") or base_commit
         async with repo_lock(self.settings.locks, top):
             await git(["worktree", "prune"], top)
             entries = await worktrees(top)
@@ -142,19 +202,22 @@ class WorkspaceActivities:
                 if find_worktree(entries, path) is None:
                     raise permanent(f"{path} exists but is not a worktree of {top}; move it away")
                 marker = read_marker(run_dir)
-                if marker.get("run_id") == inp.run_id:
+                if marker.get("owner", marker.get("run_id")) == owner:
                     try:
                         return Workspace.model_validate(marker)
                     except ValueError:
                         pass  # an unreadable marker of our own run: prepare it afresh
-                dirty = await dirty_files(str(path), ws.byproducts)
-                if dirty:
-                    raise permanent(
-                        f"worktree {path} has uncommitted changes from an earlier run; "
-                        f"inspect it, then `git worktree remove --force {path}`"
-                    )
-                await self._keep_earlier_work(top, ws.branch, base_commit, delete=False)
-                await git(["checkout", "-q", "-B", ws.branch, base_commit], path)
+                if moved is None:
+                    dirty = await dirty_files(str(path), ws.byproducts)
+                    if dirty:
+                        raise permanent(
+                            f"worktree {path} has uncommitted changes from an earlier run; "
+                            f"inspect it, then `git worktree remove --force {path}`"
+                        )
+                    await self._keep_earlier_work(top, ws.branch, base_commit, delete=False)
+                else:  # this task's own earlier state here, superseded by its pushed branch
+                    await git(["reset", "-q", "--hard"], path)
+                await git(["checkout", "-q", "-B", ws.branch, start], path)
                 await git(["clean", "-q", "-fd"], path)  # byproducts a dirty check ignores
             else:
                 holder = next(
@@ -165,10 +228,11 @@ class WorkspaceActivities:
                         f"branch {ws.branch} is checked out in {holder['worktree']}; "
                         f"remove that worktree or check out another branch there"
                     )
-                await self._keep_earlier_work(top, ws.branch, base_commit, delete=True)
+                if moved is None:
+                    await self._keep_earlier_work(top, ws.branch, base_commit, delete=True)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                await git(["worktree", "add", "-q", "-b", ws.branch, str(path), base_commit], top)
-            _write_marker(run_dir, inp.run_id, ws)
+                await git(["worktree", "add", "-q", "-B", ws.branch, str(path), start], top)
+            _write_marker(run_dir, owner, ws)
         return ws
 
     async def _keep_earlier_work(
@@ -194,16 +258,23 @@ class WorkspaceActivities:
         """Leave one reviewable commit on the branch: base + the verified tree. The
         attempt-by-attempt history stays in the trace, not in the repository."""
         ws = inp.workspace
-        if await rev(ws.path, f"{inp.artifact}^{{commit}}") is None:
-            raise permanent(f"artifact {inp.artifact!r} is not a commit in {ws.path}")
         trailer = f"Loop-Task: {ws.task_id}"
         head = await git(["rev-parse", "HEAD"], ws.path)
         parents = (await git(["rev-parse", "HEAD^@"], ws.path)).split()
+        squashed = False
         if parents == [ws.base_commit]:
+            body = await git(["log", "-1", "--format=%B", "HEAD"], ws.path)
+            squashed = trailer in body.splitlines()
+        if await rev(ws.path, f"{inp.artifact}^{{commit}}") is None:
+            if squashed and ws.remote:
+                # Squashed and pushed by a host that was lost since: the branch is the commit.
+                return CommitResult(branch=ws.branch, commit=head)
+            raise permanent(f"artifact {inp.artifact!r} is not a commit in {ws.path}")
+        if squashed:
             head_tree = await git(["rev-parse", "HEAD^{tree}"], ws.path)
             artifact_tree = await git(["rev-parse", f"{inp.artifact}^{{tree}}"], ws.path)
-            body = await git(["log", "-1", "--format=%B", "HEAD"], ws.path)
-            if head_tree == artifact_tree and trailer in body.splitlines():
+            if head_tree == artifact_tree:
+                await remote.publish(ws)
                 return CommitResult(branch=ws.branch, commit=head)
         message = (inp.message.strip() or f"loop({ws.task_id})") + f"\n\n{trailer}\n"
         await git(["reset", "-q", "--hard", inp.artifact], ws.path)
@@ -213,6 +284,7 @@ class WorkspaceActivities:
              "-m", message],
             ws.path,
         )  # fmt: skip
+        await remote.publish(ws)
         return CommitResult(branch=ws.branch, commit=await git(["rev-parse", "HEAD"], ws.path))
 
     @activity.defn(name=MERGE.name)
@@ -229,6 +301,8 @@ class WorkspaceActivities:
         ref = f"refs/heads/{ws.base_ref}"
         if await rev(top, f"{inp.commit}^{{commit}}") is None:
             raise permanent(f"commit {inp.commit!r} to merge is not in {top}")
+        if ws.remote:
+            return await self._merge_remote(inp)
         async with repo_lock(self.settings.locks, top):
             old = await rev(top, ref)
             if old is None:
@@ -249,25 +323,47 @@ class WorkspaceActivities:
             if fast_forward:
                 await git(["update-ref", ref, inp.commit, old], top)
                 return MergeResult(merged=True, commit=inp.commit, how="fast-forward")
-            try:
-                out = await git(
-                    ["merge-tree", "--write-tree", "--name-only", "--no-messages",
-                     old, inp.commit],
-                    top,
-                )  # fmt: skip
-            except GitError as e:
-                if e.exit_code != 1:
-                    raise
-                files = [ln for ln in e.stdout.splitlines()[1:] if ln]
-                return MergeResult(
-                    merged=False, reason=f"merge conflict in {listing(files) or e.message}"
-                )
-            tree = out.splitlines()[0]
-            new = await git(
-                ["commit-tree", tree, "-p", old, "-p", inp.commit, "-m", inp.message], top
-            )
+            new, conflict = await _merge_commit(top, old, inp.commit, inp.message)
+            if conflict:
+                return MergeResult(merged=False, reason=conflict)
             await git(["update-ref", ref, new, old], top)
             return MergeResult(merged=True, commit=new, how="merge-commit")
+
+    async def _merge_remote(self, inp: MergeInput) -> MergeResult:
+        """Push the merge to the remote's base: fast-forward or a merge commit, never a
+        force; a base that moved meanwhile is fetched and merged again."""
+        ws = inp.workspace
+        top, url, base = ws.repo, ws.remote, ws.base_ref
+        async with repo_lock(self.settings.locks, top):
+            for _ in range(PUSH_TRIES):
+                try:
+                    await remote.fetch(top, url)
+                except remote.RemoteError as e:
+                    raise RuntimeError(str(e)) from None
+                tip = await rev(top, f"{remote.tracking(base)}^{{commit}}")
+                if tip is None:
+                    return MergeResult(
+                        merged=False, reason=f"base branch {base} is gone from {url}"
+                    )
+                if await is_ancestor(top, inp.commit, tip):
+                    return MergeResult(merged=True, commit=tip, how="already-merged")
+                if await is_ancestor(top, tip, inp.commit):
+                    new, how = inp.commit, "fast-forward"
+                else:
+                    new, conflict = await _merge_commit(top, tip, inp.commit, inp.message)
+                    if conflict:
+                        return MergeResult(merged=False, reason=conflict)
+                    how = "merge-commit"
+                try:
+                    pushed = await remote.push_base(top, url, new, base)
+                except remote.RemoteError as e:
+                    raise RuntimeError(str(e)) from None
+                if pushed:
+                    return MergeResult(merged=True, commit=new, how=how)
+        return MergeResult(
+            merged=False,
+            reason=f"{url} refused {PUSH_TRIES} pushes to {base}: it kept moving meanwhile",
+        )
 
     async def _merge_in_checkout(
         self, checkout: str, ref: str, inp: MergeInput, fast_forward: bool
@@ -333,8 +429,15 @@ class WorkspaceActivities:
         """Delete the task branch only when base already holds it; else say it was kept."""
         if not delete or await rev(ws.repo, f"refs/heads/{ws.branch}") is None:
             return ""
-        base = f"refs/heads/{ws.base_ref}" if ws.base_is_branch else ws.base_commit
+        if not ws.base_is_branch:
+            base = ws.base_commit
+        elif ws.remote:
+            base = remote.tracking(ws.base_ref)
+        else:
+            base = f"refs/heads/{ws.base_ref}"
         if await is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):
             await git(["branch", "-q", "-D", ws.branch], ws.repo)
+            if ws.remote:
+                await remote.delete_branch(ws.repo, ws.remote, ws.branch)
             return ""
         return f"branch {ws.branch} kept: not merged into {ws.base_ref}"

@@ -7,15 +7,20 @@ runs the agent again, which this time takes ``--step`` seconds (the step's own
 duration) and writes the fix. Measured from the new worker's start:
 
 - worker ready: the new worker's "worker ready" log line;
-- retried step starts: the agent's second run starts (its own timestamp);
+- retried make starts: the retried ``make`` activity starts (its history event): the
+  target, at most 2 s after the new worker starts (median), because the new worker
+  fails what its dead predecessor ran (its lease file) instead of waiting for the
+  heartbeat timeout;
+- agent starts: the agent's second run starts (its own timestamp);
 - step done - own: the retried ``make`` completes (history event time) minus
   the agent's own run time on the retry: the recovery overhead;
 - next step - own: the following ``verify`` is scheduled, minus the same (this
   also pays the dead worker's sticky queue: its 2 s schedule-to-start timeout).
 
-The kill lands at different offsets into the step (``--kill-after``), because a
-heartbeat is only sent every 4 s (80 % of the 5 s heartbeat timeout), so the
-server notices the death 1-5 s after it.
+The kill lands at different offsets into the step (``--kill-after``). Without the
+lease a heartbeat is only sent every 4 s (80 % of the 5 s heartbeat timeout), so
+the server would notice the death 1-5 s after it; the late-restart run shows
+that path (its new worker starts after the heartbeat timeout).
 
 openai backend: a scripted model (tests/support/model_server.py) over real HTTP; the
 worker is killed during a ``run`` tool call between two model calls; every
@@ -60,7 +65,7 @@ from loop.contracts import TaskSpec, TaskState
 from loop.tasks import start_task
 from tests.support.model_server import ScriptedModel, reply
 
-TARGET_S = 3.0
+TARGET_S = 2.0
 
 # First run: record the start, then sleep "forever" (the worker is killed under it).
 # Retry: record the start, work for STEP seconds, write the fix, record the end.
@@ -98,6 +103,7 @@ async def step_times(handle: WorkflowHandle) -> dict[str, float | str | int]:
             if scheduled.get(a.scheduled_event_id) == "make":
                 out["make_tries"] = a.attempt
                 out["retry_cause"] = a.last_failure.message or "-"
+                out["make_started"] = us(ev)
         elif ev.HasField("activity_task_completed_event_attributes"):
             a = ev.activity_task_completed_event_attributes
             if scheduled.get(a.scheduled_event_id) == "make":
@@ -170,6 +176,7 @@ async def command_run(
         "restart_delay": spawned - killed,
         "kill_to_retry": retry_start - killed,
         "ready": ready - spawned,
+        "step_started": float(times["make_started"]) - spawned,
         "retry_start": retry_start - spawned,
         "own": own,
         "done_minus_own": float(times["make_done"]) - spawned - own,
@@ -249,8 +256,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--kill-after",
-        default="1,2.5,4",
-        help="seconds into the long step to kill the worker, one run each (default 1,2.5,4)",
+        default="0.5,1,2,3,4",
+        help="seconds into the long step to kill the worker, one run each (default 0.5,1,2,3,4)",
     )
     parser.add_argument(
         "--late-restart",
@@ -276,8 +283,10 @@ async def main() -> None:
         f"command backend: kill at {offsets} s into the long make, the new worker started at "
         f"once (and {args.late_restart:g} s later in one more run), retried step "
         f"{args.step:g} s; openai backend: {args.openai_runs} run(s), kill {tool_s / 2:g} s "
-        f"into a {tool_s:g} s tool call. Loopwork's settings: heartbeat timeout 5 s (sent "
-        "every 4 s), first retry after 0.5 s, sticky schedule-to-start 2 s.\n",
+        f"into a {tool_s:g} s tool call. Loopwork's settings: the new worker fails what the "
+        "dead one ran (lease files) and resets its workflows' sticky queues; otherwise "
+        "heartbeat timeout 5 s (sent every 4 s), first retry after 0.5 s, sticky "
+        "schedule-to-start 2 s.\n",
         flush=True,
     )
     rows, oai = [], []
@@ -294,7 +303,10 @@ async def main() -> None:
             for i in range(args.openai_runs):
                 oai.append(await openai_run(client, server.address, home, repo, tool_s, i))
 
-    keys = ("ready", "retry_start", "own", "done_minus_own", "next_minus_own", "kill_to_retry")
+    keys = (
+        "ready", "step_started", "retry_start", "own", "done_minus_own", "next_minus_own",
+        "kill_to_retry",
+    )  # fmt: skip
 
     def row(label: str, r: dict) -> list:
         return [label, *(float(r[k]) for k in keys), r["tries"], str(r["cause"])[:30]]
@@ -308,7 +320,8 @@ async def main() -> None:
         [
             "run",
             "worker ready s",
-            "retried step starts s",
+            "retried make starts s",
+            "agent starts s",
             "step own s",
             "step done - own s",
             "next step - own s",
@@ -319,12 +332,12 @@ async def main() -> None:
         table,
         title="command backend: seconds from the new worker's start (last column: from the kill)",
     )
-    done = [float(r["done_minus_own"]) for r in immediate]
-    met = "MET" if max(done) < TARGET_S else "NOT met"
+    started = [float(r["step_started"]) for r in immediate]
+    met = "MET" if median(started) <= TARGET_S else "NOT met"
     print(
-        f"target: the retried step done within {TARGET_S:g} s + its own duration after the new "
-        f"worker starts (started at the kill): median {median(done):.2f} s, worst "
-        f"{max(done):.2f} s: {met}"
+        f"target: the retried step starts within {TARGET_S:g} s of the new worker's start "
+        f"(median of {len(started)} kills): median {median(started):.2f} s, worst "
+        f"{max(started):.2f} s: {met}"
     )
     if late:
         print(

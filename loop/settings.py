@@ -7,11 +7,14 @@ Whatever changes a workflow's behaviour enters the workflow as input instead.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from loop.errors import BadInput
 
@@ -29,6 +32,17 @@ class Settings(BaseModel):
     on their next signal). Bounds a worker's memory: about 280 KiB per cached task."""
     metrics_bind: str | None = None
     """host:port where the worker serves Prometheus metrics (SDK and worker metrics)."""
+    host_id: str = ""
+    """Which host this worker is: its worktrees and runs are here and nowhere else
+    (LOOP_HOST_ID; default the host name and a short hash of LOOP_HOME)."""
+    host_lost_after: float = 60.0
+    """Seconds a host's queue may go unpolled before its tasks count it lost."""
+
+    @model_validator(mode="after")
+    def _a_host_always(self) -> Settings:
+        if not self.host_id:
+            self.host_id = _host_id(None, self.home)
+        return self
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -41,7 +55,24 @@ class Settings(BaseModel):
             max_activities=_count(env, "LOOP_MAX_ACTIVITIES", 20),
             workflow_cache=_count(env, "LOOP_WORKFLOW_CACHE", 250),
             metrics_bind=env.get("LOOP_METRICS_BIND") or None,
+            host_id=_host_id(env.get("LOOP_HOST_ID"), home),
+            host_lost_after=_count(env, "LOOP_HOST_LOST_AFTER", 60),
         )
+
+    @property
+    def host_queue(self) -> str:
+        """The task queue of this host's worktree activities."""
+        return f"{self.task_queue}@{self.host_id}"
+
+    @property
+    def repos(self) -> Path:
+        """Bare mirrors of the remote repositories tasks work on, one per URL."""
+        return self.home / "repos"
+
+    @property
+    def workers(self) -> Path:
+        """One lease file per worker process: what it runs, for the next one to fail fast."""
+        return self.home / "workers"
 
     @property
     def worktrees(self) -> Path:
@@ -66,6 +97,23 @@ class Settings(BaseModel):
     @property
     def db(self) -> Path:
         return self.home / "temporal.db"
+
+
+_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _host_id(given: str | None, home: Path) -> str:
+    """Two workers with different homes on one machine are two hosts; replicas of one
+    host share the id (and the home)."""
+    if given:
+        if not _HOST_ID.fullmatch(given):
+            raise BadInput(
+                f"LOOP_HOST_ID={given!r} must be letters, digits, '.', '_' or '-' (at most 63)"
+            )
+        return given
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:48] or "host"
+    digest = hashlib.sha1(str(home).encode(), usedforsecurity=False).hexdigest()[:6]
+    return f"{name}-{digest}"
 
 
 def _count(env: Mapping[str, str], name: str, default: int) -> int:

@@ -18,13 +18,14 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import CancelledError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         AGENT_WORKFLOW,
         BEGIN_ATTEMPT,
         END_ATTEMPT,
+        HOST_LOST,
         MODEL_STEP,
         TOOL_STEP,
         AgentInput,
@@ -38,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from loop.rules import budget
-    from workflows.steps import HEARTBEAT, MODEL_RETRY, StepFailed, act, failure_reason
+    from workflows.steps import MODEL_RETRY, HostLost, StepFailed, act, failure_reason, on_host
 
 MODEL_CALL_TIMEOUT = timedelta(minutes=10)
 
@@ -47,6 +48,13 @@ MODEL_CALL_TIMEOUT = timedelta(minutes=10)
 class AgentWorkflow:
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
+        try:
+            return await self._loop(inp)
+        except HostLost as e:
+            # The task decides what a lost host means (move, or wait for it).
+            raise ApplicationError(str(e), e.host, type=HOST_LOST, non_retryable=True) from None
+
+    async def _loop(self, inp: AgentInput) -> AgentResult:
         agent, limits = inp.task.agent, inp.limits
         assert agent.model is not None
         attempt_dir = f"{inp.workspace.run_dir}/attempt-{inp.attempt}"
@@ -76,8 +84,8 @@ class AgentWorkflow:
             if limits.tokens is not None:
                 cap = min(cap, limits.tokens - usage.tokens)
             step += 1
-            reply = await workflow.execute_activity(
-                MODEL_STEP.name,
+            reply = await on_host(
+                MODEL_STEP,
                 ModelStepInput(
                     task_id=inp.task.id,
                     attempt=inp.attempt,
@@ -87,12 +95,10 @@ class AgentWorkflow:
                     base_url=agent.base_url,
                     max_tokens=cap,
                 ),
-                result_type=MODEL_STEP.output,
-                start_to_close_timeout=MODEL_CALL_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=MODEL_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"model: step {step}",
+                limit=MODEL_CALL_TIMEOUT,
+                retry=MODEL_RETRY,
+                ws=inp.workspace,
             )
             usage = Usage(
                 tokens=usage.tokens + reply.tokens_in + reply.tokens_out,
@@ -105,8 +111,8 @@ class AgentWorkflow:
             for call in reply.tool_calls:
                 if limits.tool_calls is not None and usage.tool_calls >= limits.tool_calls:
                     return end("budget", "tool-call budget spent")
-                done = await workflow.execute_activity(
-                    TOOL_STEP.name,
+                done = await on_host(
+                    TOOL_STEP,
                     ToolStepInput(
                         task_id=inp.task.id,
                         attempt=inp.attempt,
@@ -119,12 +125,10 @@ class AgentWorkflow:
                         sandbox=inp.task.sandbox,
                         base_url=agent.base_url,
                     ),
-                    result_type=TOOL_STEP.output,
-                    start_to_close_timeout=timedelta(seconds=agent.tools.run_timeout + 60),
-                    heartbeat_timeout=HEARTBEAT,
-                    retry_policy=MODEL_RETRY,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"tool: {call.name} (step {step})",
+                    limit=timedelta(seconds=agent.tools.run_timeout + 60),
+                    retry=MODEL_RETRY,
+                    ws=inp.workspace,
                 )
                 usage = usage.model_copy(update={"tool_calls": usage.tool_calls + 1})
                 if done.policy_violation:
@@ -144,7 +148,7 @@ async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult
     """One attempt of the ``openai`` backend, for the task loop: open it, run this workflow
     as a child within the agent's timeout, close it (the work-in-progress commit)."""
     n, task = inp.attempt, inp.task
-    await act(BEGIN_ATTEMPT, inp, summary=f"begin attempt {n}")
+    await act(BEGIN_ATTEMPT, inp, summary=f"begin attempt {n}", ws=inp.workspace)
     child = AgentInput(task=task, workspace=inp.workspace, attempt=n, limits=limits)
 
     async def loop() -> AgentResult:
@@ -159,6 +163,8 @@ async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult
         except ChildWorkflowError as e:
             if isinstance(e.cause, CancelledError):
                 raise asyncio.CancelledError from e  # the task's own timeout or cancel request
+            if isinstance(e.cause, ApplicationError) and e.cause.type == HOST_LOST:
+                raise HostLost(str(e.cause.details[0])) from e
             raise StepFailed(f"model loop failed: {failure_reason(e)}") from e
 
     try:
@@ -169,5 +175,6 @@ async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult
         END_ATTEMPT,
         EndAttemptInput(task=task, workspace=inp.workspace, attempt=n, agent=agent),
         summary=f"end attempt {n}",
+        ws=inp.workspace,
     )
     return made, agent

@@ -32,6 +32,7 @@ async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verd
         VerifyInput(task=spec, workspace=ws, attempt=n, make=made),
         summary=f"verify: attempt {n}",
         seconds=sum(g.timeout for g in spec.verify) + 120,
+        ws=ws,
     )
     reviews = [g for g in spec.verify if g.kind == "llm_review"]
     if not reviews:
@@ -51,6 +52,7 @@ async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verd
             ),
             summary=f"review: {gate.name}",
             seconds=REVIEW_SECONDS,
+            ws=ws,
         )
     ordered = [by_name[g.name] for g in spec.verify if g.name in by_name]
     return verdict.model_copy(update={"gates": ordered, "passed": all(g.passed for g in ordered)})

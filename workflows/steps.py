@@ -16,9 +16,25 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    CancelledError,
+    FailureError,
+    TimeoutType,
+)
+from temporalio.exceptions import TimeoutError as StepTimeout
 
-from loop.contracts import ESCALATE, PERMANENT, POLICY_VIOLATION, ActivityDef, EscalateInput
+from loop.contracts import (
+    ESCALATE,
+    PERMANENT,
+    PING,
+    POLICY_VIOLATION,
+    ActivityDef,
+    EscalateInput,
+    PingInput,
+    Workspace,
+    ping_queue,
+)
 
 Out = TypeVar("Out", bound=BaseModel)
 
@@ -48,6 +64,8 @@ NOTIFY_RETRY = RetryPolicy(
 """A webhook: about a minute of tries, then the failure is recorded."""
 
 HEARTBEAT = timedelta(seconds=5)
+PING_WAIT = timedelta(seconds=5)
+"""How long a host has to answer a ping once its queue went unpolled."""
 SHORT = timedelta(seconds=120)
 
 
@@ -63,21 +81,92 @@ def failure_reason(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-async def act(
-    d: ActivityDef[Any, Out], inp: BaseModel, *, summary: str, seconds: float | None = None
+class HostLost(Exception):
+    """The host holding the task's worktree stopped polling its queue and does not answer
+    a ping: the step never started there."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"host {host} lost")
+        self.host = host
+
+
+async def on_host(
+    d: ActivityDef[Any, Out],
+    inp: BaseModel,
+    *,
+    summary: str,
+    limit: timedelta,
+    retry: RetryPolicy,
+    ws: Workspace | None,
 ) -> Out:
-    """Run one step; a cancellation stays one, anything retries could not fix is
-    ``StepFailed("<name> failed: <reason>")``."""
+    """Run one activity where the worktree is: on ``ws``'s host queue (or the workflow's own
+    queue for a workspace from before hosts, or none yet). A step that does not start
+    within ``ws.host_lost_after`` asks the host's ping queue whether it is alive: a busy
+    host gets the step again, a silent one is ``HostLost``."""
+    queue = ws.host_queue if ws is not None else ""
+    options: dict[str, Any] = {
+        "result_type": d.output,
+        "start_to_close_timeout": limit,
+        "heartbeat_timeout": HEARTBEAT,
+        "retry_policy": retry,
+        "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        "summary": summary,
+    }
+    if queue:
+        assert ws is not None
+        options["task_queue"] = queue
+        options["schedule_to_start_timeout"] = timedelta(seconds=ws.host_lost_after)
+    while True:
+        try:
+            return await workflow.execute_activity(d.name, inp, **options)
+        except ActivityError as e:
+            if not queue or not _never_started(e):
+                raise
+            assert ws is not None
+            if not await _answers(ws):
+                raise HostLost(ws.host) from e
+
+
+def _never_started(e: ActivityError) -> bool:
+    cause = e.cause
+    return isinstance(cause, StepTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
+
+
+async def _answers(ws: Workspace) -> bool:
     try:
-        return await workflow.execute_activity(
-            d.name,
+        await workflow.execute_activity(
+            PING.name,
+            PingInput(host=ws.host),
+            result_type=PING.output,
+            task_queue=ping_queue(ws.host_queue),
+            schedule_to_start_timeout=PING_WAIT,
+            start_to_close_timeout=PING_WAIT,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary=f"is host {ws.host} alive?",
+        )
+    except ActivityError:
+        return False
+    return True
+
+
+async def act(
+    d: ActivityDef[Any, Out],
+    inp: BaseModel,
+    *,
+    summary: str,
+    seconds: float | None = None,
+    ws: Workspace | None = None,
+) -> Out:
+    """Run one step (on ``ws``'s host when given); a cancellation stays one, a lost host is
+    ``HostLost``, anything retries could not fix is ``StepFailed("<name> failed: …")``."""
+    try:
+        return await on_host(
+            d,
             inp,
-            result_type=d.output,
-            start_to_close_timeout=timedelta(seconds=seconds) if seconds else SHORT,
-            heartbeat_timeout=HEARTBEAT,
-            retry_policy=STEP_RETRY,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
+            limit=timedelta(seconds=seconds) if seconds else SHORT,
+            retry=STEP_RETRY,
+            ws=ws,
         )
     except ActivityError as e:
         if isinstance(e.cause, CancelledError):

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
@@ -30,14 +29,8 @@ with workflow.unsafe.imports_passed_through():
         EXPLORE,
         MAKE,
         MERGE,
-        PREPARE_WORKSPACE,
-        QUERY_STATUS,
-        QUERY_TRACE,
+        PULL_REQUEST,
         REMOVE_WORKSPACE,
-        SA_ATTEMPTS,
-        SA_COST,
-        SA_REPO,
-        SA_STATE,
         SIGNAL_APPROVE,
         SIGNAL_EXTEND_BUDGET,
         SIGNAL_FEEDBACK,
@@ -50,22 +43,19 @@ with workflow.unsafe.imports_passed_through():
         ApproveSignal,
         AttemptRecord,
         Autonomy,
-        BudgetFigures,
-        BudgetStatus,
         CommitInput,
         EscalateInput,
         Escalation,
         ExploreInput,
         ExtendBudgetSignal,
-        Feedback,
         FeedbackSignal,
         FinalAction,
         MakeInput,
         MakeResult,
         MergeInput,
         Phase,
-        PrepareInput,
         PromptParts,
+        PullRequestInput,
         RejectSignal,
         RemoveInput,
         ReserveReply,
@@ -73,21 +63,18 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
         TaskState,
-        TaskStatus,
-        TraceEvent,
         Usage,
-        Verdict,
-        Workspace,
     )
     from loop.rules import budget, explain
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
-    from loop.rules.record import commit_message, merge_message, spec_hash
-    from workflows import period
+    from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
+    from workflows import hosts, period
     from workflows.agent import model_attempt
-    from workflows.clock import OutOfTime, WallClock
+    from workflows.clock import OutOfTime
     from workflows.judge import judge
-    from workflows.steps import StepFailed, act, failure_reason, notify
+    from workflows.record import Decision, TaskRecord, now
+    from workflows.steps import HostLost, StepFailed, act, notify
 
 
 @dataclass
@@ -100,37 +87,11 @@ class _Stop:
     """A spent budget or a stall: an unanswered escalation ends BUDGET_EXCEEDED."""
 
 
-@dataclass
-class _Decision:
-    kind: str  # approve | reject | feedback | extend
-    text: str = ""
-
-
 @workflow.defn(name=TASK_WORKFLOW)
-class TaskWorkflow:
+class TaskWorkflow(TaskRecord):
     @workflow.init
     def __init__(self, spec: TaskSpec) -> None:
-        self.spec = spec
-        self.state = TaskState.RUNNING
-        self.phase: Phase | None = Phase.EXPLORE
-        self.reason = ""
-        self.waiting_for = ""
-        self.ws: Workspace | None = None
-        self.brief = ""
-        self.max_attempts = spec.budget.max_attempts
-        self.clock = WallClock(spec.budget.max_seconds)
-        self.max_tokens = spec.budget.max_tokens
-        self.max_cost = spec.budget.max_cost_usd
-        self.stalled = 0
-        self.last_fingerprint = ""
-        self.human_feedback: list[str] = []
-        self.next_feedback: Feedback | None = None
-        self.last_verdict: Verdict | None = None
-        self.decision: _Decision | None = None
-        self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
-        self.held: int | None = None
-        """The attempt whose period-budget reservation is not settled yet."""
-        self.notifications: list[asyncio.Task[None]] = []
+        super().__init__(spec)
 
     # ------------------------------------------------------------------ the process
 
@@ -158,11 +119,15 @@ class TaskWorkflow:
         while True:
             try:
                 stop = await self.clock.run(self._attempts())
+                if stop is None:
+                    await self._finalize()
+                    return
             except OutOfTime as e:
                 stop = _Stop(TaskState.BUDGET_EXCEEDED, str(e))
-            if stop is None:
-                await self._finalize()
-                return
+            except HostLost as e:
+                stop = await self._host_lost(e)
+                if stop is None:
+                    continue  # moved: the loop goes on on the new host
             if stop.state != TaskState.NEEDS_HUMAN:
                 self._end(stop.state, stop.reason)
                 return
@@ -182,32 +147,26 @@ class TaskWorkflow:
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
         if self.ws is None:
             self.phase = Phase.EXPLORE
-            self.ws = await act(
-                PREPARE_WORKSPACE,
-                PrepareInput(
-                    task_id=self.spec.id,
-                    repo=self.spec.repo,
-                    base=self.spec.base,
-                    run_id=workflow.info().run_id,
-                    byproducts=self.spec.agent.ignore,
-                ),
-                summary="prepare worktree",
-            )
-            self.result.worktree = self.ws.path
-            self.result.branch = self.ws.branch
+            self.ws = await hosts.prepare(self.spec)
+            self._placed()
+        if not self.explored:
             explored = await act(
                 EXPLORE,
                 ExploreInput(task=self.spec, workspace=self.ws),
                 summary="explore",
                 seconds=sum(g.timeout for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
+                ws=self.ws,
             )
             self.brief = explored.brief
             self.result.explore_brief = explored.brief_path
             self._event(
                 "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
             )
+            self.explored = True
 
         while True:
+            if self.last_verdict is not None and self.last_verdict.passed:
+                return None  # verified on a host lost before the end: finalize again
             if self.result.attempts and len(self.result.attempts) >= self.max_attempts:
                 return _Stop(
                     TaskState.NEEDS_HUMAN, self._with_trouble("attempts exhausted"), budget=True
@@ -258,6 +217,7 @@ class TaskWorkflow:
                         make_input,
                         summary=f"make: attempt {n}",
                         seconds=self.spec.agent.timeout + 120,
+                        ws=self.ws,
                     ),
                     "",
                 )
@@ -315,12 +275,22 @@ class TaskWorkflow:
             return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
         return None
 
-    def _with_trouble(self, reason: str) -> str:
-        """An escalation's reason, with what went wrong with the agent's last run, if
-        anything did: a person reads the cause, not only "no new evidence"."""
-        last = self.result.attempts[-1].make if self.result.attempts else None
-        trouble = explain.agent_trouble(last)
-        return f"{reason}; last attempt: {trouble}" if trouble else reason
+    # ------------------------------------------------------------------ hosts
+
+    async def _host_lost(self, e: HostLost) -> _Stop | None:
+        """The attempt the lost host ran counts as failed; the task moves, or waits."""
+        assert self.ws is not None
+        self._event("host-lost", str(e))
+        if self.held is not None:
+            await self._settle(self.held, Usage())
+        record = self.result.attempts[-1] if self.result.attempts else None
+        if record is not None and record.verdict is None:
+            record.verdict = self.last_verdict = hosts.lost_verdict(e)
+        if not self.ws.remote:
+            return _Stop(TaskState.NEEDS_HUMAN, hosts.stays(e))
+        self.ws = await hosts.prepare(self.spec, moved_from=self.ws)
+        self._placed(moved_from=e.host)
+        return None
 
     async def _settle(self, n: int, used: Usage) -> None:
         """Settle attempt ``n``'s reservation: once, whichever way the attempt ended."""
@@ -359,6 +329,7 @@ class TaskWorkflow:
                 message=commit_message(self.spec, self.last_verdict),
             ),
             summary="commit on branch",
+            ws=self.ws,
         )
         self.result.branch, self.result.commit = committed.branch, committed.commit
         self._event("committed", f"{committed.branch} at {committed.commit[:12]}")
@@ -380,6 +351,10 @@ class TaskWorkflow:
                 self._end(TaskState.REJECTED, decision.text or "rejected")
                 return
 
+        if self.spec.finalize.pull_request:
+            await self._hand_over(committed.commit)
+            return
+
         while True:
             self.phase = Phase.FINALIZE
             merged = await act(
@@ -390,17 +365,13 @@ class TaskWorkflow:
                     message=merge_message(committed.branch, self.spec),
                 ),
                 summary="merge into base",
+                ws=self.ws,
             )
             if merged.merged:
                 self.result.final_action = FinalAction.MERGED
                 self.result.commit = merged.commit
                 self._event("merged", f"{merged.how} into {self.ws.base_ref}")
-                removed = await act(
-                    REMOVE_WORKSPACE,
-                    RemoveInput(workspace=self.ws, delete_branch=True),
-                    summary="remove worktree",
-                )
-                self._event("worktree", "removed" if removed.removed else removed.reason)
+                await self._remove(delete_branch=True)
                 self._end(
                     TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}"
                 )
@@ -417,6 +388,41 @@ class TaskWorkflow:
                 self._end(TaskState.REJECTED, decision.text or "rejected")
                 return
 
+    async def _hand_over(self, commit: str) -> None:
+        """A pull request instead of a merge (``finalize.pull_request``)."""
+        assert self.ws is not None
+        title, body = pull_request(self.spec, self.result)
+        pr = await act(
+            PULL_REQUEST,
+            PullRequestInput(
+                workspace=self.ws, commit=commit, title=title, body=body,
+                github=self.spec.finalize.github,
+            ),
+            summary="open a pull request",
+            ws=self.ws,
+        )  # fmt: skip
+        self.result.final_action = FinalAction.PULL_REQUEST
+        where = f"opened: {pr.url}" if pr.url else f"written to {pr.path}"
+        self._event("pull-request", where + (f" ({pr.note})" if pr.note else ""))
+        await self._remove(delete_branch=False)
+        self._end(TaskState.DONE_WITH_EVIDENCE, f"verified; pull request {where}")
+
+    async def _remove(self, *, delete_branch: bool) -> None:
+        """The finished task's worktree goes; a host lost meanwhile keeps it (its worker
+        removes it when it starts again, reconciling)."""
+        assert self.ws is not None
+        try:
+            removed = await act(
+                REMOVE_WORKSPACE,
+                RemoveInput(workspace=self.ws, delete_branch=delete_branch),
+                summary="remove worktree",
+                ws=self.ws,
+            )
+        except HostLost as e:
+            self._event("worktree", f"kept: {e}")
+            return
+        self._event("worktree", "removed" if removed.removed else removed.reason)
+
     async def _summarize(self) -> None:
         self.result.execution_seconds = round(self.clock.used, 3)
         try:
@@ -424,9 +430,10 @@ class TaskWorkflow:
                 SUMMARIZE,
                 SummarizeInput(result=self.result, goal=self.spec.goal, repo=self.spec.repo),
                 summary="write trace and notes",
+                ws=self.ws,
             )
-        except ActivityError as e:
-            self._event("summarize-failed", failure_reason(e))
+        except (StepFailed, HostLost) as e:
+            self._event("summarize-failed", str(e))
             return
         self.result.trace_path, self.result.notes_path = written.trace_path, written.notes_path
 
@@ -434,13 +441,13 @@ class TaskWorkflow:
 
     async def _wait_for_person(
         self, reason: str, waiting_for: str, state: TaskState = TaskState.NEEDS_HUMAN
-    ) -> _Decision | None:
+    ) -> Decision | None:
         """Park on a person until a signal that applies, or ``approval_timeout`` (None)."""
         # Cleared before the state says "waiting": an answer may arrive while we notify.
         self.decision = None
         self.state, self.reason, self.waiting_for = state, reason, waiting_for
         self.phase = None
-        escalation = Escalation(at=_now(), reason=reason, waiting_for=waiting_for)
+        escalation = Escalation(at=now(), reason=reason, waiting_for=waiting_for)
         self.result.human_escalation.append(escalation)
         self._event("waiting", f"{state}: {reason} (send {waiting_for})")
         self._publish()
@@ -483,7 +490,7 @@ class TaskWorkflow:
     def approve(self, payload: ApproveSignal) -> None:
         if self.waiting_for == WAITING_APPROVAL:
             self._decide(
-                _Decision("approve", payload.note), f"approve: {payload.note}{_by(payload)}"
+                Decision("approve", payload.note), f"approve: {payload.note}{_by(payload)}"
             )
         else:
             self._ignored("approve")
@@ -492,7 +499,7 @@ class TaskWorkflow:
     def reject(self, payload: RejectSignal) -> None:
         if self.state.waiting:
             self._decide(
-                _Decision("reject", payload.reason), f"reject: {payload.reason}{_by(payload)}"
+                Decision("reject", payload.reason), f"reject: {payload.reason}{_by(payload)}"
             )
         else:
             self._ignored("reject")
@@ -503,7 +510,7 @@ class TaskWorkflow:
             self.human_feedback.append(payload.text)
             self._grant_attempt_if_waiting()
             self._decide(
-                _Decision("feedback", payload.text), f"feedback: {payload.text}{_by(payload)}"
+                Decision("feedback", payload.text), f"feedback: {payload.text}{_by(payload)}"
             )
         else:
             self._ignored("feedback")
@@ -525,7 +532,7 @@ class TaskWorkflow:
                 if payload.cost_usd:
                     self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
             added = payload.model_dump_json(exclude={"by"})
-            self._decide(_Decision("extend"), f"extend_budget: {added}{_by(payload)}")
+            self._decide(Decision("extend"), f"extend_budget: {added}{_by(payload)}")
         else:
             self._ignored("extend_budget")
 
@@ -534,96 +541,13 @@ class TaskWorkflow:
         if self.state == TaskState.NEEDS_HUMAN:
             self.max_attempts = max(self.max_attempts, len(self.result.attempts) + 1)
 
-    def _decide(self, decision: _Decision, detail: str) -> None:
+    def _decide(self, decision: Decision, detail: str) -> None:
         self._event("signal", detail)
         if self.state.waiting:
             self.decision = decision
 
     def _ignored(self, name: str) -> None:
         self._event("signal-ignored", f"{name} does not apply while {self.state}")
-
-    @workflow.query(name=QUERY_STATUS)
-    def status(self) -> TaskStatus:
-        return TaskStatus(
-            task_id=self.spec.id,
-            state=self.state,
-            phase=self.phase if self.state == TaskState.RUNNING else None,
-            attempt=len(self.result.attempts),
-            waiting_for=self.waiting_for,
-            reason=self.reason,
-            budget=self._budget(),
-            last_verdict=self.last_verdict.summary() if self.last_verdict else "",
-            agent=explain.agent_trouble(self.result.attempts[-1].make)
-            if self.result.attempts
-            else "",
-            retried=sum(ev.kind == "retried" for ev in self.result.events),
-        )
-
-    @workflow.query(name=QUERY_TRACE)
-    def trace(self) -> TaskResult:
-        """The result so far; while the task waits, its reason is why it waits."""
-        return self.result.model_copy(
-            update={
-                "execution_seconds": round(self.clock.seconds(), 3),
-                "reason": self.result.reason or self.reason,
-            }
-        )
-
-    # ------------------------------------------------------------------ budgets
-
-    def _spent_budget(self) -> str:
-        used = Usage(
-            tokens=self.result.tokens,
-            cost_usd=self.result.cost_usd,
-            tool_calls=self.result.tool_calls,
-        )
-        return budget.spent(used, self.max_tokens, self.max_cost, self.spec.budget.max_tool_calls)
-
-    def _budget(self) -> BudgetStatus:
-        used = BudgetFigures(
-            attempts=len(self.result.attempts),
-            seconds=round(self.clock.seconds(), 3),
-            tokens=self.result.tokens,
-            cost_usd=round(self.result.cost_usd, 6),
-            tool_calls=self.result.tool_calls,
-        )
-        limits = BudgetFigures(
-            attempts=self.max_attempts,
-            seconds=self.clock.limit,
-            tokens=self.max_tokens,
-            cost_usd=self.max_cost,
-            tool_calls=self.spec.budget.max_tool_calls,
-        )
-        return budget.status(used, limits)
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _end(self, state: TaskState, reason: str) -> None:
-        self.state, self.reason, self.waiting_for, self.phase = state, reason, "", None
-        self.result.state, self.result.reason = state, reason
-        self._event("ended", f"{state}: {reason}")
-        self._publish()
-
-    def _event(self, kind: str, detail: str = "") -> None:
-        self.result.events.append(TraceEvent(at=_now(), kind=kind, detail=detail))
-        if not workflow.unsafe.is_replaying():
-            workflow.logger.info("%s %s", kind, detail, extra={"task_id": self.spec.id})
-
-    def _publish(self) -> None:
-        """Search attributes for the Temporal UI and `loop status`/`loop inbox` queries."""
-        self.result.state = self.state
-        workflow.upsert_search_attributes(
-            [
-                SA_STATE.value_set(str(self.state)),
-                SA_ATTEMPTS.value_set(len(self.result.attempts)),
-                SA_COST.value_set(round(self.result.cost_usd, 6)),
-                SA_REPO.value_set(self.spec.repo),
-            ]
-        )
-
-
-def _now() -> str:
-    return workflow.now().isoformat(timespec="seconds")
 
 
 def _by(payload: ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal) -> str:

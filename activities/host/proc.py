@@ -75,7 +75,7 @@ def heartbeat(*details: object) -> None:
         activity.heartbeat(*details)
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -96,7 +96,7 @@ def kill_stale(pid_file: Path) -> bool:
     except (OSError, ValueError):
         return False
     pid, started = int(record["pid"]), record.get("start")
-    alive = _start_time(pid)
+    alive = start_time(pid)
     pid_file.unlink(missing_ok=True)
     if alive is None or alive != started:
         return False
@@ -159,7 +159,7 @@ async def run_process(
                 exit_code=code, output_tail=message, log_path=str(log_path), not_started=message
             )
         if pid_file is not None:
-            pid_file.write_text(json.dumps({"pid": proc.pid, "start": _start_time(proc.pid)}))
+            pid_file.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid)}))
         timed_out = False
         try:
             if started is not None:

@@ -197,7 +197,10 @@ async def outside_snapshot(repo_top: str, exclude: list[str]) -> dict[str, str]:
 
     Comparing a snapshot from before an attempt with one from after shows writes an
     agent made outside its worktree (an absolute path, ``../..``) into the main tree.
+    A host's mirror of a remote repository has no working tree: nothing to compare.
     """
+    if await git(["rev-parse", "--is-bare-repository"], repo_top) == "true":
+        return {}
     out = await git(["status", "--porcelain", "-z", "-uall"], repo_top)
     return await asyncio.to_thread(_snapshot, repo_top, status_paths(out), exclude)
 

@@ -60,3 +60,5 @@ class TaskStatus(_Record):
     """What went wrong with the last attempt's agent run ("" when nothing did)."""
     retried: int = 0
     """Attempts whose make step had to run again (a worker died, or a try failed)."""
+    host: str = ""
+    """The host that holds the task's worktree ("" before it has one)."""

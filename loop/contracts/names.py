@@ -37,7 +37,25 @@ SA_STATE = SearchAttributeKey.for_keyword("LoopState")
 SA_ATTEMPTS = SearchAttributeKey.for_int("LoopAttempts")
 SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
 SA_REPO = SearchAttributeKey.for_keyword("LoopRepo")
-SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO)
+SA_HOST = SearchAttributeKey.for_keyword("LoopHost")
+SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO, SA_HOST)
+
+HOST_LOST = "LoopHostLost"
+"""Error type of a step whose host stopped polling its queue: the task may move."""
+
+
+def ping_queue(host_queue: str) -> str:
+    """Each worker answers pings on its own queue with slots of their own: a host whose
+    worktree slots are all busy still says it is alive."""
+    return f"{host_queue}.ping"
+
+
+REMOTE_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
+
+
+def is_remote(repo: str) -> bool:
+    """A git URL (``file://``, ``ssh://``, ``https://``, ``git@host:path``), not a path."""
+    return REMOTE_URL.match(repo) is not None
 
 
 def ledger_id_for(repo: str) -> str:

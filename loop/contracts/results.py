@@ -61,6 +61,8 @@ class TaskResult(_Record):
     explore_brief: str = ""
     trace_path: str = ""
     notes_path: str = ""
+    host: str = ""
+    """The host that holds (or last held) the worktree."""
 
 
 class SummarizeInput(_Record):

@@ -37,3 +37,4 @@ class FinalAction(StrEnum):
     LEFT_IN_WORKTREE = "left_in_worktree"
     BRANCH_READY = "branch_ready"
     MERGED = "merged"
+    PULL_REQUEST = "pull_request"

@@ -12,16 +12,6 @@ from loop.contracts.states import TaskState
 from loop.contracts.task import TaskSpec
 
 
-class PrepareInput(_Record):
-    task_id: str
-    repo: str
-    base: str | None = None
-    run_id: str
-    """The workflow run that owns the worktree; a new run resets a clean leftover."""
-    byproducts: list[str] = Field(default_factory=list)
-    """The agent's byproduct globs (``agent.ignore``)."""
-
-
 class Workspace(_Record):
     task_id: str
     repo: str
@@ -37,6 +27,27 @@ class Workspace(_Record):
     base_is_branch: bool = True
     byproducts: list[str] = Field(default_factory=list)
     """Globs never committed nor counted as changes: the agent's history and caches."""
+    remote: str = ""
+    """The repository's URL when it lives elsewhere (``repo`` is then this host's mirror);
+    "" for a local path."""
+    host: str = ""
+    """The host that holds the worktree ("" in histories from before hosts)."""
+    host_queue: str = ""
+    """Where every step that touches the worktree runs ("": the workflow's own queue)."""
+    host_lost_after: float = 0.0
+    """Seconds a step may wait for that host before the task asks whether it is alive."""
+
+
+class PrepareInput(_Record):
+    task_id: str
+    repo: str
+    base: str | None = None
+    run_id: str
+    """The workflow run that owns the worktree; a new run resets a clean leftover."""
+    byproducts: list[str] = Field(default_factory=list)
+    """The agent's byproduct globs (``agent.ignore``)."""
+    moved_from: Workspace | None = None
+    """The workspace on a host that was lost: prepare this one from its pushed branch."""
 
 
 ENDPOINT_PREFLIGHT_S = 60
@@ -141,6 +152,26 @@ class MergeInput(_Record):
     message: str
 
 
+class PullRequestInput(_Record):
+    workspace: Workspace
+    commit: str
+    title: str
+    body: str
+    github: str = ""
+    """``owner/repo`` on GitHub ("" : read it from the remote's URL)."""
+
+
+class PullRequestResult(_Record):
+    path: str
+    """``LOOP_HOME/runs/<id>/pull-request.md``: the title and body, whatever else happened."""
+    pushed_to: str = ""
+    """Where ``loop/<id>`` was pushed ("" : nowhere, the repository has no remote)."""
+    url: str = ""
+    """The pull request on GitHub ("" : not opened there)."""
+    note: str = ""
+    """Why it was not opened on GitHub, when it was not."""
+
+
 class MergeResult(_Record):
     merged: bool
     commit: str = ""
@@ -172,3 +203,12 @@ class EscalateInput(_Record):
 
 class EscalateResult(_Record):
     notified: list[str] = Field(default_factory=list)
+
+
+class PingInput(_Record):
+    host: str
+
+
+class PingResult(_Record):
+    host: str
+    pid: int

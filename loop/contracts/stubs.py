@@ -42,7 +42,11 @@ from loop.contracts.steps import (
     MakeResult,
     MergeInput,
     MergeResult,
+    PingInput,
+    PingResult,
     PrepareInput,
+    PullRequestInput,
+    PullRequestResult,
     RemoveInput,
     RemoveResult,
     VerifyInput,
@@ -99,6 +103,12 @@ MERGE = ActivityDef("merge", MergeInput, MergeResult)
 REMOVE_WORKSPACE = ActivityDef("remove_workspace", RemoveInput, RemoveResult)
 
 
+PING = ActivityDef("ping_host", PingInput, PingResult)
+
+
+PULL_REQUEST = ActivityDef("open_pull_request", PullRequestInput, PullRequestResult)
+
+
 ESCALATE = ActivityDef("escalate", EscalateInput, EscalateResult)
 
 
@@ -131,6 +141,8 @@ ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
     COMMIT,
     MERGE,
     REMOVE_WORKSPACE,
+    PING,
+    PULL_REQUEST,
     ESCALATE,
     RESERVE_BUDGET,
     REPORT_USAGE,

@@ -281,8 +281,19 @@ class SandboxPolicy(_TaskFileModel):
         return self
 
 
+class Finalize(_TaskFileModel):
+    """What a verified task does instead of merging, when its autonomy would merge."""
+
+    pull_request: bool = False
+    """Push ``loop/<id>`` and write a pull request (and open it on GitHub with
+    GITHUB_TOKEN) instead of merging into base."""
+    github: str = Field(default="", pattern=r"^$|^[\w.-]+/[\w.-]+$")
+    """``owner/repo`` on GitHub, when the remote's URL does not say it."""
+
+
 class TaskSpec(_TaskFileModel):
-    """A task file, validated. ``repo`` is absolute once the CLI has resolved it."""
+    """A task file, validated. ``repo`` is absolute once the CLI has resolved it, or a
+    git URL (each host keeps a mirror of it)."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
     goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
@@ -299,6 +310,7 @@ class TaskSpec(_TaskFileModel):
     """Guidance for the agent shown after the goal (an eval harness's prompt additions)."""
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     """How the agent, the ``run`` tool and ``run`` gates are confined."""
+    finalize: Finalize = Field(default_factory=Finalize)
 
     @model_validator(mode="after")
     def _off_needs_consent(self) -> TaskSpec:

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from loop.contracts import TaskSpec
+from loop.contracts import TaskSpec, is_remote
 from loop.errors import TaskFileError
 from loop.loaders.common import read, validated
 from loop.rules.commands import programs
@@ -37,8 +37,50 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+REMOTE_CHECK_S = 30
+
+
+def _remote(spec: TaskSpec, source: str) -> TaskSpec:
+    """A repository at a URL: it answers, and the base is one of its branches (or a commit
+    name, which only the host's fetch can check)."""
+    url = spec.repo
+    allow = ["-c", "protocol.file.allow=always"] if url.startswith("file:") else []
+    try:
+        found = subprocess.run(
+            ["git", *allow, "ls-remote", "--symref", url, "HEAD", "refs/heads/*"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=REMOTE_CHECK_S,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+        )
+    except subprocess.TimeoutExpired:
+        raise TaskFileError(f"{source}: repo: {url} did not answer in {REMOTE_CHECK_S} s") from None
+    if found.returncode != 0:
+        why = (found.stderr.strip().splitlines() or ["git ls-remote failed"])[-1]
+        raise TaskFileError(f"{source}: repo: cannot reach {url}: {why}")
+    lines = found.stdout.splitlines()
+    branches = {ln.split()[1].removeprefix("refs/heads/") for ln in lines if "\trefs/heads/" in ln}
+    base = spec.base
+    if base is None:
+        head = [ln.split()[1] for ln in lines if ln.startswith("ref: refs/heads/")]
+        if not head:
+            raise TaskFileError(f"{source}: base: {url} has no HEAD branch; name the base")
+        base = head[0].removeprefix("refs/heads/")
+    base = base.removeprefix("refs/heads/")
+    looks_like_commit = len(base) >= 7 and all(c in "0123456789abcdef" for c in base)
+    if base not in branches and not looks_like_commit:
+        raise TaskFileError(f"{source}: base: {base!r} is not a branch of {url}")
+    return spec.model_copy(update={"base": base})
+
+
 def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
-    """Absolute repo (relative to the task file's folder), a concrete base, a findable agent."""
+    """Absolute repo (relative to the task file's folder) or a git URL that answers, a
+    concrete base, a findable agent."""
+    if is_remote(spec.repo):
+        spec = _remote(spec, source)
+        _findable(spec, [folder], source)
+        return spec
     repo = Path(spec.repo).expanduser()
     repo = (folder / repo).resolve() if not repo.is_absolute() else repo.resolve()
     if not repo.is_dir():
@@ -59,12 +101,16 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
             base = _git(top, "rev-parse", "--verify", "HEAD").stdout.strip()
     if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").returncode != 0:
         raise TaskFileError(f"{source}: base: {base!r} is not a branch or commit in {top}")
+    _findable(spec, [top, folder], source)
+    return spec.model_copy(update={"repo": str(top), "base": base})
+
+
+def _findable(spec: TaskSpec, folders: list[Path], source: str) -> None:
+    """Every program the agent's command runs is on PATH or a file here."""
     command = spec.agent.command or []
     for exe in programs(command) if command else []:
-        findable = shutil.which(exe) is not None or (top / exe).exists() or (folder / exe).is_file()
-        if not findable:
+        if shutil.which(exe) is None and not any((f / exe).exists() for f in folders):
             raise TaskFileError(
                 f"{source}: agent.command runs {exe!r}, which is not on PATH, not a file, and "
                 "not in the repo"
             )
-    return spec.model_copy(update={"repo": str(top), "base": base})

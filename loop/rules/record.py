@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from loop.contracts import TaskSpec, Verdict
+from loop.contracts import TaskResult, TaskSpec, Verdict
 
 SUBJECT_CHARS = 72
 
@@ -36,3 +36,22 @@ def commit_message(spec: TaskSpec, verdict: Verdict) -> str:
 def merge_message(branch: str, spec: TaskSpec) -> str:
     prefix = f"Merge {branch}: "
     return prefix + subject(spec.goal, max(SUBJECT_CHARS - len(prefix), 24))
+
+
+def pull_request(spec: TaskSpec, result: TaskResult) -> tuple[str, str]:
+    """Title and body of the pull request a verified task hands over: the goal, the
+    evidence per gate, what it took."""
+    lines = ["## Goal", "", spec.goal.strip(), "", "## Evidence", ""]
+    for g in result.evidence:
+        detail = f": {g.evidence.detail}" if g.evidence.detail else ""
+        lines.append(f"- **{g.name}** {'pass' if g.passed else 'FAIL'} ({g.requirement}){detail}")
+    lines += [
+        "",
+        "## What it took",
+        "",
+        f"- attempts: {len(result.attempts)}",
+        f"- tokens: {result.tokens:,} · cost: ${result.cost_usd:.4f} · "
+        f"tool calls: {result.tool_calls}",
+        f"- task: `{spec.id}` (Loopwork), spec hash `{result.spec_hash[:12]}`",
+    ]
+    return subject(spec.goal), "\n".join(lines)

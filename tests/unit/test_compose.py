@@ -150,9 +150,12 @@ def test_worker_service(compose: dict[str, Any], services: dict[str, Any]) -> No
     assert re.fullmatch(r"\$\{LOOP_WORKERS:-(\d+)\}", replicas), replicas
     assert int(replicas.split(":-")[1].rstrip("}")) >= 2
     assert "container_name" not in worker  # replicas need generated names
-    # LOOP_HOME on a named volume, the repositories bind-mounted at the same path.
-    volumes = [v.split(":") for v in worker["volumes"]]
-    assert ["loop-home", "/loop"] in volumes and "loop-home" in compose["volumes"]
+    # Each replica a host: LOOP_HOME on a volume of its own (anonymous, so per container)
+    # and no LOOP_HOST_ID (the default differs per container); the repositories
+    # bind-mounted at the same path.
+    assert "/loop" in worker["volumes"]
+    assert "LOOP_HOST_ID" not in env
+    assert not any(v.endswith(":/loop") for v in worker["volumes"])
     repos = [v for v in worker["volumes"] if v.startswith("${LOOP_REPOS")]
     assert repos, "no bind mount for the repositories"
     source, _, target = repos[0].partition("}:")

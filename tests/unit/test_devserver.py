@@ -57,6 +57,7 @@ def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path
         "LoopAttempts=Int",
         "LoopCostUSD=Double",
         "LoopRepo=Keyword",
+        "LoopHost=Keyword",
     ]
     dynamic = pairs(args, "--dynamic-config-value")
     assert "history.transferProcessorMaxPollRPS=1000" in dynamic

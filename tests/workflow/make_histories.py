@@ -26,6 +26,9 @@ the way its name says, then writes each workflow's history
 - ``continue_as_new_ledger``: a PeriodBudgetWorkflow run that continued as new.
 - ``incompatible``: ``pass_after_feedback`` with its ``explore`` activity renamed
   ``make``. It must NOT replay; the replay tests check that it fails.
+- ``before_hosts_*``: ``approval``, ``pass_after_feedback`` and ``model_loop``(``_agent``)
+  as the code recorded them before tasks were pinned to hosts (commit 1b07cf5, run
+  in a worktree of that commit, files renamed): a rolling upgrade's tasks in flight.
 
 Continue-as-new is the real thing, not a test-only workflow: the server sets
 "continue-as-new suggested" once a run's history passes

@@ -35,6 +35,11 @@ REPRESENTATIVE = {
     "continue_as_new_agent_run1",
     "continue_as_new_agent_run2",
     "continue_as_new_ledger",
+    # Recorded by the code before host affinity: tasks in flight during that upgrade.
+    "before_hosts_approval",
+    "before_hosts_pass_after_feedback",
+    "before_hosts_model_loop",
+    "before_hosts_model_loop_agent",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",

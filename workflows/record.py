@@ -1,0 +1,176 @@
+"""What a task knows about itself, and what it tells: its state, its result and trace
+events, its budget figures, the ``status`` and ``trace`` queries and the search
+attributes. ``TaskWorkflow`` (``workflows.task``) is the process; this is its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loop.contracts import (
+        QUERY_STATUS,
+        QUERY_TRACE,
+        SA_ATTEMPTS,
+        SA_COST,
+        SA_HOST,
+        SA_REPO,
+        SA_STATE,
+        BudgetFigures,
+        BudgetStatus,
+        Feedback,
+        Phase,
+        TaskResult,
+        TaskSpec,
+        TaskState,
+        TaskStatus,
+        TraceEvent,
+        Usage,
+        Verdict,
+        Workspace,
+    )
+    from loop.rules import budget, explain
+    from workflows.clock import WallClock
+
+
+@dataclass
+class Decision:
+    """A person's answer to a waiting task."""
+
+    kind: str  # approve | reject | feedback | extend
+    text: str = ""
+
+
+class TaskRecord:
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.state = TaskState.RUNNING
+        self.phase: Phase | None = Phase.EXPLORE
+        self.reason = ""
+        self.waiting_for = ""
+        self.ws: Workspace | None = None
+        self.brief = ""
+        self.max_attempts = spec.budget.max_attempts
+        self.clock = WallClock(spec.budget.max_seconds)
+        self.max_tokens = spec.budget.max_tokens
+        self.max_cost = spec.budget.max_cost_usd
+        self.stalled = 0
+        self.last_fingerprint = ""
+        self.human_feedback: list[str] = []
+        self.next_feedback: Feedback | None = None
+        self.last_verdict: Verdict | None = None
+        self.decision: Decision | None = None
+        self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
+        self.held: int | None = None
+        """The attempt whose period-budget reservation is not settled yet."""
+        self.explored = False
+        self.notifications: list[asyncio.Task[None]] = []
+
+    def _placed(self, moved_from: str = "") -> None:
+        """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""
+        assert self.ws is not None
+        self.result.worktree, self.result.branch = self.ws.path, self.ws.branch
+        if not self.ws.host:
+            return  # a worker from before hosts prepared it
+        self.result.host = self.ws.host
+        if moved_from:
+            self._event("moved", f"from host {moved_from} to host {self.ws.host}")
+        else:
+            self._event("placed", f"host {self.ws.host}: {self.ws.path}")
+        self._publish()
+
+    def _with_trouble(self, reason: str) -> str:
+        """An escalation's reason, with what went wrong with the agent's last run, if
+        anything did: a person reads the cause, not only "no new evidence"."""
+        last = self.result.attempts[-1].make if self.result.attempts else None
+        trouble = explain.agent_trouble(last)
+        return f"{reason}; last attempt: {trouble}" if trouble else reason
+
+    @workflow.query(name=QUERY_STATUS)
+    def status(self) -> TaskStatus:
+        return TaskStatus(
+            task_id=self.spec.id,
+            state=self.state,
+            phase=self.phase if self.state == TaskState.RUNNING else None,
+            attempt=len(self.result.attempts),
+            waiting_for=self.waiting_for,
+            reason=self.reason,
+            budget=self._budget(),
+            last_verdict=self.last_verdict.summary() if self.last_verdict else "",
+            agent=explain.agent_trouble(self.result.attempts[-1].make)
+            if self.result.attempts
+            else "",
+            retried=sum(ev.kind == "retried" for ev in self.result.events),
+            host=self.ws.host if self.ws is not None else "",
+        )
+
+    @workflow.query(name=QUERY_TRACE)
+    def trace(self) -> TaskResult:
+        """The result so far; while the task waits, its reason is why it waits."""
+        return self.result.model_copy(
+            update={
+                "execution_seconds": round(self.clock.seconds(), 3),
+                "reason": self.result.reason or self.reason,
+            }
+        )
+
+    # ------------------------------------------------------------------ budgets
+
+    def _spent_budget(self) -> str:
+        used = Usage(
+            tokens=self.result.tokens,
+            cost_usd=self.result.cost_usd,
+            tool_calls=self.result.tool_calls,
+        )
+        return budget.spent(used, self.max_tokens, self.max_cost, self.spec.budget.max_tool_calls)
+
+    def _budget(self) -> BudgetStatus:
+        used = BudgetFigures(
+            attempts=len(self.result.attempts),
+            seconds=round(self.clock.seconds(), 3),
+            tokens=self.result.tokens,
+            cost_usd=round(self.result.cost_usd, 6),
+            tool_calls=self.result.tool_calls,
+        )
+        limits = BudgetFigures(
+            attempts=self.max_attempts,
+            seconds=self.clock.limit,
+            tokens=self.max_tokens,
+            cost_usd=self.max_cost,
+            tool_calls=self.spec.budget.max_tool_calls,
+        )
+        return budget.status(used, limits)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _end(self, state: TaskState, reason: str) -> None:
+        self.state, self.reason, self.waiting_for, self.phase = state, reason, "", None
+        self.result.state, self.result.reason = state, reason
+        self._event("ended", f"{state}: {reason}")
+        self._publish()
+
+    def _event(self, kind: str, detail: str = "") -> None:
+        self.result.events.append(TraceEvent(at=now(), kind=kind, detail=detail))
+        if not workflow.unsafe.is_replaying():
+            workflow.logger.info("%s %s", kind, detail, extra={"task_id": self.spec.id})
+
+    def _publish(self) -> None:
+        """Search attributes for the Temporal UI and `loop status`/`loop inbox` queries."""
+        self.result.state = self.state
+        workflow.upsert_search_attributes(
+            [
+                SA_STATE.value_set(str(self.state)),
+                SA_ATTEMPTS.value_set(len(self.result.attempts)),
+                SA_COST.value_set(round(self.result.cost_usd, 6)),
+                SA_REPO.value_set(self.spec.repo),
+                # Only for workspaces that have a host: histories from before replay as recorded.
+                *([SA_HOST.value_set(self.ws.host)] if self.ws and self.ws.host else []),
+            ]
+        )
+
+
+def now() -> str:
+    return workflow.now().isoformat(timespec="seconds")
