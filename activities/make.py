@@ -26,9 +26,10 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.host import artifact, sandbox
+from activities.host import artifact, sandbox, usage
 from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
+from activities.host.proc import tail_of
 from activities.host.remote import publish
 from activities.host.worktree import (
     changed_files,
@@ -50,8 +51,10 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.logs import log_for
+from loop.pricing import cost, load_prices
 from loop.redact import redact, redact_file
 from loop.rules import feedback as fb
+from loop.rules.commands import usage_source
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000
@@ -74,9 +77,15 @@ def endpoints(task: TaskSpec) -> list[str]:
     return sandbox.endpoint_entries(task.agent.base_url, openai=task.agent.backend == "openai")
 
 
+USAGE_LOG_CHARS = 2 * 1024 * 1024
+"""How much of the agent's log is read for its usage (the reports come last)."""
+USAGE_FILE_BYTES = 64 * 1024
+
+
 class MakeActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.prices = load_prices(settings.home)
 
     @activity.defn(name=MAKE.name)
     async def make(self, inp: MakeInput) -> MakeResult:
@@ -85,11 +94,13 @@ class MakeActivities:
         start = await self._open(inp)
         folder = Path(start.attempt_dir)
         output_file = agent_dir(folder) / "output.md"
+        usage_file = agent_dir(folder) / "usage.json"
         env = {
             "LOOP_TASK_ID": inp.task.id,
             "LOOP_ATTEMPT": str(n),
             "LOOP_PROMPT_FILE": str(folder / "prompt.md"),
             "LOOP_OUTPUT_FILE": str(output_file),
+            "LOOP_USAGE_FILE": str(usage_file),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         readable = [folder / "prompt.md"]
@@ -138,6 +149,7 @@ class MakeActivities:
             claim_path = str(folder / "claim.md")
             (folder / "claim.md").write_text(redact(claim))
         claim, tail = redact(claim), redact(ran.output_tail)
+        spent = await self._usage(inp.task, Path(ran.log_path), usage_file)
         closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
@@ -157,8 +169,27 @@ class MakeActivities:
                 "not_started": ran.not_started,
                 "removed": ran.removed + closed.removed,
                 "tries": activity.info().attempt,
+                "tokens": spent.tokens_in + spent.tokens_out,
+                "cost_usd": spent.cost_usd or 0.0,
+                "usage_reported": spent.found,
+                "agent_error": redact(spent.error),
+                "agent_error_fatal": spent.fatal,
             }
         )
+
+    async def _usage(self, task: TaskSpec, log: Path, usage_file: Path) -> usage.Reported:
+        """What the agent says it spent and what went wrong, from its log (the worker's
+        own file, its tail) and LOOP_USAGE_FILE (the agent's, read as hostile)."""
+        source = usage_source(task.agent.command or [], task.agent.usage)
+        text = await asyncio.to_thread(tail_of, log, USAGE_LOG_CHARS)
+        data, problem = await asyncio.to_thread(read_untrusted, usage_file, USAGE_FILE_BYTES)
+        spent = usage.read(source, text, None if problem else data)
+        if spent.found and spent.cost_usd is None:
+            model = task.agent.model
+            spent.cost_usd = (
+                cost(model, spent.tokens_in, spent.tokens_out, self.prices) if model else 0.0
+            )
+        return spent
 
     @activity.defn(name=BEGIN_ATTEMPT.name)
     async def begin_attempt(self, inp: MakeInput) -> AttemptStart:

@@ -249,6 +249,12 @@ class TaskWorkflow(TaskRecord):
             if explain.could_not_start(made):
                 # Every later attempt would fail the same way, before doing anything.
                 return _Stop(TaskState.BLOCKED, trouble)
+        unpriced = explain.unpriced_budget(self.spec, made)
+        if unpriced and workflow.patched("usage-for-budgets"):
+            return _Stop(
+                TaskState.NEEDS_HUMAN,
+                f"attempt {n}: the agent reported no usage, so {unpriced} cannot be held",
+            )
 
         self.phase = Phase.VERIFY
         verdict = await judge(self.spec, self.ws, n, made)

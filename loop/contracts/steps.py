@@ -121,6 +121,12 @@ class MakeResult(_Record):
     removed: list[str] = Field(default_factory=list)
     """What could not be part of the artifact and was removed before the commit: FIFOs,
     sockets and device nodes, repositories nested in the worktree."""
+    agent_error: str = ""
+    """What the agent's own output says went wrong (its CLI may exit 0 regardless)."""
+    agent_error_fatal: bool = False
+    """The error is one no later attempt can fix: the key refused, the endpoint gone."""
+    usage_reported: bool = False
+    """Whether the agent reported what it spent (its CLI's output or LOOP_USAGE_FILE)."""
     tries: int = 1
     """How many times the step ran: more than one after a worker crash or a failed try
     (each retry resets the worktree to the attempt's start)."""

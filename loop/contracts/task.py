@@ -44,6 +44,7 @@ def relative_globs(globs: list[str]) -> list[str]:
 
 
 AGENT_BYPRODUCTS = (".aider*", ".claude", ".codex")
+UsageSource = Literal["auto", "file", "claude-code", "aider", "codex", "none"]
 """What agent CLIs leave in the worktree (history, caches, settings): never committed."""
 
 
@@ -53,7 +54,8 @@ class AgentSpec(_TaskFileModel):
     command: list[str] | None = None
     """argv of the agent (command backend), run with cwd = the worktree."""
     model: str | None = None
-    """Model name (openai backend)."""
+    """Model name (openai backend); for a command agent, the model its CLI uses, to price
+    what it reports in tokens alone."""
     max_steps: int = Field(default=40, ge=1, le=10_000)
     """Model turns per attempt (openai backend)."""
     timeout: int = Field(default=900, ge=1, le=7 * 86_400)
@@ -63,6 +65,9 @@ class AgentSpec(_TaskFileModel):
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     max_tokens_per_call: int = Field(default=4_096, ge=16, le=1_000_000)
     """Upper bound of one model call's output tokens (lowered to what the budget has left)."""
+    usage: UsageSource = "auto"
+    """Where a command agent's usage is read: ``auto`` knows Claude Code, aider and Codex
+    by their command; ``file`` is ``LOOP_USAGE_FILE``; ``none`` reports nothing."""
     ignore: list[str] = Field(default_factory=lambda: list(AGENT_BYPRODUCTS))
     """Globs of the agent's byproducts in the worktree (a folder covers its contents):
     never committed, never a change; ``[]`` commits everything."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from loop.contracts import TaskSpec, is_remote
 from loop.errors import TaskFileError
 from loop.loaders.common import read, validated
-from loop.rules.commands import programs
+from loop.rules.commands import programs, usage_source
 
 
 def load_task(path: str | Path) -> TaskSpec:
@@ -106,8 +106,16 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
 
 
 def _findable(spec: TaskSpec, folders: list[Path], source: str) -> None:
-    """Every program the agent's command runs is on PATH or a file here."""
+    """Every program the agent's command runs is on PATH or a file here; a token or cost
+    budget has usage to count."""
     command = spec.agent.command or []
+    limited = [k for k in ("max_tokens", "max_cost_usd") if getattr(spec.budget, k) is not None]
+    if command and limited and usage_source(command, spec.agent.usage) == "none":
+        raise TaskFileError(
+            f"{source}: budget.{limited[0]}: this command agent reports no usage, so the "
+            "budget could not be enforced; have it write LOOP_USAGE_FILE and set "
+            "agent.usage: file, or remove the limit"
+        )
     for exe in programs(command) if command else []:
         if shutil.which(exe) is None and not any((f / exe).exists() for f in folders):
             raise TaskFileError(

@@ -64,3 +64,19 @@ def programs(argv: list[str]) -> list[str]:
             if token not in _BUILTINS and not any(c in token for c in "$`*?[]{}<>~"):
                 found.append(token)
     return list(dict.fromkeys(found))
+
+
+USAGE_BY_PROGRAM = {"claude": "claude-code", "aider": "aider", "codex": "codex"}
+"""Agent CLIs whose own output says what they spent (``activities.host.usage``)."""
+
+
+def usage_source(command: list[str], declared: str) -> str:
+    """Where a command agent's usage is read: what the task declares, or for ``auto`` the
+    known CLI its command runs ("none" when it runs none)."""
+    if declared != "auto":
+        return declared
+    for word in programs(command) if command else []:
+        found = USAGE_BY_PROGRAM.get(os.path.basename(word))
+        if found:
+            return found
+    return "none"

@@ -356,6 +356,27 @@ def test_defaults(tmp_path: Path, repo: Path) -> None:
     assert spec.verify[0].kind == "run" and spec.verify[0].timeout == 300
 
 
+@pytest.mark.parametrize("limit", ["max_tokens", "max_cost_usd"])
+def test_a_budget_a_command_agent_cannot_report_is_refused(
+    tmp_path: Path, repo: Path, limit: str
+) -> None:
+    data = spec_dict(repo, budget={limit: 5})
+    msg = load_error(write(tmp_path, data))
+    assert f"budget.{limit}: this command agent reports no usage" in msg
+    assert "agent.usage: file" in msg
+
+
+def test_a_known_agent_cli_reports_its_usage(tmp_path: Path, repo: Path) -> None:
+    """Claude Code, aider and Codex say what they spent: their budgets are accepted."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").write_text("#!/bin/sh\n")
+    (bin_dir / "claude").chmod(0o755)
+    line = f'{bin_dir}/claude -p "$(cat "$LOOP_PROMPT_FILE")" --output-format stream-json'
+    data = spec_dict(repo, agent={"command": ["sh", "-c", line]}, budget={"max_cost_usd": 1})
+    assert load(write(tmp_path, data)).budget.max_cost_usd == 1
+
+
 def test_goal_of_exactly_the_maximum_length(tmp_path: Path, repo: Path) -> None:
     spec = load(write(tmp_path, spec_dict(repo, goal="g" * MAX_GOAL_CHARS)))
     assert len(spec.goal) == MAX_GOAL_CHARS
@@ -384,6 +405,7 @@ def test_full_example_loads(tmp_path: Path, repo: Path) -> None:
         },
         autonomy="unattended",
         approval_timeout=600,
+        agent={"command": [sys.executable, "agent.py"], "usage": "file"},
     )
     spec = load(write(tmp_path, data))
     assert [g.kind for g in spec.verify] == ["run", "diff_scope", "no_removed_tests", "contains"]
@@ -407,6 +429,7 @@ def test_taskspec_round_trip_through_the_data_converter(tmp_path: Path, repo: Pa
                     {"name": "answer", "contains": ["ok"]},
                 ],
                 budget={"max_attempts": 4, "max_cost_usd": 1.5},
+                agent={"command": [sys.executable, "agent.py"], "usage": "file"},
                 autonomy="assisted",
             ),
         )

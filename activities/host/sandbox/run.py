@@ -136,10 +136,16 @@ def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> d
         "TMPDIR": SCRATCH,
         "USER": "loop",
         "LOGNAME": "loop",
-        # The repository's git folder belongs to root: let the agent's git read it.
-        "GIT_CONFIG_COUNT": "1",
+        # The repository's git folder belongs to root: let the agent's git read it. An
+        # identity too: agent CLIs (aider) write one into the repository's config when
+        # git has none, which the sandbox refuses, and they stop.
+        "GIT_CONFIG_COUNT": "3",
         "GIT_CONFIG_KEY_0": "safe.directory",
         "GIT_CONFIG_VALUE_0": "*",
+        "GIT_CONFIG_KEY_1": "user.name",
+        "GIT_CONFIG_VALUE_1": "Loopwork agent",
+        "GIT_CONFIG_KEY_2": "user.email",
+        "GIT_CONFIG_VALUE_2": "agent@loopwork.invalid",
     }
     for name in (*PASSED_ENV, *policy.env):
         if name in os.environ:
