@@ -8,13 +8,18 @@ The full brief is an artifact in the run folder; history carries a bounded copy.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 from temporalio import activity
 
 from activities import gates
 from activities.host import artifact, sandbox
 from activities.host.git import git
+from activities.host.sandbox.egress_rules import listed
 from activities.make import agent_home, endpoints
 from activities.model import preflight
 from loop.contracts import (
@@ -30,7 +35,7 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.rules import memory
-from loop.rules.commands import programs
+from loop.rules.commands import CLI_ENDPOINTS, CliEndpoint, programs, usage_source
 from loop.settings import Settings
 
 BRIEF_CHARS = 6_000
@@ -44,7 +49,7 @@ class ExploreActivities:
     @activity.defn(name=EXPLORE.name)
     async def explore(self, inp: ExploreInput) -> ExploreResult:
         ws = inp.workspace
-        await _endpoints_answer(inp.task)
+        await _endpoints_answer(inp.task, self.settings.endpoint_wait)
         await self._agent_can_start(inp.task, ws)
         files = [f for f in (await git(["ls-files", "-z"], ws.path)).split("\0") if f]
         reproducer = await self._reproduce(inp.task, inp)
@@ -129,8 +134,13 @@ class ExploreActivities:
         )
 
 
-async def _endpoints_answer(task: TaskSpec) -> None:
-    """Every model endpoint the task calls from the worker answers and takes the key."""
+async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
+    """Every model endpoint the task calls answers and takes the key: from the worker
+    (the openai backend, llm_review gates), or from the sandbox (a known agent CLI)."""
+    if task.agent.backend == "command":
+        cli = CLI_ENDPOINTS.get(usage_source(task.agent.command or [], task.agent.usage))
+        if cli is not None:
+            await _cli_endpoint_answers(task, cli, wait_s)
     wanted: dict[str | None, str] = {}
     if task.agent.backend == "openai" and task.agent.model:
         wanted[task.agent.base_url] = task.agent.model
@@ -140,7 +150,55 @@ async def _endpoints_answer(task: TaskSpec) -> None:
             if model:
                 wanted.setdefault(gate.llm_review.base_url or task.agent.base_url, model)
     for base_url, model in wanted.items():
-        await preflight(base_url, model)
+        await preflight(base_url, model, bound_s=wait_s)
+
+
+async def _cli_endpoint_answers(task: TaskSpec, cli: CliEndpoint, wait_s: float) -> None:
+    """A known agent CLI: its key reaches it (set here, passed by sandbox.env), its
+    endpoint is one the sandbox lets it reach, and something answers there."""
+    passed = set(task.sandbox.env)
+    if cli.key_variable not in passed:
+        raise permanent(
+            f"the agent needs {cli.key_variable}, which sandbox.env does not pass to it; "
+            f"add {cli.key_variable} to sandbox.env"
+        )
+    if not os.environ.get(cli.key_variable):
+        raise permanent(
+            f"{cli.key_variable} is not set where the worker runs; set it there (the agent "
+            "gets it by name through sandbox.env)"
+        )
+    given = os.environ.get(cli.url_variable) if cli.url_variable in passed else None
+    url = given or cli.default_url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    allowed = [*task.sandbox.allow_hosts, *endpoints(task)]
+    if task.sandbox.mode != "off" and task.sandbox.network == "proxy":
+        if not listed(host, port, allowed):
+            raise permanent(
+                f"the agent's endpoint {url} ({cli.url_variable}) is not in "
+                f"sandbox.allow_hosts; add {host if port in (80, 443) else f'{host}:{port}'}"
+            )
+    await _answers(url, wait_s)
+
+
+async def _answers(url: str, bound_s: float) -> None:
+    """Any HTTP answer will do; nothing at all for ``bound_s`` is the reason to stop."""
+    deadline = time.monotonic() + bound_s
+    delay = 1.0
+    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
+        while True:
+            try:
+                await client.head(url)
+                return
+            except httpx.HTTPError as e:
+                if time.monotonic() + delay > deadline:
+                    raise permanent(
+                        f"the agent's endpoint {url} did not answer for {bound_s:.0f} s: "
+                        f"{type(e).__name__}: {e}"
+                    ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def _not_found(missing: list[str]) -> str:

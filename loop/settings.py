@@ -37,6 +37,8 @@ class Settings(BaseModel):
     (LOOP_HOST_ID; default the host name and a short hash of LOOP_HOME)."""
     host_lost_after: float = 60.0
     """Seconds a host's queue may go unpolled before its tasks count it lost."""
+    endpoint_wait: float = 60.0
+    """Seconds explore waits for a model endpoint that does not answer (at most 60)."""
 
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:
@@ -57,6 +59,7 @@ class Settings(BaseModel):
             metrics_bind=env.get("LOOP_METRICS_BIND") or None,
             host_id=_host_id(env.get("LOOP_HOST_ID"), home),
             host_lost_after=_count(env, "LOOP_HOST_LOST_AFTER", 60),
+            endpoint_wait=min(_count(env, "LOOP_ENDPOINT_WAIT", 60), 60),
         )
 
     @property

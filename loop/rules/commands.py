@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import dataclass
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -80,3 +81,21 @@ def usage_source(command: list[str], declared: str) -> str:
         if found:
             return found
     return "none"
+
+
+@dataclass(frozen=True)
+class CliEndpoint:
+    """Where a known agent CLI sends its model calls, and the key it sends."""
+
+    url_variable: str
+    default_url: str
+    key_variable: str
+
+
+CLI_ENDPOINTS = {
+    "claude-code": CliEndpoint(
+        "ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"
+    ),
+    "aider": CliEndpoint("OPENAI_API_BASE", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "codex": CliEndpoint("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+}

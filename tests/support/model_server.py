@@ -254,9 +254,43 @@ class _Handler(BaseHTTPRequestHandler):
             out = dict(entry.completion)
             if "model" not in out:
                 out["model"] = body.get("model", "scripted") if isinstance(body, dict) else ""
-            self._send(200, out, entry.headers)
+            if isinstance(body, dict) and body.get("stream"):
+                self._stream(out, bool((body.get("stream_options") or {}).get("include_usage")))
+            else:
+                self._send(200, out, entry.headers)
         else:
             self._send(entry.status, entry.body, entry.headers)
+
+    def _stream(self, completion: dict[str, Any], with_usage: bool) -> None:
+        """The completion as ``chat.completion.chunk`` events (``stream: true``, as aider
+        asks): the message in one delta, the finish reason, the usage if asked, [DONE]."""
+        choice = completion["choices"][0]
+        message = choice["message"]
+        base = {k: completion[k] for k in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [
+                {"index": i, **call} for i, call in enumerate(message["tool_calls"])
+            ]
+        chunks = [
+            {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+            },
+        ]
+        if with_usage and completion.get("usage"):
+            chunks.append({**base, "choices": [], "usage": completion["usage"]})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for chunk in chunks:
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         if body is None:

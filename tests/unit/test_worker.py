@@ -5,6 +5,8 @@ The worker as a process (metrics, drain on SIGTERM) is in tests/e2e/test_worker.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import yaml
 from loop import contracts
 from loop.contracts import ALL_ACTIVITIES, TaskSpec
 from loop.settings import Settings
-from tests.support.repos import EXAMPLES
+from tests.support.repos import EXAMPLES, ROOT
 from tests.support.temporal import activity_name, workflow_name
 from worker import WORKFLOWS, activities_for
 
@@ -29,9 +31,24 @@ def test_worker_registers_every_declared_activity(tmp_path: Path):
     assert {d.name for d in ALL_ACTIVITIES} <= declared()
 
 
-def test_worker_registers_the_task_workflow():
+def defined_workflows() -> set[str]:
+    """Every workflow class in ``workflows/`` (a ``@workflow.defn`` class of any module)."""
+    found: set[str] = set()
+    for file in sorted((ROOT / "workflows").glob("*.py")):
+        module = importlib.import_module(f"workflows.{file.stem}")
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                with contextlib.suppress(Exception):
+                    found.add(workflow_name(value))
+    return found
+
+
+def test_worker_registers_every_workflow():
+    """A workflow left out of the worker is a task nobody runs (triage, eval, the ledger)."""
     names = {workflow_name(w) for w in WORKFLOWS}
-    assert "TaskWorkflow" in names
+    assert names == defined_workflows()
+    assert {"TaskWorkflow", "AgentWorkflow", "PeriodBudgetWorkflow", "TriageWorkflow",
+            "EvalWorkflow"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["claude-code.yaml", "codex.yaml", "aider.yaml", "openai.yaml"])

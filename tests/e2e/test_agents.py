@@ -1,0 +1,328 @@
+"""The real agent CLIs run the shipped examples against local scripted endpoints.
+
+``examples/claude-code.yaml``, ``aider.yaml`` and ``codex.yaml`` run as shipped: the
+test sets only the repository (the demo's), the endpoint (its URL in the CLI's own
+variable, its address in ``allow_hosts``) and a dummy key, and picks the sandbox level.
+Each fixes the demo's bug after one round of feedback, with its usage counted. Then
+what goes wrong, said where people look, before attempts burn: a missing key, an
+endpoint that is down or refuses the key, an agent that is not installed, a gate that
+cannot run at base.
+
+A CLI that is not installed skips its tests with the reason; ``.ci/run`` installs all
+three (``LOOP_AGENTS_REQUIRED`` turns those skips into failures there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.client import Client
+
+from loop.contracts import (
+    SIGNAL_APPROVE,
+    ApproveSignal,
+    FinalAction,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+)
+from loop.settings import Settings
+from loop.tasks import start_task
+from tests.support.agent_endpoints import ScriptedClaude, ScriptedResponses, refuse, turn
+from tests.support.agents import COMPLETE_FIX
+from tests.support.host import LEVELS
+from tests.support.model_server import ScriptedModel, reply
+from tests.support.repos import EXAMPLES, ROOT, git
+from tests.support.tasks import result_of, wait_for
+from worker import build_worker
+
+pytestmark = pytest.mark.timeout(300)
+
+REQUIRED = os.environ.get("LOOP_AGENTS_REQUIRED") == "1"
+HALF_FIX = 'def slugify(text: str) -> str:\n    return text.lower().replace(" ", "-")\n'
+"""Attempt 1's change: still wrong for "Hello, World!" (the tests gate fails)."""
+
+
+def needs_cli(name: str) -> pytest.MarkDecorator:
+    missing = shutil.which(name) is None
+    return pytest.mark.skipif(
+        missing and not REQUIRED, reason=f"the {name} CLI is not installed (see .ci/run)"
+    )
+
+
+def example(name: str, repo: Path, level: str, endpoint: str, **changes: Any) -> TaskSpec:
+    """The shipped example with the test's repository, sandbox level and endpoint."""
+    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data["id"] = f"{data['id']}-{level}-{os.urandom(3).hex()}"
+    data["repo"] = str(repo)
+    data["sandbox"]["mode"] = level
+    data["sandbox"]["allow_hosts"].append(endpoint)
+    data.update(changes)
+    return TaskSpec.model_validate(data)
+
+
+async def approved(client: Client, spec: TaskSpec, queue: str) -> TaskResult:
+    """The examples are ``assisted``: wait for the approval, give it, take the result."""
+    handle, _ = await start_task(client, spec, queue)
+    st = await wait_for(handle, lambda s: s.state.waiting, within=240)
+    assert st.state == TaskState.AWAITING_APPROVAL, (st.state, st.reason)
+    await handle.signal(SIGNAL_APPROVE, ApproveSignal(note="looks right"))
+    return await result_of(handle, within=60)
+
+
+def attempt_log(settings: Settings, r: TaskResult, n: int) -> str:
+    return (settings.runs / r.task_id / f"attempt-{n}" / "agent.log").read_text()
+
+
+def assert_fixed_after_feedback(r: TaskResult, repo: Path) -> None:
+    assert r.state == TaskState.DONE_WITH_EVIDENCE, r.reason
+    assert r.final_action == FinalAction.MERGED
+    first, second = r.attempts
+    assert [g.name for g in first.verdict.gates if not g.passed] == ["tests"]
+    assert second.verdict.passed and second.feedback is not None
+    assert (repo / "slugify.py").read_text() == COMPLETE_FIX
+    # Only the fix was committed: no history, cache or settings file of the agent's.
+    assert git(repo, "show", "--name-only", "--format=", "main") == "slugify.py"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+
+def claude_turns(content: str) -> list:
+    return [
+        turn("Reading the code.", ("Read", {"file_path": "{cwd}/slugify.py"})),
+        turn("", ("Write", {"file_path": "{cwd}/slugify.py", "content": content})),
+        turn("slugify is fixed."),
+    ]
+
+
+@needs_cli("claude")
+@pytest.mark.parametrize("level", LEVELS)
+async def test_claude_code_example(
+    client: Client, settings: Settings, demo_repo: Path, level: str, monkeypatch
+) -> None:
+    with ScriptedClaude(*claude_turns(HALF_FIX), *claude_turns(COMPLETE_FIX)) as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
+        spec = example("claude-code.yaml", demo_repo, level, f"127.0.0.1:{model.port}")
+        async with build_worker(client, settings):
+            r = await approved(client, spec, settings.task_queue)
+    assert_fixed_after_feedback(r, demo_repo)
+    # The key went to the endpoint, never into a log or the trace.
+    assert all(req["headers"]["x-api-key"] == "sk-ant-test-0000" for req in model.requests)
+    assert "sk-ant-test-0000" not in r.model_dump_json()
+    # The transcript is in agent.log; tokens are what the endpoint sent, the cost is
+    # Claude Code's own estimate for them.
+    log = attempt_log(settings, r, 2)
+    assert '"type":"result"' in log and '"name":"Write"' in log
+    assert r.tokens == sum(model.usage_sent) == 6 * 1050
+    assert r.cost_usd > 0 and all(a.usage.cost_usd > 0 for a in r.attempts)
+
+
+@needs_cli("claude")
+async def test_a_cost_budget_below_one_call_stops_claude_code(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    with ScriptedClaude(*claude_turns(HALF_FIX), *claude_turns(COMPLETE_FIX)) as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
+        spec = example(
+            "claude-code.yaml",
+            demo_repo,
+            "basic",
+            f"127.0.0.1:{model.port}",
+            budget={"max_attempts": 3, "max_cost_usd": 0.0001},
+            approval_timeout=2,
+        )
+        async with build_worker(client, settings):
+            handle, _ = await start_task(client, spec, settings.task_queue)
+            r = await result_of(handle, within=180)
+    assert r.state == TaskState.BUDGET_EXCEEDED, r.reason
+    assert r.reason.startswith("cost budget spent")
+    assert len(r.attempts) == 1 and r.cost_usd > 0.0001
+
+
+# --------------------------------------------------------------------------- aider
+
+
+def aider_reply(content: str) -> Any:
+    return reply(f"Here it is.\n\nslugify.py\n```python\n{content}```\n")
+
+
+@needs_cli("aider")
+@pytest.mark.parametrize("level", LEVELS)
+async def test_aider_example(
+    client: Client, settings: Settings, demo_repo: Path, level: str, monkeypatch
+) -> None:
+    with ScriptedModel() as model:
+        model.script([aider_reply(HALF_FIX), aider_reply(COMPLETE_FIX)])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-aider-0000")
+        monkeypatch.setenv("OPENAI_API_BASE", model.url)
+        endpoint = model.url.removeprefix("http://").removesuffix("/v1")
+        spec = example("aider.yaml", demo_repo, level, endpoint)
+        async with build_worker(client, settings):
+            r = await approved(client, spec, settings.task_queue)
+    assert_fixed_after_feedback(r, demo_repo)
+    assert len(model.requests) == 2 and all(req["body"]["stream"] for req in model.requests)
+    # aider counts streamed tokens itself and prices them (gpt-4o-mini is in its table).
+    assert all(a.usage.tokens > 0 and a.usage.cost_usd > 0 for a in r.attempts)
+    assert "Tokens:" in attempt_log(settings, r, 1)
+
+
+# --------------------------------------------------------------------------- Codex
+
+PATCH = """apply_patch <<'EOF'
+*** Begin Patch
+*** Update File: slugify.py
+@@
+{lines}
+*** End Patch
+EOF"""
+BUGGY = (EXAMPLES / "demo" / "repo" / "slugify.py").read_text()
+
+
+def codex_turns(before: str, after: str) -> list:
+    """Codex edits through an ``apply_patch`` heredoc (its exec_command runs it)."""
+    lines = [f"-{line}" for line in before.splitlines()]
+    lines += [f"+{line}" for line in after.splitlines()]
+    return [
+        turn("Looking.", ("exec_command", {"cmd": "cat slugify.py"})),
+        turn("", ("exec_command", {"cmd": PATCH.format(lines="\n".join(lines))})),
+        turn("slugify is fixed."),
+    ]
+
+
+@needs_cli("codex")
+async def test_codex_example(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    turns = [*codex_turns(BUGGY, HALF_FIX), *codex_turns(HALF_FIX, COMPLETE_FIX)]
+    with ScriptedResponses(*turns) as model:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-codex-0000")
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{model.url}/v1")
+        spec = example("codex.yaml", demo_repo, "strict", f"127.0.0.1:{model.port}")
+        async with build_worker(client, settings):
+            r = await approved(client, spec, settings.task_queue)
+    assert_fixed_after_feedback(r, demo_repo)
+    assert all(req["headers"]["authorization"] == "Bearer sk-test-codex-0000"
+               for req in model.requests)  # fmt: skip
+    # Codex reports tokens only; agent.model (gpt-5) prices them.
+    assert r.tokens == sum(model.usage_sent) == 6 * 1050
+    assert r.cost_usd == pytest.approx(6 * (1000 * 1.25 + 50 * 10) / 1e6)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+async def blocked(client: Client, settings: Settings, spec: TaskSpec) -> TaskResult:
+    async with build_worker(client, settings):
+        handle, _ = await start_task(client, spec, settings.task_queue)
+        return await result_of(handle, within=120)
+
+
+@needs_cli("claude")
+async def test_a_missing_key_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Said in the --wait output and by loop status, with no attempt spent."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    spec = example("claude-code.yaml", demo_repo, "basic", "127.0.0.1:9")
+    file = tmp_path / "task.yaml"
+    file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "LOOP_TASK_QUEUE": settings.task_queue,
+        "LOOP_HOME": str(settings.home),
+    }
+    loop = str(Path(sys.executable).parent / "loop")
+    async with build_worker(client, settings):
+        waited = await asyncio.create_subprocess_exec(
+            loop, "start", str(file), "--wait", env=env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(waited.communicate(), 120)
+        status = await asyncio.create_subprocess_exec(
+            loop, "status", spec.id, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        shown, _ = await asyncio.wait_for(status.communicate(), 60)
+    reason = "ANTHROPIC_API_KEY is not set where the worker runs"
+    assert waited.returncode == 1 and "BLOCKED" in out.decode() and reason in out.decode()
+    assert "BLOCKED" in shown.decode() and reason in shown.decode()
+    assert "attempts: 0" in out.decode()
+
+
+@needs_cli("claude")
+async def test_an_endpoint_that_is_down_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    port = closed_port()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    settings = settings.model_copy(update={"endpoint_wait": 2.0})
+    r = await blocked(client, settings, example("claude-code.yaml", demo_repo, "basic",
+                                                 f"127.0.0.1:{port}"))  # fmt: skip
+    assert r.state == TaskState.BLOCKED and r.attempts == []
+    assert f"http://127.0.0.1:{port} did not answer for 2 s" in r.reason
+
+
+@needs_cli("claude")
+async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    with ScriptedClaude(*[refuse(401)] * 10) as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-wrong")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
+        r = await blocked(
+            client, settings, example("claude-code.yaml", demo_repo, "basic",
+                                      f"127.0.0.1:{model.port}"),
+        )  # fmt: skip
+    assert r.state == TaskState.BLOCKED, r.reason
+    assert len(r.attempts) == 1 and r.attempts[0].verdict is None
+    assert "claude:" in r.reason and "(log: " in r.reason
+
+
+async def test_an_agent_that_is_not_installed_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path
+) -> None:
+    """As the README's sh -c form: `sh` runs, the agent it names is nowhere."""
+    spec = TaskSpec.model_validate(
+        {**yaml.safe_load((EXAMPLES / "claude-code.yaml").read_text()),
+         "repo": str(demo_repo), "budget": {"max_attempts": 3},
+         "agent": {"command": ["sh", "-c", 'no-such-agent-cli -p "$(cat "$LOOP_PROMPT_FILE")"']},
+         "sandbox": {"mode": "basic"}}
+    )  # fmt: skip
+    r = await blocked(client, settings, spec)
+    assert r.state == TaskState.BLOCKED and r.attempts == []
+    assert "runs `no-such-agent-cli`, which the task's uid cannot find" in r.reason
+
+
+async def test_a_gate_that_cannot_run_at_base_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent.sh"
+    agent.write_text("#!/bin/sh\nexit 0\n")
+    agent.chmod(0o755)
+    spec = TaskSpec.model_validate(
+        {"id": f"t-{os.urandom(3).hex()}", "goal": "fix slugify", "repo": str(demo_repo),
+         "agent": {"command": [str(agent)]},
+         "verify": [{"name": "tests", "run": "no-such-test-runner -q"}],
+         "sandbox": {"mode": "basic"}}
+    )  # fmt: skip
+    r = await blocked(client, settings, spec)
+    assert r.state == TaskState.BLOCKED and r.attempts == []
+    assert r.reason.startswith("explore failed: gate tests: `no-such-test-runner -q` runs")
