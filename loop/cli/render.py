@@ -30,6 +30,8 @@ def status_line(st: TaskStatus) -> str:
         text += f" · {st.agent}"
     if st.retried:
         text += f" · make retried in {st.retried} attempt(s), see `loop trace`"
+    if st.host:
+        text += f" · host {st.host}"
     return text
 
 
@@ -126,6 +128,7 @@ def print_result(out: Console, r: TaskResult) -> None:
         out.print(f"total: {r.tokens} tokens · ${r.cost_usd:.4f} · {r.tool_calls} tool calls")
     if r.worktree:
         removed = any(ev.kind == "worktree" and ev.detail == "removed" for ev in r.events)
-        out.print(f"worktree: {r.worktree}{' (removed)' if removed else ''}", markup=False)
+        where = f" on host {r.host}" if r.host else ""
+        out.print(f"worktree: {r.worktree}{where}{' (removed)' if removed else ''}", markup=False)
     if r.trace_path:
         out.print(f"trace: {r.trace_path} · notes: {r.notes_path}", markup=False)
