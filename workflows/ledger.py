@@ -43,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
 KEEP_DAYS = 31
 KEEP_SETTLED = 500
 KEEP_RELEASED = 100
-SWEEP_EVERY = timedelta(minutes=5)
 EPSILON = 1e-9  # sums of dollar amounts in floating point
 
 
@@ -63,7 +62,9 @@ class PeriodBudgetWorkflow:
                     )
                     continue
                 try:
-                    await workflow.wait_condition(self._time_to_continue, timeout=SWEEP_EVERY)
+                    await workflow.wait_condition(
+                        self._time_to_continue, timeout=timedelta(seconds=self.state.sweep_every_s)
+                    )
                 except TimeoutError:
                     await self._sweep()
         else:

@@ -60,6 +60,8 @@ class LedgerState(_Record):
     """Recently settled keys, so a retried report is not counted twice."""
     released: list[str] = Field(default_factory=list)
     """Recently released keys: reservations whose task had ended without settling."""
+    sweep_every_s: float = Field(default=300.0, gt=0)
+    """While reservations are open, how often the ledger asks whether their tasks ended."""
 
 
 class ReserveRequest(_Payload):

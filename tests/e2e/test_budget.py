@@ -136,3 +136,104 @@ async def test_spent_period_budget_parks_the_task_until_raised(
     # Settled: nothing held any more, and (the agent reports no usage) nothing spent.
     row = r"cost\s*│\s*\$5\.0000\s*│\s*\$0\.0000\s*│\s*\$0\.0000\s*│\s*\$5\.0000"
     assert re.search(row, shown.decode()), shown.decode()
+
+
+# Attempt 1 hangs: the task is cancelled, or terminated, while it holds its reservation.
+HANG = "time.sleep(120)\n"
+
+
+async def holding(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, sweep_every_s: float
+):
+    """A ledger with limits, and a task whose attempt holds a reservation of it."""
+    repo = str(demo_repo.resolve())
+    await client.execute_update_with_start_workflow(
+        UPDATE_SET_LIMITS,
+        PeriodLimits(cost_per_day=20.0, tokens_per_day=5_000_000),
+        start_workflow_operation=WithStartWorkflowOperation(
+            LEDGER_WORKFLOW,
+            LedgerState(repo=repo, sweep_every_s=sweep_every_s),
+            id=ledger_id_for(repo),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        ),
+        result_type=LedgerState,
+    )
+    data = task(
+        demo_repo,
+        write_agent(tmp_path, HANG),
+        budget={"max_attempts": 2, "max_cost_usd": 5.0, "max_tokens": 100_000},
+    )
+    data["agent"]["usage"] = "file"  # LOOP_USAGE_FILE: the budgets have usage to count
+    spec = TaskSpec.model_validate(data)
+    handle, _ = await start_task(client, spec, settings.task_queue)
+    ledger = client.get_workflow_handle(ledger_id_for(repo))
+
+    async def state() -> LedgerState:
+        return await ledger.query(QUERY_LEDGER, result_type=LedgerState)
+
+    await wait_for(handle, lambda s: s.phase == "make", within=60)
+    held = await state()
+    assert len(held.open) == 1 and held.days[TODAY].reserved_cost_usd == 5.0
+    assert held.days[TODAY].reserved_tokens == 100_000
+    return handle, state
+
+
+async def test_a_cancelled_task_gives_back_what_it_held(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+):
+    async with build_worker(client, settings):
+        handle, state = await holding(client, settings, demo_repo, tmp_path, 300)
+        await handle.cancel()
+        r = await result_of(handle, within=60)
+        after = await state()
+    assert r.state == TaskState.CANCELLED
+    assert after.open == {} and after.released == []  # settled by the task itself
+    day = after.days[TODAY]
+    assert (day.reserved_cost_usd, day.reserved_tokens) == (0.0, 0)
+
+
+async def test_the_ledger_releases_what_a_terminated_task_held(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+):
+    async with build_worker(client, settings):
+        handle, state = await holding(client, settings, demo_repo, tmp_path, 1)
+        key = next(iter((await state()).open))
+        await handle.terminate("gone without a word")
+        deadline = asyncio.get_running_loop().time() + 30
+        while (await state()).open:
+            assert asyncio.get_running_loop().time() < deadline, "the ledger kept the hold"
+            await asyncio.sleep(0.5)
+        after = await state()
+    assert after.released == [key]
+    day = after.days[TODAY]
+    assert (day.reserved_cost_usd, day.reserved_tokens, day.cost_usd) == (0.0, 0, 0.0)
+
+
+async def test_tokens_per_day_caps_as_cost_per_day_does(client: Client, settings: Settings):
+    repo = f"/repos/{settings.task_queue}"
+    async with build_worker(client, settings):
+        await set_limits(client, settings, repo, PeriodLimits(tokens_per_day=1000))
+        ledger = client.get_workflow_handle(ledger_id_for(repo))
+        first = await ledger.execute_update(
+            UPDATE_RESERVE,
+            ReserveRequest(key="a:1", day=TODAY, tokens=600),
+            result_type=ReserveReply,
+        )
+        second = await ledger.execute_update(
+            UPDATE_RESERVE,
+            ReserveRequest(key="b:1", day=TODAY, tokens=600),
+            result_type=ReserveReply,
+        )
+        await ledger.execute_update(
+            UPDATE_REPORT, UsageReport(key="a:1", tokens=600), result_type=bool
+        )
+        await ledger.execute_update(
+            UPDATE_REPORT, UsageReport(key="b:1", tokens=400), result_type=bool
+        )
+        third = await ledger.execute_update(
+            UPDATE_RESERVE, ReserveRequest(key="c:1", day=TODAY, tokens=1), result_type=ReserveReply
+        )
+    assert (first.granted, first.tokens) == (True, 600)
+    assert (second.granted, second.tokens) == (True, 400)  # what was left, no more
+    assert not third.granted and third.reason == "period budget spent"  # exactly spent

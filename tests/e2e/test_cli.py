@@ -336,6 +336,24 @@ async def test_start_wait_exits_1_when_the_task_is_not_done(
     expect_code(ran, 1)
 
 
+async def test_start_wait_returns_when_the_task_waits_for_a_person(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """An assisted task does not hold the terminal for approval_timeout: exit 3, and the
+    command that answers it."""
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(client, settings):
+        ran = await cli("start", str(write_task(tmp_path, spec)), "--wait")
+        st = await client.get_workflow_handle(workflow_id_for(spec["id"])).query(
+            QUERY_STATUS, result_type=TaskStatus
+        )
+    expect_code(ran, 3)
+    assert st.state == TaskState.AWAITING_APPROVAL  # still waiting: nothing was decided
+    assert f"[{spec['id']}] AWAITING_APPROVAL" in ran.out
+    assert f"answer with: loop approve {spec['id']}  |  loop reject {spec['id']}" in ran.out
+    assert "Traceback" not in ran.err
+
+
 @dataclass
 class Finished:
     task_id: str

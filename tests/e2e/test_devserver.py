@@ -256,3 +256,33 @@ def test_the_editable_install_prints_no_warning(tmp_path: Path) -> None:
     (pth,) = [n for n in names if n.endswith(".pth")]
     assert zipfile.ZipFile(wheel).read(pth).decode().strip() == str(ROOT)
     assert "same name as your package" not in done.stdout + done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_worker_dev_starts_its_server_where_the_environment_says(tmp_path: Path) -> None:
+    """`loop worker --dev` with TEMPORAL_ADDRESS: the embedded server on that port, and the
+    worker connected to it (not localhost:7233)."""
+    import signal
+    import subprocess
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
+    env.update(LOOP_HOME=str(tmp_path / "home"), TEMPORAL_ADDRESS=f"127.0.0.1:{port}")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [str(LOOP), "worker", "--dev"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "worker ready" not in log.read_text(errors="replace"):
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert port_busy("127.0.0.1", port)
+        assert f'"address": "127.0.0.1:{port}"' in log.read_text()  # JSON logs: piped
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert worker.returncode == 0, log.read_text()
+    assert not port_busy("127.0.0.1", port)  # the server it started stopped with it

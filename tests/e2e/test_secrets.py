@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -102,6 +103,35 @@ async def test_history_is_ciphertext_and_the_codec_server_reads_it(
         server.shutdown()
     assert MARKER in payload_text(decoded)
     assert MARKER not in payload_text(shown)
+
+
+async def test_without_the_key_the_cli_says_so_in_one_line(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, key_file: Path
+):
+    """The worker has the key, the CLI does not: one line naming the variable, exit 2."""
+    sealed = await Client.connect(
+        client.service_client.config.target_host,
+        data_converter=data_converter({KEY_ENV: str(key_file)}),
+    )
+    agent = write_agent(tmp_path, 'pathlib.Path("slugify.py").write_text(COMPLETE)\n')
+    spec = TaskSpec.model_validate(task(demo_repo, agent))
+    async with build_worker(sealed, settings):
+        handle, _ = await start_task(sealed, spec, settings.task_queue)
+        await result_of(handle)
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env["TEMPORAL_ADDRESS"] = client.service_client.config.target_host
+    loop = str(Path(sys.executable).parent / "loop")
+    for command in (["status", spec.id], ["trace", spec.id]):
+        proc = await asyncio.create_subprocess_exec(
+            loop, *command, env=env, cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == 2, (command, out, err)
+        assert err.decode() == (
+            "error: the payloads are encrypted: set LOOP_CODEC_KEY_FILE to the key file "
+            "the worker uses\n"
+        ), command
 
 
 def payload_text(shown: str) -> str:

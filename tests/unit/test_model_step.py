@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -13,7 +14,13 @@ from structlog.testing import capture_logs
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import SYSTEM_PROMPT, ModelActivities, model_artifact, tool_artifact
+from activities.model import (
+    SYSTEM_PROMPT,
+    ModelActivities,
+    model_artifact,
+    preflight,
+    tool_artifact,
+)
 from loop import pricing
 from loop.contracts import ModelStepInput, ModelStepResult
 from loop.errors import PERMANENT, BadInput
@@ -411,3 +418,23 @@ def test_versioned_names_priced_by_family():
     assert pricing.lookup("gpt-4oo", prices) is None  # a prefix must end at a boundary
     assert pricing.lookup("gpt-4.10", prices) is None
     assert pricing.lookup("o3-mini-high", prices) == prices["o3-mini"]
+
+
+async def test_preflight_before_the_first_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint that answers passes; one that is down, or remote without a key, is a
+    permanent error in one line (the task ends BLOCKED before any attempt)."""
+    with ScriptedModel() as model:
+        await preflight(model.url, "gpt-4o-mini", bound_s=2)  # no error, no model call
+        assert model.requests == []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ApplicationError) as down:
+        await preflight(f"http://127.0.0.1:{port}/v1", "gpt-4o-mini", bound_s=2)
+    assert down.value.non_retryable
+    assert f"model gpt-4o-mini at http://127.0.0.1:{port}/v1: connection failed" in str(down.value)
+    assert str(down.value).endswith("unreachable for 2 s")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ApplicationError) as keyless:
+        await preflight("https://models.example.invalid/v1", "gpt-4o-mini", bound_s=2)
+    assert "OPENAI_API_KEY is not set in the worker's environment" in str(keyless.value)

@@ -75,6 +75,14 @@ async def test_codec_server_needs_the_token_and_allows_the_ui_origin(key_file: P
             post, {"Origin": "http://localhost:8233"}, "OPTIONS"
         )
         assert headers.get("Access-Control-Allow-Origin") == "http://localhost:8233"
+        # Any Temporal UI on this machine, on any port and under any loopback name
+        # (`loop dev` prints 127.0.0.1), is allowed; a page from elsewhere is not.
+        for origin in ("http://127.0.0.1:8611", "http://localhost:9233", "http://[::1]:8233"):
+            _, _, headers = await asyncio.to_thread(post, {"Origin": origin}, "OPTIONS")
+            assert headers.get("Access-Control-Allow-Origin") == origin, origin
+        for origin in ("http://evil.example", "http://127.0.0.1.evil.example:8233"):
+            _, _, headers = await asyncio.to_thread(post, {"Origin": origin}, "OPTIONS")
+            assert "Access-Control-Allow-Origin" not in headers, origin
     finally:
         server.shutdown()
 

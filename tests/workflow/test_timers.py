@@ -36,6 +36,7 @@ from loop.contracts import (
     REMOVE_WORKSPACE,
     REPORT_USAGE,
     RESERVE_BUDGET,
+    SIGNAL_EXTEND_BUDGET,
     SIGNAL_REJECT,
     SUMMARIZE,
     TASK_WORKFLOW,
@@ -47,6 +48,7 @@ from loop.contracts import (
     Evidence,
     ExploreInput,
     ExploreResult,
+    ExtendBudgetSignal,
     FinalAction,
     GateResult,
     MakeInput,
@@ -325,3 +327,37 @@ async def test_answer_sent_while_the_escalation_is_sent_is_not_lost(skipping: Wo
             await handle.signal(SIGNAL_REJECT, RejectSignal(reason="stop"))
             result = await result_of(handle, within=20)
     assert result.state == TaskState.REJECTED and result.reason == "stop"
+
+
+async def waiting(skipping: WorkflowEnvironment, handle: WorkflowHandle, after: int) -> TaskStatus:
+    """The status once the task waits in NEEDS_HUMAN with ``after`` attempts made."""
+    with skipping.auto_time_skipping_disabled():
+        for _ in range(200):
+            st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
+            if st.state == TaskState.NEEDS_HUMAN and st.attempt == after:
+                return st
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"never waited after {after} attempts: {st}")
+
+
+async def test_extend_adds_to_limits_and_leaves_no_limit_alone(skipping: WorkflowEnvironment):
+    fakes = Fakes(pass_from=99)
+    s = spec(budget={"max_attempts": 1, "max_tokens": 100}, approval_timeout=10 * 86400)
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    client = skipping.client
+    async with worker(client, queue, fakes):
+        handle = await client.start_workflow(
+            TASK_WORKFLOW, s, id=f"task-{s.id}", task_queue=queue, result_type=TaskResult
+        )
+        before = await waiting(skipping, handle, 1)
+        more = ExtendBudgetSignal(attempts=1, seconds=60, tokens=50, cost_usd=0.5)
+        await handle.signal(SIGNAL_EXTEND_BUDGET, more)
+        after = await waiting(skipping, handle, 2)
+        await handle.signal(SIGNAL_REJECT, RejectSignal(reason="enough"))
+        await result_of(handle)
+    assert (before.budget.left.seconds, before.budget.left.cost_usd) == (None, None)
+    assert before.budget.left.tokens == 100
+    # Tokens had a limit: 50 more. Time and cost had none, and still have none.
+    assert after.budget.left.tokens == 150
+    assert (after.budget.left.seconds, after.budget.left.cost_usd) == (None, None)
+    assert after.budget.left.attempts == 0 and after.budget.used.attempts == 2
