@@ -1,18 +1,21 @@
-"""Throughput: K concurrent tasks with an instant agent and trivial gates, on 1 then 2 workers.
+"""Throughput: K concurrent tasks with an instant agent and trivial gates, on 1 and 2
+workers of one host, then on 3 hosts.
 
 Every task is the demo's bug with a scripted command agent that writes the fix
 at once, and two gates: ``true`` and the demo's unit tests. All tasks share one
 repository (worktree creation is serialised per repository, as in real use).
-The first worker runs in this process (``worker.build_worker``); the second is
-``python worker.py`` as a subprocess with the same LOOP_HOME, TEMPORAL_ADDRESS
-and LOOP_TASK_QUEUE. The server is Loopwork's embedded one.
+With 1 or 2 workers the first runs in this process (``worker.build_worker``), the
+second is ``python worker.py`` as a subprocess with the same LOOP_HOME,
+TEMPORAL_ADDRESS and LOOP_TASK_QUEUE (two replicas of one host). With 3 hosts, three
+``worker.py`` processes each have their own LOOP_HOME and host id, and the
+repository is a bare one at a ``file://`` URL, so each host works from its own
+mirror and pushes its merges. The server is Loopwork's embedded one.
 
 Reported: tasks/s and activities/s (activities counted from the workflow
-histories), the task latency, the share of activities the second worker ran,
+histories), the task latency, the share of activities the busiest worker ran,
 how busy the machine's CPUs were (/proc/stat), and the scaling from 1 to 2
-workers. Each
-configuration is warmed up with a few tasks first, then run ``--runs`` times
-(median).
+workers. Each configuration is warmed up with a few tasks first, then run
+``--runs`` times (median).
 
     .venv/bin/python bench/throughput.py [--tasks 20] [--runs 3] [--quick]
 """
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -53,19 +57,17 @@ from worker import build_worker
 AGENT = f"pathlib.Path('slugify.py').write_text({COMPLETE_FIX!r})\n"
 
 
-async def count_activities(handle: WorkflowHandle) -> tuple[int, int]:
-    """(completed activities, of them run by a worker other than this process)."""
-    ours = f"{os.getpid()}@"
+async def count_activities(handle: WorkflowHandle) -> dict[str, int]:
+    """Completed activities by the worker (its identity, ``pid@host``) that ran each."""
     started: dict[int, str] = {}
-    n = elsewhere = 0
+    counts: dict[str, int] = {}
     async for ev in handle.fetch_history_events():
         if ev.HasField("activity_task_started_event_attributes"):
             started[ev.event_id] = ev.activity_task_started_event_attributes.identity
         elif ev.HasField("activity_task_completed_event_attributes"):
-            n += 1
-            identity = started.get(ev.activity_task_completed_event_attributes.started_event_id, "")
-            elsewhere += not identity.startswith(ours)
-    return n, elsewhere
+            who = started.get(ev.activity_task_completed_event_attributes.started_event_id, "")
+            counts[who] = counts.get(who, 0) + 1
+    return counts
 
 
 def cpu_jiffies() -> tuple[int, int]:
@@ -76,7 +78,7 @@ def cpu_jiffies() -> tuple[int, int]:
 
 
 async def run_batch(
-    client: Client, queue: str, repo: Path, agent: list[str], k: int
+    client: Client, queue: str, repo: str, agent: list[str], k: int
 ) -> dict[str, float]:
     """Start k tasks at once, wait for all; wall time, latencies, activities."""
     verify = [
@@ -99,13 +101,16 @@ async def run_batch(
     bad = [r for _, r, _ in done if r.state != TaskState.DONE_WITH_EVIDENCE]
     if bad:
         raise RuntimeError(f"{len(bad)} tasks did not finish DONE: {bad[0].state} {bad[0].reason}")
-    counted = await asyncio.gather(*(count_activities(h) for h, _, _ in done))
-    activities = sum(n for n, _ in counted)
+    by_worker: dict[str, int] = {}
+    for counts in await asyncio.gather(*(count_activities(h) for h, _, _ in done)):
+        for who, n in counts.items():
+            by_worker[who] = by_worker.get(who, 0) + n
+    activities = sum(by_worker.values())
     latencies = sorted(lat for _, _, lat in done)
     return {
         "wall": wall,
         "activities": activities,
-        "second_share": sum(e for _, e in counted) / activities,
+        "busiest_share": max(by_worker.values()) / activities,
         "cpu_busy": (busy1 - busy0) / max(total1 - total0, 1),
         "lat_median": median(latencies),
         "lat_max": latencies[-1],
@@ -122,6 +127,7 @@ async def configuration(
     runs: int,
     warmup: int,
 ) -> list[dict[str, float]]:
+    """``workers`` replicas of one host: this process and subprocesses sharing its home."""
     queue = f"tp-{workers}w-{uuid.uuid4().hex[:6]}"
     settings = Settings(home=home, task_queue=queue)
     extra = []
@@ -132,10 +138,36 @@ async def configuration(
             extra.append(proc)
             await wait_for_log(log, "worker ready", proc)
         async with build_worker(client, settings):
-            await run_batch(client, queue, repo, agent, warmup * workers)
-            return [await run_batch(client, queue, repo, agent, k) for _ in range(runs)]
+            await run_batch(client, queue, str(repo), agent, warmup * workers)
+            return [await run_batch(client, queue, str(repo), agent, k) for _ in range(runs)]
     finally:
         for proc in extra:
+            stop_process(proc)
+
+
+async def hosts(
+    client: Client, home: Path, repo: Path, agent: list[str], k: int, runs: int, warmup: int
+) -> list[dict[str, float]]:
+    """Three hosts: worker processes with a home and host id each, the repository at a URL."""
+    queue = f"tp-3h-{uuid.uuid4().hex[:6]}"
+    remote = home / f"{queue}.git"
+    clone = ["git", "clone", "-q", "--bare", str(repo), str(remote)]
+    await asyncio.to_thread(subprocess.run, clone, check=True)
+    procs = []
+    try:
+        for i in range(3):
+            log = home / f"worker-{queue}-h{i}.log"
+            procs.append(
+                spawn_worker(
+                    client.service_client.config.target_host, home / f"host-{queue}-{i}", queue,
+                    log, LOOP_HOST_ID=f"h{i}",
+                )
+            )  # fmt: skip
+            await wait_for_log(log, "worker ready", procs[-1])
+        await run_batch(client, queue, remote.as_uri(), agent, warmup * 3)
+        return [await run_batch(client, queue, remote.as_uri(), agent, k) for _ in range(runs)]
+    finally:
+        for proc in procs:
             stop_process(proc)
 
 
@@ -148,7 +180,7 @@ async def main() -> None:
     warmup = 2
     if args.quick:
         args.tasks, args.runs, warmup = 4, 1, 1
-    print_machine("throughput: concurrent tasks on 1 and 2 workers")
+    print_machine("throughput: concurrent tasks on 1 and 2 workers, and on 3 hosts")
     print(
         f"K={args.tasks} concurrent tasks per run, runs={args.runs} (median), "
         f"warm-up {warmup} task(s) per worker. NOTE: this machine has {os.cpu_count()} cores, "
@@ -165,16 +197,18 @@ async def main() -> None:
                 results[workers] = await configuration(
                     client, home, repo, agent, workers, args.tasks, args.runs, warmup
                 )
+            results[3] = await hosts(client, home, repo, agent, args.tasks, args.runs, warmup)
 
     rows = []
     summary: dict[int, float] = {}
+    labels = {1: "1 worker", 2: "2 workers, 1 host", 3: "3 hosts (URL repo)"}
     for workers, runs in results.items():
         wall = median([r["wall"] for r in runs])
         acts = median([r["activities"] for r in runs])
         summary[workers] = args.tasks / wall
         rows.append(
             [
-                workers,
+                labels[workers],
                 args.tasks,
                 wall,
                 args.tasks / wall,
@@ -182,7 +216,7 @@ async def main() -> None:
                 acts / wall,
                 median([r["lat_median"] for r in runs]),
                 median([r["lat_max"] for r in runs]),
-                f"{median([r['second_share'] for r in runs]):.0%}",
+                f"{median([r['busiest_share'] for r in runs]):.0%}",
                 f"{median([r['cpu_busy'] for r in runs]):.0%}",
             ]
         )
@@ -196,7 +230,7 @@ async def main() -> None:
             "activities/s",
             "latency median s",
             "latency max s",
-            "by 2nd worker",
+            "by the busiest worker",
             "CPU busy",
         ],
         rows,

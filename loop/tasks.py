@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import getpass
 from collections.abc import Callable
+from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -156,15 +157,18 @@ def refusal(task_id: str, answer: str, st: TaskStatus) -> str:
     return f"task {task_id} is {st.state}{waiting}; {answer} does not apply now"
 
 
-async def answerable(
-    client: Client, task_id: str, answer: str
-) -> tuple[WorkflowHandle, TaskStatus]:
-    """The task's handle and status when ``answer`` applies to it now, else ``BadInput``
-    with the reason: the check before every answer, so a signal is never sent into the void.
-    """
+def checked_id(task_id: str) -> str:
     if not is_valid_task_id(task_id):
         raise BadInput(f"{task_id!r} is not a task id ([a-z0-9][a-z0-9._-]{{0,62}})")
-    handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+    return task_id
+
+
+async def find(client: Client, task_id: str) -> tuple[WorkflowHandle, Any]:
+    """The task's workflow (its latest run) and its description; ``UnknownTask`` when the
+    server has none: the one lookup the CLI, the answers and the review page share."""
+    handle = client.get_workflow_handle(
+        workflow_id_for(checked_id(task_id)), result_type=TaskResult
+    )
     try:
         desc = await handle.describe()
     except RPCError as e:
@@ -173,15 +177,30 @@ async def answerable(
                 f"no task {task_id!r} (workflow {handle.id}) on this server"
             ) from None
         raise
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {answer} does not apply")
+    return handle, desc
+
+
+async def live_status(handle: WorkflowHandle) -> TaskStatus:
+    """The ``status`` query of an open task; a worker must answer it within 10 s."""
     try:
-        st = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 10)
+        return await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 10)
     except TimeoutError:
         raise LoopError(
             f"task {handle.id} did not answer its status query: is a worker running "
             "(`loop worker`)?"
         ) from None
+
+
+async def answerable(
+    client: Client, task_id: str, answer: str
+) -> tuple[WorkflowHandle, TaskStatus]:
+    """The task's handle and status when ``answer`` applies to it now, else ``BadInput``
+    with the reason: the check before every answer, so a signal is never sent into the void.
+    """
+    handle, desc = await find(client, task_id)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {answer} does not apply")
+    st = await live_status(handle)
     why = refusal(task_id, answer, st)
     if why:
         raise BadInput(why)

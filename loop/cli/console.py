@@ -18,17 +18,14 @@ from typing import Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from loop.client import connect
 from loop.contracts import (
-    QUERY_STATUS,
     TaskResult,
     TaskStatus,
-    is_valid_task_id,
-    workflow_id_for,
 )
-from loop.errors import BadInput, LoopError, UnknownTask
+from loop.errors import BadInput, LoopError
+from loop.tasks import live_status
 
 WAITING = 3
 """The exit code of ``loop start --wait`` when the task waits for a person."""
@@ -74,37 +71,10 @@ async def client() -> Client:
     return await connect(connection.address, connection.namespace)
 
 
-def check_id(task_id: str) -> str:
-    if not is_valid_task_id(task_id):
-        raise BadInput(f"{task_id!r} is not a task id ([a-z0-9][a-z0-9._-]{{0,62}})")
-    return task_id
-
-
-async def handle(client: Client, task_id: str) -> tuple[WorkflowHandle, Any]:
-    handle = client.get_workflow_handle(workflow_id_for(check_id(task_id)), result_type=TaskResult)
-    try:
-        desc = await handle.describe()
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            raise UnknownTask(
-                f"no task {task_id!r} (workflow {handle.id}) on this server"
-            ) from None
-        raise
-    return handle, desc
-
-
 async def status_of(handle: WorkflowHandle, desc: Any) -> TaskStatus | TaskResult:
     """Live status of an open task; the result of a closed one (no worker needed)."""
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        try:
-            return await asyncio.wait_for(
-                handle.query(QUERY_STATUS, result_type=TaskStatus), timeout=10
-            )
-        except TimeoutError:
-            raise LoopError(
-                f"task {handle.id} did not answer its status query: is a worker running "
-                "(`loop worker`)?"
-            ) from None
+        return await live_status(handle)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     raise BadInput(f"task {handle.id} ended as {desc.status.name} (see the Temporal UI)")

@@ -45,7 +45,7 @@ from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
 from loop.settings import Settings
-from loop.tasks import answerable, follow, has_worker, local_user, start_task
+from loop.tasks import answerable, checked_id, find, follow, has_worker, local_user, start_task
 
 
 def start(
@@ -119,7 +119,7 @@ def status(
         if task_id is None:
             await _list(client, "", as_json)
             return
-        handle, desc = await console.handle(client, task_id)
+        handle, desc = await find(client, task_id)
         st = await console.status_of(handle, desc)
         if as_json:
             console.out.print_json(st.model_dump_json())
@@ -160,7 +160,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
     if inbox:
         for row in rows:
             with contextlib.suppress(LoopError, RPCError):
-                handle, desc = await console.handle(client, row["task_id"])
+                handle, desc = await find(client, row["task_id"])
                 st = await console.status_of(handle, desc)
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
@@ -292,7 +292,7 @@ def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
 
     async def main() -> None:
         client = await console.client()
-        handle, desc = await console.handle(client, task_id)
+        handle, desc = await find(client, task_id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise BadInput(f"task {task_id} has already ended ({desc.status.name})")
         await handle.cancel()
@@ -309,10 +309,10 @@ def trace(
     trace file in LOOP_HOME/runs when the server is not reachable or forgot the task)."""
 
     async def main() -> None:
-        file = Settings.from_env().runs / f"{console.check_id(task_id)}.json"
+        file = Settings.from_env().runs / f"{checked_id(task_id)}.json"
         try:
             client = await console.client()
-            handle, desc = await console.handle(client, task_id)
+            handle, desc = await find(client, task_id)
         except (ServerUnavailable, UnknownTask) as e:
             if not file.is_file():
                 raise

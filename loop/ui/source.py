@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from loop.client import ui_url
 from loop.contracts import (
@@ -53,7 +53,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
-from loop.tasks import ANSWER_SIGNALS, answerable
+from loop.tasks import ANSWER_SIGNALS, answerable, find
 from loop.ui import views
 from loop.ui.diff import DiffFile, highlight, parse
 
@@ -206,13 +206,7 @@ class Source:
         if not is_valid_task_id(task_id):
             raise UnknownTask(f"{task_id!r} is not a task id")
         wid = workflow_id_for(task_id)
-        handle = self.client.get_workflow_handle(wid)
-        try:
-            desc = await handle.describe()
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                raise UnknownTask(f"no task {task_id!r} (workflow {wid}) on this server") from None
-            raise
+        _, desc = await find(self.client, task_id)
         run_id = desc.run_id
         handle = self.client.get_workflow_handle(wid, run_id=run_id, result_type=TaskResult)
         is_open = desc.status == WorkflowExecutionStatus.RUNNING
