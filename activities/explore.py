@@ -111,7 +111,10 @@ class ExploreActivities:
         at_base = MakeResult(attempt=0, commit=ws.base_commit, start_commit=ws.base_commit)
         log_dir = Path(ws.run_dir) / "explore"
         async with artifact.checkout(
-            ws.repo, ws.base_commit, log_dir / "checkout", self.settings.locks
+            ws.repo,
+            ws.base_commit,
+            log_dir / f"checkout-{activity.info().attempt}",  # per try, as verify's
+            self.settings.locks,
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
             for gate in runnable.verify:

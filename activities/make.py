@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.host import artifact, sandbox, usage
 from activities.host.files import read_untrusted
@@ -75,6 +76,18 @@ def agent_home(ws: Workspace) -> Path:
 def endpoints(task: TaskSpec) -> list[str]:
     """What the egress proxy lets through beyond ``allow_hosts``: the agent's endpoint."""
     return sandbox.endpoint_entries(task.agent.base_url, openai=task.agent.backend == "openai")
+
+
+TRY_FILE = "try"
+"""The try of the attempt's make that owns the worktree (the latest to start)."""
+
+
+def superseded(folder: Path) -> bool:
+    """Whether a later try of this make started after this one (``_open`` records it)."""
+    try:
+        return int((folder / TRY_FILE).read_text()) != activity.info().attempt
+    except (OSError, ValueError):
+        return False
 
 
 USAGE_LOG_CHARS = 2 * 1024 * 1024
@@ -129,6 +142,10 @@ class MakeActivities:
                 allow_hosts=endpoints(inp.task),
             )
         )
+        if superseded(folder):
+            # The server gave this try up (its worker was cut off) and a later one runs:
+            # it owns the worktree now, so this one leaves it alone.
+            raise ApplicationError("superseded by a later try of this attempt", non_retryable=True)
         log.info(
             "agent finished",
             exit_code=ran.exit_code,
@@ -231,6 +248,7 @@ class MakeActivities:
         log = log_for(inp.task.id, n, "make")
         if await sandbox.kill_leftovers(folder, "agent"):
             log.warning("killed the agent left over from a crashed try")
+        (folder / TRY_FILE).write_text(str(activity.info().attempt))
         start_file = folder / "start_commit"
         if start_file.exists():
             start = start_file.read_text().strip()

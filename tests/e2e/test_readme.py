@@ -22,6 +22,7 @@ from temporalio.client import Client
 
 from loop.settings import Settings
 from tests.support.repos import EXAMPLES, ROOT
+from tests.support.temporal import local_server
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,9 +62,13 @@ def test_the_marked_blocks_are_found() -> None:
     assert "temporal workflow count --query 'LoopState=\"NEEDS_HUMAN\"'" in first
 
 
-async def test_readme_blocks_run_as_written(
-    client: Client, settings: Settings, tmp_path: Path
-) -> None:
+async def test_readme_blocks_run_as_written(settings: Settings, tmp_path: Path) -> None:
+    """A private server: the blocks start tasks under the examples' fixed ids."""
+    async with local_server() as server:
+        await run_blocks(server.client, settings, tmp_path)
+
+
+async def run_blocks(client: Client, settings: Settings, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "examples")
     env = {
         **os.environ,
