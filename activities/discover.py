@@ -143,7 +143,7 @@ class DiscoverActivities:
         holder = f"triage-ci-{source.name}"
         try:
             async with artifact.checkout(
-                repo, commit, state_dir / "checkout", self.settings.locks
+                repo, commit, state_dir, activity.info().attempt, self.settings.locks
             ) as folder:
                 proc = await sandbox.run_sandboxed(
                     sandbox.SandboxRun(

@@ -113,7 +113,8 @@ class ExploreActivities:
         async with artifact.checkout(
             ws.repo,
             ws.base_commit,
-            log_dir / f"checkout-{activity.info().attempt}",  # per try, as verify's
+            log_dir,
+            activity.info().attempt,
             self.settings.locks,
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)

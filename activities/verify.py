@@ -40,10 +40,9 @@ class VerifyActivities:
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
         # llm_review gates are model calls of their own (the ``review`` activity).
         checks = [g for g in inp.task.verify if g.kind != "llm_review"]
-        # A checkout per try: a try the server gave up on (its worker was cut off) may
-        # still be running here, and must not remove the tree the next try judges.
-        checkout = log_dir / f"checkout-{activity.info().attempt}"
-        async with artifact.checkout(ws.repo, made.commit, checkout, self.settings.locks) as tree:
+        async with artifact.checkout(
+            ws.repo, made.commit, log_dir, activity.info().attempt, self.settings.locks
+        ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
             results = await gates.evaluate(
                 inp.task.model_copy(update={"verify": checks}), ws, made, bench

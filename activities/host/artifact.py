@@ -125,11 +125,19 @@ async def ignored(tree: str, byproducts: list[str]) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def checkout(repo: str, commit: str, path: Path, locks: Path) -> AsyncIterator[Path]:
-    """A fresh detached worktree of ``commit`` at ``path``, removed afterwards (also the
-    one a crashed earlier try left there)."""
-    await _remove(repo, path, locks)
-    path.parent.mkdir(parents=True, exist_ok=True)
+async def checkout(
+    repo: str, commit: str, folder: Path, try_no: int, locks: Path
+) -> AsyncIterator[Path]:
+    """A fresh detached worktree of ``commit`` in ``folder``, removed afterwards.
+
+    One per try: a try the server gave up on (its worker was cut off) may still be
+    running and must not remove the tree the next try judges. The trees earlier tries
+    left (a killed worker removes nothing) go when the next try starts, since the
+    server has already given up on those tries."""
+    path = folder / f"checkout-{try_no}"
+    for left in sorted(folder.glob("checkout-*")):
+        await _remove(repo, left, locks)
+    folder.mkdir(parents=True, exist_ok=True)
     async with repo_lock(locks, repo):
         await git(["worktree", "add", "-q", "--detach", "--force", str(path), commit], repo)
     try:
