@@ -194,16 +194,18 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
     # take all the host allows (each run is capped at its share, egress.MAX_CONNECTIONS).
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # Caught from the first moment: a signal during start-up (the metrics endpoint
+    # already answers) lets the start finish and then drains, as at any later time.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     server = await ensure_running(settings, address) if dev else None
     try:
         client = await connect(address, runtime=metrics_runtime(settings))
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes", names=added)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         worker = build_worker(client, settings)
         async with worker:
             # Polling first, then what dead workers of this host ran is failed: its

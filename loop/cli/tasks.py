@@ -305,8 +305,10 @@ def trace(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     as_json: Annotated[bool, typer.Option("--json", help="the full trace as JSON")] = False,
 ) -> None:
-    """The execution trace: attempts, gates with evidence, events, escalations (from the
-    trace file in LOOP_HOME/runs when the server is not reachable or forgot the task)."""
+    """The execution trace: attempts, gates with evidence, events, escalations.
+
+    Read from the trace file in LOOP_HOME/runs when the server is not reachable or has
+    forgotten the task."""
 
     async def main() -> None:
         file = Settings.from_env().runs / f"{checked_id(task_id)}.json"
