@@ -169,10 +169,13 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def temp_home(prefix: str = "loop-bench-") -> Iterator[Path]:
-    """A throwaway LOOP_HOME (kept when LOOP_BENCH_KEEP=1, for post-mortems)."""
+    """A throwaway LOOP_HOME (kept when LOOP_BENCH_KEEP=1, for post-mortems), in a
+    folder of its own: the sandbox hides LOOP_HOME from agents and gates, so scripts
+    and repositories go beside it (``home.parent``)."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        yield path
+        (path / "home").mkdir()
+        yield path / "home"
     finally:
         if os.environ.get("LOOP_BENCH_KEEP") != "1":
             shutil.rmtree(path, ignore_errors=True)

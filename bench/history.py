@@ -93,7 +93,7 @@ async def main() -> None:
     script.append(reply(tool_calls=[("finish", {"answer": "done"})], usage=(100, 20)))
     with temp_home() as home, ScriptedModel() as model:
         model.script(script)
-        repo = make_demo_repo(home / "demo")
+        repo = make_demo_repo(home.parent / "demo")
         data = task_spec(
             repo,
             ["true"],

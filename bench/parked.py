@@ -153,7 +153,7 @@ async def one_round(
         fresh = await settle_rss(proc.pid, settle)
         # Warm-up: a few tasks parked and rejected, so first-use costs (imports, code
         # paths, allocator arenas) are not charged to the measured tasks.
-        warm_repo = make_demo_repo(home / f"warm-{name}")
+        warm_repo = make_demo_repo(home.parent / f"warm-{name}")
         warm = parked_specs(warm_repo, f"warm-{name}", warmup)
         await park(client, queue, warm, f'LoopRepo="{warm_repo}"')
         await reject_all(client, warm, f'LoopRepo="{warm_repo}"')
@@ -161,7 +161,7 @@ async def one_round(
         worker_idle = await settle_rss(proc.pid, settle)
         server_idle = tree_rss_kib(server.pid)
         worker_cpu0, server_cpu0 = sum(cpu_seconds(proc.pid)), cpu_seconds(server.pid)[0]
-        repo = make_demo_repo(home / f"repo-{name}")
+        repo = make_demo_repo(home.parent / f"repo-{name}")
         specs = parked_specs(repo, f"park-{name}", n)
         mine = f'LoopRepo="{repo}"'
         parked = await park(client, queue, specs, mine)

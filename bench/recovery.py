@@ -69,8 +69,10 @@ TARGET_S = 2.0
 
 # First run: record the start, then sleep "forever" (the worker is killed under it).
 # Retry: record the start, work for STEP seconds, write the fix, record the end.
+# It notes its runs in its own folder (LOOP_OUTPUT_FILE's), the one place outside the
+# worktree its uid may write, kept across the retries of an attempt.
 AGENT = """
-calls = pathlib.Path(__file__).with_suffix(".calls")
+calls = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"]).parent / "calls.jsonl"
 first = not calls.exists()
 with calls.open("a") as f:
     f.write(json.dumps({"start": time.time(), "pid": os.getpid()}) + "\\n")
@@ -139,11 +141,11 @@ async def command_run(
 ) -> dict[str, float | str | int]:
     queue = f"recovery-{i}"
     body = f"STEP = {step!r}\nFIX = {COMPLETE_FIX!r}\n" + AGENT
-    agent = script_agent(home, body)
-    calls = Path(agent[1]).with_suffix(".calls")
+    agent = script_agent(home.parent, body)
     spec = TaskSpec.model_validate(
         task_spec(repo, agent, verify=[{"name": "tests", "run": UNITTEST, "timeout": 60}])
     )
+    calls = home / "runs" / spec.id / "attempt-1" / "agent" / "calls.jsonl"
     log, log2 = home / f"worker-recovery-{i}.log", home / f"worker-recovery-{i}-new.log"
     first = spawn_worker(address, home, queue, log)
     second: subprocess.Popen[bytes] | None = None
@@ -291,7 +293,7 @@ async def main() -> None:
     )
     rows, oai = [], []
     with temp_home() as home:
-        repo = make_demo_repo(home / "demo")
+        repo = make_demo_repo(home.parent / "demo")
         async with loopwork_server(home / "server") as server:
             client = await connect(server.address)
             for i, (off, delay) in enumerate(runs):

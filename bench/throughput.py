@@ -189,8 +189,8 @@ async def main() -> None:
     )
     results: dict[int, list[dict[str, float]]] = {}
     with temp_home() as home:
-        repo = make_demo_repo(home / "demo")
-        agent = script_agent(home, AGENT)
+        repo = make_demo_repo(home.parent / "demo")
+        agent = script_agent(home.parent, AGENT)
         async with loopwork_server(home / "server") as server:
             client = await connect(server.address)
             for workers in (1, 2):
