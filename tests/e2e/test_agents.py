@@ -207,14 +207,15 @@ def codex_turns(before: str, after: str) -> list:
 
 
 @needs_cli("codex")
+@pytest.mark.parametrize("level", LEVELS)
 async def test_codex_example(
-    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch, level: str
 ) -> None:
     turns = [*codex_turns(BUGGY, HALF_FIX), *codex_turns(HALF_FIX, COMPLETE_FIX)]
     with ScriptedResponses(*turns) as model:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-codex-0000")
         monkeypatch.setenv("OPENAI_BASE_URL", f"{model.url}/v1")
-        spec = example("codex.yaml", demo_repo, "strict", f"127.0.0.1:{model.port}")
+        spec = example("codex.yaml", demo_repo, level, f"127.0.0.1:{model.port}")
         async with build_worker(client, settings):
             r = await approved(client, spec, settings.task_queue)
     assert_fixed_after_feedback(r, demo_repo)
