@@ -17,6 +17,7 @@ two, nothing the agent controls may decide what the gates see:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -147,10 +148,17 @@ async def checkout(
 
 
 async def _remove(repo: str, path: Path, locks: Path) -> None:
-    if not os.path.lexists(path):
+    """Remove a checkout this module made; anything else found under its name (a link,
+    a FIFO, a file) is unlinked, never followed or opened."""
+    try:
+        is_tree = stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
         return
     async with repo_lock(locks, repo):
-        await git(["worktree", "remove", "--force", "--force", str(path)], repo, check=False)
-        if os.path.lexists(path):
-            shutil.rmtree(path, ignore_errors=True)
+        if is_tree:
+            await git(["worktree", "remove", "--force", "--force", str(path)], repo, check=False)
+            if os.path.lexists(path):
+                await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
         await git(["worktree", "prune"], repo, check=False)
