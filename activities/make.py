@@ -286,39 +286,35 @@ class MakeActivities:
         too_big = too_big or await asyncio.to_thread(
             artifact.empty_if_over, [agent_dir(folder), agent_home(ws)], limit_mb
         )
+        made = MakeResult(
+            attempt=n,
+            start_commit=start.start_commit,
+            commit=start.start_commit,
+            outside_writes=outside,
+            removed=found.special,
+        )
         if too_big:
-            await restore(ws, start.start_commit)
-            await git(["clean", "-q", "-ffdx"], ws.path)
-            return MakeResult(
-                attempt=n,
-                start_commit=start.start_commit,
-                commit=start.start_commit,
-                outside_writes=outside,
-                disk_exceeded=too_big,
-                removed=found.special,
-            )
+            await _discard(ws, start.start_commit)
+            return made.model_copy(update={"disk_exceeded": too_big})
         try:
             commit = await wip_commit(ws, n)
         except GitError as e:
             # The agent's worktree is something git refuses (an encoding its attributes name,
             # a path git will not store): the attempt's own failure, not Loopwork's.
-            await restore(ws, start.start_commit)
-            await git(["clean", "-q", "-ffdx"], ws.path)
-            return MakeResult(
-                attempt=n,
-                start_commit=start.start_commit,
-                commit=start.start_commit,
-                outside_writes=outside,
-                not_committed=f"git could not commit the attempt: {e.message}",
-                removed=found.special,
-            )
+            await _discard(ws, start.start_commit)
+            why = f"git could not commit the attempt: {e.message}"
+            return made.model_copy(update={"not_committed": why})
         await publish(ws)
-        return MakeResult(
-            attempt=n,
-            start_commit=start.start_commit,
-            commit=commit,
-            changed_files=await changed_files(ws, commit),
-            outside_writes=outside,
-            ignored_files=await artifact.ignored(ws.path, ws.byproducts),
-            removed=found.special,
+        return made.model_copy(
+            update={
+                "commit": commit,
+                "changed_files": await changed_files(ws, commit),
+                "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
+            }
         )
+
+
+async def _discard(ws: Workspace, start_commit: str) -> None:
+    """An attempt that cannot be judged leaves nothing behind, ignored files included."""
+    await restore(ws, start_commit)
+    await git(["clean", "-q", "-ffdx"], ws.path)

@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -87,6 +87,26 @@ def start_time(pid: int) -> str | None:
 def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+KILL_WAIT_S = 3.0
+"""How long a sweep keeps killing before it reports that something outlived it."""
+
+
+def kill_until_gone(alive: Callable[[], Iterable[int]], wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL every process ``alive`` lists until it lists none; True when that happened
+    within ``wait_s``. Asked again each round, since what is being killed may fork."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = list(alive())
+        if not pids:
+            return True
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def kill_stale(pid_file: Path) -> bool:

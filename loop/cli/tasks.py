@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -211,10 +212,16 @@ def inbox(
     console.run(main)
 
 
-async def _answerable(task_id: str, what: str) -> Any:
-    """The state check shared with the review page (``loop.tasks.answerable``)."""
-    handle, _ = await answerable(await console.client(), task_id, what)
-    return handle
+def _answer(task_id: str, what: str, signal: str, payload: BaseModel, said: str) -> None:
+    """Send an answer signed by the local user, after the state check the review page
+    makes too (``loop.tasks.answerable``): a signal that would not apply is not sent."""
+
+    async def main() -> None:
+        handle, _ = await answerable(await console.client(), task_id, what)
+        await handle.signal(signal, payload.model_copy(update={"by": local_user()}))
+        console.out.print(said)
+
+    console.run(main)
 
 
 def approve(
@@ -222,13 +229,7 @@ def approve(
     note: Annotated[str, typer.Option(help="why it may be merged")] = "",
 ) -> None:
     """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
-
-    async def main() -> None:
-        handle = await _answerable(task_id, "approve")
-        await handle.signal(SIGNAL_APPROVE, ApproveSignal(note=note, by=local_user()))
-        console.out.print(f"approved {task_id}")
-
-    console.run(main)
+    _answer(task_id, "approve", SIGNAL_APPROVE, ApproveSignal(note=note), f"approved {task_id}")
 
 
 def reject(
@@ -236,13 +237,7 @@ def reject(
     reason: Annotated[str, typer.Option(help="why (recorded in the trace)")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Reject a task waiting for a person: it ends REJECTED, nothing is merged."""
-
-    async def main() -> None:
-        handle = await _answerable(task_id, "reject")
-        await handle.signal(SIGNAL_REJECT, RejectSignal(reason=reason, by=local_user()))
-        console.out.print(f"rejected {task_id}")
-
-    console.run(main)
+    _answer(task_id, "reject", SIGNAL_REJECT, RejectSignal(reason=reason), f"rejected {task_id}")
 
 
 def feedback(
@@ -253,13 +248,8 @@ def feedback(
     if not text.strip():
         console.err.print("error: feedback text is empty; say what the agent should do differently")
         raise typer.Exit(2)
-
-    async def main() -> None:
-        handle = await _answerable(task_id, "feedback")
-        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text=text, by=local_user()))
-        console.out.print(f"feedback sent to {task_id}")
-
-    console.run(main)
+    said = f"feedback sent to {task_id}"
+    _answer(task_id, "feedback", SIGNAL_FEEDBACK, FeedbackSignal(text=text), said)
 
 
 def extend(
@@ -278,13 +268,7 @@ def extend(
             "error: nothing to add; give --attempts, --seconds, --tokens or --cost-usd"
         )
         raise typer.Exit(2)
-
-    async def main() -> None:
-        handle = await _answerable(task_id, "extend")
-        await handle.signal(SIGNAL_EXTEND_BUDGET, payload.model_copy(update={"by": local_user()}))
-        console.out.print(f"budget extended for {task_id}")
-
-    console.run(main)
+    _answer(task_id, "extend", SIGNAL_EXTEND_BUDGET, payload, f"budget extended for {task_id}")
 
 
 def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities.host.proc import KILL_WAIT_S, kill_until_gone
 from loop.contracts import SandboxLimits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENTS = ("loop", "pids/loop", "memory/loop")
 """Where run cgroups live, relative to ``CGROUP_ROOT`` (v2, then v1's two controllers)."""
-KILL_WAIT_S = 3.0
 
 
 def is_run_cgroup(path: str) -> bool:
@@ -114,17 +113,7 @@ class Cgroup:
 
     def kill(self, wait_s: float = KILL_WAIT_S) -> bool:
         """SIGKILL every member until none is left; True when the cgroup is empty."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            alive = {p for p in self.members() if not is_zombie(p)}
-            if not alive:
-                return True
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
+        return kill_until_gone(lambda: {p for p in self.members() if not is_zombie(p)}, wait_s)
 
     def remove(self) -> None:
         for d in self.dirs:

@@ -11,23 +11,21 @@ releases the leases of tasks Temporal reports closed (``activities.reconcile``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
 from activities.host.files import locked, write_atomic
+from activities.host.proc import KILL_WAIT_S, kill_until_gone
 from loop.errors import permanent
 
 UID_BASE = 100_000
 UID_SPAN = 50_000
 LEASES = Path("/var/lib/loopwork/uid-leases.json")
 """Host-wide: uids are a property of the host, not of one LOOP_HOME."""
-KILL_WAIT_S = 3.0
 """How long a cleanup keeps killing a task uid's processes."""
 
 
@@ -126,14 +124,4 @@ def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
     """SIGKILL every process of a task uid until none is left (never any other uid)."""
     if not is_task_uid(uid) or uid == os.getuid():
         return True
-    deadline = time.monotonic() + wait_s
-    while True:
-        pids = uid_processes(uid)
-        if not pids:
-            return True
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
+    return kill_until_gone(lambda: uid_processes(uid), wait_s)
