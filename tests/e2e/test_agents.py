@@ -51,10 +51,19 @@ HALF_FIX = 'def slugify(text: str) -> str:\n    return text.lower().replace(" ",
 """Attempt 1's change: still wrong for "Hello, World!" (the tests gate fails)."""
 
 
+INSTALL = {
+    "claude": "npm install -g @anthropic-ai/claude-code",
+    "codex": "npm install -g @openai/codex",
+    "aider": "pip install aider-chat, in a Python the task's uid can run (see .ci/run)",
+}
+
+
 def needs_cli(name: str) -> pytest.MarkDecorator:
+    """Skip where the CLI is missing, with how to install it; CI installs all three and
+    sets LOOP_AGENTS_REQUIRED, so there the test runs (and fails without it)."""
     missing = shutil.which(name) is None
     return pytest.mark.skipif(
-        missing and not REQUIRED, reason=f"the {name} CLI is not installed (see .ci/run)"
+        missing and not REQUIRED, reason=f"the {name} CLI is not installed ({INSTALL[name]})"
     )
 
 
