@@ -43,6 +43,8 @@ class ProcResult(BaseModel):
     """How it was confined (``activities.host.sandbox``); empty for Loopwork's own helpers."""
     refused: list[str] = []
     """Writes outside the worktree the sandbox refused, as found in the output."""
+    refused_protected: list[str] = []
+    """Protected files of the worktree a write to which the sandbox refused."""
     network_refused: list[str] = []
     """Destinations the egress proxy refused (``host:port: why``)."""
     removed: list[str] = []

@@ -2,9 +2,90 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from loop.contracts.base import _Record
+
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed", "missing"]
+"""One test's outcome, as the runner decided it (``xfailed``: an expected failure;
+``xpassed``: an expected failure that passed); ``missing``: the verdict required it and
+the runner did not report it (not collected, deselected, never run)."""
+FAILURES: tuple[Outcome, ...] = ("failed", "error")
+
+
+class CaseResult(_Record):
+    """One test as the runner reported it."""
+
+    id: str
+    """The runner's id: pytest's node id, unittest's ``module.Class.test``, JUnit's
+    ``classname::name``."""
+    outcome: Outcome
+    file: str = ""
+    """The file that defines it, relative to the checkout ("" when the runner does not say)."""
+    message: str = ""
+    """Why it failed or was skipped: the assertion and its traceback's tail."""
+    output: str = ""
+    """What it printed (the tail), where the runner captured it."""
+    at_base: str = ""
+    """Its outcome at base, where the verdict compares ("" : not known there)."""
+
+
+class SuiteReport(_Record):
+    """Every test of one gate run, from the runner's own report, as the worker collected it.
+
+    An artifact file in the run folder (never in workflow history): written by the
+    worker from records its reporter sent or from a JUnit file, read back by later
+    verdicts on the same task (the base run)."""
+
+    runner: str = ""
+    """``pytest``, ``unittest`` or ``junit``."""
+    sessions: int = 0
+    """Test sessions that started reporting (one per pytest or unittest process)."""
+    finished: int = 0
+    """Sessions that reported their end: fewer than ``sessions`` means one was cut short."""
+    problems: list[str] = Field(default_factory=list)
+    """Why the report cannot be trusted whole (forged records, a cut stream)."""
+    collected: dict[str, str] = Field(default_factory=dict)
+    """Test id -> file, as collected (after the command's own selection)."""
+    deselected: list[str] = Field(default_factory=list)
+    collect_errors: list[CaseResult] = Field(default_factory=list)
+    """Files or modules that could not be collected (import errors, syntax errors)."""
+    tests: dict[str, CaseResult] = Field(default_factory=dict)
+    """Test id -> what it did."""
+
+    @property
+    def complete(self) -> bool:
+        return self.sessions > 0 and self.finished >= self.sessions and not self.problems
+
+    def counts(self) -> dict[str, int]:
+        counted: dict[str, int] = {}
+        for case in self.tests.values():
+            counted[case.outcome] = counted.get(case.outcome, 0) + 1
+        if self.collect_errors:
+            counted["collection errors"] = len(self.collect_errors)
+        return counted
+
+    def present(self) -> dict[str, str]:
+        """Every test the run knew of (collected or reported), id -> file."""
+        found = dict(self.collected)
+        for case in self.tests.values():
+            found.setdefault(case.id, case.file)
+        return found
+
+
+class SuiteSummary(_Record):
+    """What history keeps of a ``SuiteReport``: counts, the first tests that decided the
+    verdict, and where the whole report is."""
+
+    runner: str
+    counts: dict[str, int] = Field(default_factory=dict)
+    failing: list[CaseResult] = Field(default_factory=list)
+    """The tests that made the gate fail (failed now, or required and not passing), first
+    ones only, messages cut."""
+    more_failing: int = 0
+    report_path: str = ""
 
 
 class Evidence(_Record):
@@ -15,6 +96,10 @@ class Evidence(_Record):
     files: list[str] = Field(default_factory=list)
     detail: str = ""
     duration_s: float = 0.0
+    tests: SuiteSummary | None = None
+    """Per-test results, for gates whose runner reported them."""
+    quoted: list[str] = Field(default_factory=list)
+    """Lines of the attempt a person must look at (what made the checker uncertain)."""
 
 
 class GateResult(_Record):

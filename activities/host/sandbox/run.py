@@ -48,7 +48,7 @@ from activities.host.sandbox.paths import (
     under,
 )
 from activities.host.sandbox.probe import inspect_host
-from activities.host.sandbox.refusals import refused_writes
+from activities.host.sandbox.refusals import refused_protected, refused_writes
 from loop.contracts import SandboxPolicy
 from loop.errors import permanent
 from loop.rules.commands import programs
@@ -105,6 +105,8 @@ class SandboxRun:
     """Mode ``off`` only: prefixes left out of the worker's environment besides LOOP_*."""
     probe: list[str] | None = None
     """Run this instead of ``argv``, in the sandbox planned for ``argv`` (``missing_programs``)."""
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors of the worker's the command inherits (a gate's report channel)."""
 
     @property
     def launched(self) -> list[str]:
@@ -286,6 +288,7 @@ async def missing_programs(run: SandboxRun) -> list[str]:
         limit_s=PROBE_LIMIT_S,
         writable=[],
         agent_home=None,
+        pass_fds=(),
     )
     ran = await run_sandboxed(probe)
     if ran.timed_out or ran.exit_code != 0:
@@ -317,6 +320,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
             limit_s=run.limit_s,
             log_path=run.log_path,
             pid_file=run.pid_file,
+            pass_fds=run.pass_fds,
         )
         level = (await asyncio.to_thread(inspect_host)).level
         return ran.model_copy(update={"sandbox": f"off uid={os.getuid()}; host={level}"})
@@ -360,7 +364,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 setpriv=inspect_host().setpriv,
                 proxy_port=egress.PROXY_PORT,
             ),
-            extra_fds=(seccomp_fd,),
+            extra_fds=(seccomp_fd, *run.pass_fds),
         )
         async with contextlib.AsyncExitStack() as stack:
             relay: list[egress.Egress] = []
@@ -405,6 +409,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     # A command that never started wrote nothing: its launcher's "Permission denied" is
     # about executing it, not a refused write.
     refused = [] if exec_failure else await asyncio.to_thread(refused_writes, run.log_path, tree)
+    tried = await asyncio.to_thread(refused_protected, run.log_path, tree, keep) if keep else []
     who = f"uid={uid}"
     return ran.model_copy(
         update={
@@ -413,6 +418,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
             "sandbox": f"{policy.mode} {who} net={run.network} limits=rlimits+{cg_note}; "
             f"host={ready.level}",
             "refused": refused,
+            "refused_protected": tried,
             "network_refused": network_refused,
             "removed": removed,
         }

@@ -1,0 +1,352 @@
+"""Loopwork's test reporter, inside a gate's test process: pytest plugin and unittest hook.
+
+This file runs in the process whose code is under test, on whatever Python the
+gate's command starts, so it uses the standard library only and no syntax newer
+than Python 3.8. It is found through ``PYTHONPATH`` in a folder the worker shows
+read-only; ``sitecustomize`` imports it at interpreter start-up, before any code of
+the repository can run, and ``-p loopwork_report`` registers it with pytest.
+
+The channel: ``LOOP_REPORT_FD`` names one end of a socket pair (``SOCK_SEQPACKET``,
+one record per message) whose other end the worker holds. Claiming it takes the
+variable out of the environment, so test subprocesses do not report, and reads
+one session key the worker put there; every record then carries an HMAC under that
+key and a sequence number. Code under test that writes to the descriptor blind
+cannot make a record the worker accepts; one that would has to read this module's
+memory, which the worker's diff scan flags (docs/architecture.md, "Verdicts").
+
+Records: ``start``, ``collected`` (chunks of ``[id, file]``), ``deselected``,
+``collect_error``, ``test`` (one per test: id, outcome, file, message, output),
+and ``end`` when the session finished. A run that ends without ``end`` (an
+``os._exit`` at import, a crash, a killed process) is reported as incomplete by
+the worker, never as a pass.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import socket
+import sys
+
+FD_VARIABLE = "LOOP_REPORT_FD"
+MESSAGE_CHARS = 2000
+OUTPUT_CHARS = 1000
+CHUNK = 200
+"""Ids per ``collected`` or ``deselected`` record (a record is one socket message)."""
+TEST_COMMANDS = ("pytest", "py.test", "unittest")
+
+_channel = None
+
+
+class _Channel:
+    def __init__(self, sock, session, key):
+        self.sock = sock
+        self.session = session
+        self.key = key
+        self.seq = 0
+        self.bound = False
+
+    def send(self, record):
+        record["s"] = self.session
+        record["n"] = self.seq
+        self.seq += 1
+        body = json.dumps(record, separators=(",", ":"), default=str)
+        mac = hmac.new(self.key, body.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+        try:
+            self.sock.send((mac + " " + body).encode("utf-8", "replace"))
+        except OSError:
+            pass  # the worker stopped listening: the report stays incomplete, as it should
+
+
+def claim():
+    """This process's channel, taken once (None when the worker gave none)."""
+    global _channel
+    if _channel is not None:
+        return _channel or None
+    _channel = False
+    fd = os.environ.pop(FD_VARIABLE, "")
+    if not fd.isdigit():
+        return None
+    try:
+        sock = socket.socket(fileno=os.dup(int(fd)))
+        os.close(int(fd))
+        sock.settimeout(10)
+        session, _, key = sock.recv(256).decode("ascii").partition(":")
+        sock.settimeout(None)
+        _channel = _Channel(sock, int(session), bytes.fromhex(key))
+    except (OSError, ValueError):
+        return None
+    return _channel
+
+
+def is_test_process(argv):
+    """``python -m pytest|unittest`` or a ``pytest`` script: claim at start-up."""
+    args = list(argv[1:])
+    if "-m" in args[:-1]:
+        return args[args.index("-m") + 1] in TEST_COMMANDS
+    script = next((a for a in args if not a.startswith("-")), "")
+    return os.path.basename(script) in TEST_COMMANDS
+
+
+def _tail(text, limit):
+    text = text or ""
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def _relative(path):
+    if not path:
+        return ""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
+
+
+def _chunks(items):
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
+# ------------------------------------------------------------------ pytest
+
+
+def pytest_configure(config):
+    channel = claim()
+    if channel is None or channel.bound:
+        return
+    channel.bound = True
+    import pytest
+
+    channel.send({"t": "start", "runner": "pytest", "version": pytest.__version__})
+    config.pluginmanager.register(_PytestReporter(channel), "loopwork-report-session")
+
+
+def _file_of(nodeid):
+    return nodeid.split("::", 1)[0]
+
+
+class _PytestReporter:
+    def __init__(self, channel):
+        self.channel = channel
+        self.phases = {}
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.channel.send(
+                {
+                    "t": "collect_error",
+                    "id": report.nodeid or "<session>",
+                    "f": _file_of(report.nodeid),
+                    "m": _tail(report.longreprtext, MESSAGE_CHARS),
+                }
+            )
+
+    def pytest_deselected(self, items):
+        for chunk in _chunks([item.nodeid for item in items]):
+            self.channel.send({"t": "deselected", "ids": chunk})
+
+    def pytest_collection_finish(self, session):
+        items = [[item.nodeid, _file_of(item.nodeid)] for item in session.items]
+        for chunk in _chunks(items):
+            self.channel.send({"t": "collected", "items": chunk})
+
+    def pytest_runtest_logreport(self, report):
+        self.phases.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        reports = self.phases.pop(nodeid, [])
+        if reports:
+            self.channel.send(_pytest_record(nodeid, reports))
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        for nodeid, reports in list(self.phases.items()):
+            self.channel.send(_pytest_record(nodeid, reports))
+        self.phases.clear()
+        self.channel.send({"t": "end", "exit": int(exitstatus)})
+
+
+_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "xpassed": 3, "failed": 5, "error": 5}
+
+
+def _phase(r):
+    """The outcome one report (setup, call, teardown, or a subtest) gives its test."""
+    xfail = hasattr(r, "wasxfail")
+    if r.when == "call":
+        if r.passed:
+            return "xpassed" if xfail else "passed"
+        if r.failed:
+            return "failed"
+        return "xfailed" if xfail else "skipped"
+    if r.failed:
+        return "error"
+    if r.skipped:
+        return "xfailed" if xfail else "skipped"
+    return "passed"
+
+
+def _pytest_record(nodeid, reports):
+    """One record per test: its worst phase (a failed subtest fails the test)."""
+    outcome, message, output = "passed", "", ""
+    for r in reports:
+        phase = _phase(r)
+        if _RANK[phase] > _RANK[outcome]:
+            outcome = phase
+            if isinstance(r.longrepr, tuple) and len(r.longrepr) == 3:
+                message = str(r.longrepr[2])
+            else:
+                message = r.longreprtext
+        output += (getattr(r, "capstdout", "") or "") + (getattr(r, "capstderr", "") or "")
+    return {
+        "t": "test",
+        "id": nodeid,
+        "o": outcome,
+        "f": _file_of(nodeid),
+        "m": _tail(message, MESSAGE_CHARS),
+        "out": _tail(output, OUTPUT_CHARS),
+    }
+
+
+# ------------------------------------------------------------------ unittest
+
+
+def watch_unittest():
+    """Report the run of ``python -m unittest``: its ``TestProgram`` runs a wrapped suite."""
+    import unittest
+
+    program = sys.modules["unittest.main"].TestProgram  # ``unittest.main`` is the class
+    original = program.runTests
+
+    def runTests(self):
+        channel = claim()
+        if channel is not None and not channel.bound and self.test is not None:
+            channel.bound = True
+            self.test = _reporting_suite(unittest, self.test, channel)
+        return original(self)
+
+    program.runTests = runTests
+
+
+def _leaves(suite):
+    try:
+        children = list(suite)
+    except TypeError:
+        return [suite]
+    found = []
+    for child in children:
+        found.extend(_leaves(child))
+    return found
+
+
+def _unittest_file(test):
+    module = sys.modules.get(type(test).__module__)
+    return _relative(getattr(module, "__file__", "") or "")
+
+
+def _reporting_suite(unittest, inner, channel):
+    class Reporting(unittest.TestSuite):
+        def run(self, result, debug=False):
+            channel.send({"t": "start", "runner": "unittest", "version": sys.version.split()[0]})
+            items = []
+            for test in _leaves(inner):
+                if type(test).__name__ == "_FailedTest":
+                    error = getattr(test, "_exception", "")
+                    module = getattr(test, "_testMethodName", "")
+                    channel.send(
+                        {
+                            "t": "collect_error",
+                            "id": test.id(),
+                            "f": module.replace(".", "/") + ".py" if module else "",
+                            "m": _tail(str(error), MESSAGE_CHARS),
+                        }
+                    )
+                else:
+                    items.append([test.id(), _unittest_file(test)])
+            for chunk in _chunks(items):
+                channel.send({"t": "collected", "items": chunk})
+            undo = _instrument(result, channel)
+            try:
+                outcome = unittest.TestSuite.run(self, result, debug)
+            finally:
+                undo()
+            channel.send({"t": "end", "exit": 0 if result.wasSuccessful() else 1})
+            return outcome
+
+    return Reporting([inner])
+
+
+def _instrument(result, channel):
+    """Wrap the result's ``add*`` methods on the instance; returns the undo."""
+    state = {}
+
+    def text(err, test):
+        to_string = getattr(result, "_exc_info_to_string", None)
+        if to_string is not None:
+            try:
+                return to_string(err, test)
+            except Exception:
+                pass
+        import traceback
+
+        return "".join(traceback.format_exception(*err))
+
+    def mark(test, outcome, message=""):
+        key = test.id()
+        current = state.get(key)
+        if current is not None and current[0] in ("failed", "error") and outcome == "passed":
+            return  # a failed subtest makes the whole test fail
+        state[key] = (outcome, message, _unittest_file(test))
+        if not hasattr(test, "_testMethodName"):
+            emit(key)  # an error outside any test (setUpClass, a module fixture)
+
+    def emit(key):
+        outcome, message, path = state.pop(key, ("error", "no outcome recorded", ""))
+        channel.send(
+            {
+                "t": "test",
+                "id": key,
+                "o": outcome,
+                "f": path,
+                "m": _tail(message, MESSAGE_CHARS),
+                "out": "",
+            }
+        )
+
+    def wrap(name, handler):
+        original = getattr(result, name, None)
+        if original is None:
+            return
+
+        def wrapped(*args, **kwargs):
+            handler(*args)
+            return original(*args, **kwargs)
+
+        setattr(result, name, wrapped)
+
+    wrap("addSuccess", lambda test: mark(test, "passed"))
+    wrap("addFailure", lambda test, err: mark(test, "failed", text(err, test)))
+    wrap("addError", lambda test, err: mark(test, "error", text(err, test)))
+    wrap("addSkip", lambda test, reason: mark(test, "skipped", str(reason)))
+    wrap("addExpectedFailure", lambda test, err: mark(test, "xfailed", text(err, test)))
+    wrap("addUnexpectedSuccess", lambda test: mark(test, "xpassed"))
+
+    def subtest(test, sub, err=None):
+        if err is not None:
+            failed = issubclass(err[0], test.failureException)
+            mark(test, "failed" if failed else "error", text(err, sub))
+
+    wrap("addSubTest", subtest)
+
+    def stopped(test):
+        if test.id() in state:
+            emit(test.id())
+
+    wrap("stopTest", stopped)
+
+    def undo():
+        for name in (
+            "addSuccess", "addFailure", "addError", "addSkip", "addExpectedFailure",
+            "addUnexpectedSuccess", "addSubTest", "stopTest",
+        ):  # fmt: skip
+            result.__dict__.pop(name, None)
+
+    return undo
