@@ -1,0 +1,268 @@
+"""What per-test results mean for a gate: the commit judged against base, by test id.
+
+The reference is SWE-bench's harness: tests that pass at base must still pass
+(PASS_TO_PASS), tests that fail at base must now pass (FAIL_TO_PASS), each by the
+id the runner gives it, from the runner's report, never from the exit code alone.
+Pure: the activity runs the commands and collects the reports; this decides.
+
+- A run whose runner was expected to report and did not, or whose report is not
+  whole (a session without its end, records that failed their check), fails: "the
+  test run ended before it reported". Exit code 0 does not make it a pass.
+- Required to pass, by id: every test that passed at base, the tests of
+  ``fail_to_pass`` (``auto``: every test that failed at base), and every test of a
+  protected file. A required test the runner did not report passed is ``missing``
+  or its outcome, and the gate fails.
+- No test may fail, new ones included, except a test that failed at base too when
+  ``fail_to_pass`` names other tests (the team's known failures).
+- A non-zero exit code fails the gate unless those known failures explain it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from loop.contracts import FAILURES, CaseResult, Gate, SuiteReport
+from loop.rules.commands import programs
+
+SHOWN = 10
+"""Tests named in a one-line detail before "and N more"."""
+MESSAGE_CHARS = 400
+
+
+@dataclass
+class SuiteVerdict:
+    passed: bool
+    detail: str
+    failing: list[CaseResult] = field(default_factory=list)
+    """What made it fail, in order: required tests not passing, then other failures."""
+
+
+def expects_report(gate: Gate) -> bool:
+    """Whether the gate's runner must report: a JUnit file is named, or the command runs
+    pytest (as a program, or ``-m pytest``) or ``python -m unittest``, which Loopwork's
+    reporter covers."""
+    if gate.run is None or gate.report == "exit":
+        return False
+    if not isinstance(gate.report, str):
+        return True
+    if any(
+        p.rsplit("/", 1)[-1] in ("pytest", "py.test") for p in programs(["bash", "-c", gate.run])
+    ):
+        return True
+    try:
+        words = shlex.split(gate.run, comments=True)
+    except ValueError:
+        words = gate.run.split()
+    return any(
+        word == "-m" and words[i + 1] in ("pytest", "unittest") for i, word in enumerate(words[:-1])
+    )
+
+
+def counts_line(report: SuiteReport) -> str:
+    counts = report.counts()
+    order = ["passed", "failed", "error", "skipped", "xfailed", "xpassed", "collection errors"]
+    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    return ", ".join(parts) or "no tests"
+
+
+def _matches(globs: list[str], ids: set[str]) -> tuple[set[str], list[str]]:
+    """Ids that any glob (fnmatch: ``*`` crosses ``/`` and ``::``) names; globs naming none."""
+    named: set[str] = set()
+    unmatched: list[str] = []
+    for glob in globs:
+        hits = {i for i in ids if fnmatch.fnmatchcase(i, glob)}
+        if not hits:
+            unmatched.append(glob)
+        named |= hits
+    return named, unmatched
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Failure|Exit|Interrupt)\b")
+
+
+def headline(message: str, limit: int = 160) -> str:
+    """The line of a failure message that says what failed: the exception raised (the
+    last such line of the traceback), else the last line with text."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    pytest_lines = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    raised = [ln for ln in lines if _RAISED.match(ln)]
+    line = pytest_lines[0] if pytest_lines else (raised or lines or [""])[-1]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _short(case: CaseResult) -> str:
+    message = headline(case.message)
+    return f"{case.id} ({case.outcome}{': ' + message if message else ''})"
+
+
+def _listed(cases: list[CaseResult]) -> str:
+    shown = ", ".join(_short(c) for c in cases[:3])
+    return shown + (f" … and {len(cases) - 3} more" if len(cases) > 3 else "")
+
+
+def incomplete(now: SuiteReport | None, base: SuiteReport | None, exit_code: int | None) -> str:
+    """Why ``now`` cannot be judged test by test ("" when it can)."""
+    if now is not None and now.complete:
+        return ""
+    reported = len(now.tests) if now is not None else 0
+    expected = len(now.collected) if now is not None and now.collected else 0
+    if not expected and base is not None:
+        expected = len(base.present())
+    of = f"{reported} of {expected}" if expected else f"{reported}"
+    code = "no exit code (timed out)" if exit_code is None else f"exit code {exit_code}"
+    detail = f"the test run ended before it reported: {code}, {of} tests reported"
+    if now is not None and now.sessions > now.finished:
+        cut = now.sessions - now.finished
+        detail += f"; {cut} test session(s) never reported their end"
+    if now is not None and now.problems:
+        detail += "; " + "; ".join(now.problems)
+    return detail
+
+
+def judge(
+    gate: Gate,
+    now: SuiteReport | None,
+    base: SuiteReport | None,
+    exit_code: int | None,
+    protected: set[str] | None = None,
+) -> SuiteVerdict:
+    """The verdict of a run gate whose runner reports (see the module docstring)."""
+    cut = incomplete(now, base, exit_code)
+    if cut or now is None:
+        return SuiteVerdict(False, cut)
+    base_tests = base.tests if base is not None else {}
+    required: dict[str, str] = {}
+    for case_id, case in base_tests.items():
+        if case.outcome == "passed":
+            required[case_id] = "passed at base"
+    base_failing = {i for i, c in base_tests.items() if c.outcome in FAILURES}
+    problems: list[str] = []
+    if gate.fail_to_pass == "auto":
+        required.update((i, "failed at base") for i in base_failing)
+        tolerated: set[str] = set()
+    else:
+        named, unmatched = _matches(gate.fail_to_pass, set(base_tests) | set(now.tests))
+        required.update((i, "named in fail_to_pass") for i in named)
+        if unmatched:
+            problems.append(f"fail_to_pass names no test: {', '.join(unmatched)}")
+        tolerated = base_failing - set(required)
+    for case_id in sorted(protected or ()):
+        required.setdefault(case_id, "in a protected file")
+
+    not_passing: list[CaseResult] = []
+    for case_id in sorted(required):
+        case = now.tests.get(case_id)
+        at_base = base_tests[case_id].outcome if case_id in base_tests else ""
+        if case is None:
+            why = "deselected" if case_id in now.deselected else "not collected or not run"
+            not_passing.append(
+                CaseResult(id=case_id, outcome="missing", message=why, at_base=at_base)
+            )
+        elif case.outcome != "passed":
+            not_passing.append(case.model_copy(update={"at_base": at_base}))
+    failures = [
+        c.model_copy(update={"at_base": base_tests[c.id].outcome if c.id in base_tests else ""})
+        for c in sorted(now.tests.values(), key=lambda c: c.id)
+        if c.outcome in FAILURES and c.id not in required and c.id not in tolerated
+    ]
+    base_errors = {c.id for c in base.collect_errors} if base is not None else set()
+    errors = [
+        c for c in now.collect_errors if gate.fail_to_pass == "auto" or c.id not in base_errors
+    ]
+    known = [c for c in now.tests.values() if c.id in tolerated and c.outcome in FAILURES]
+    if exit_code is None:
+        problems.append("timed out")
+    elif exit_code != 0 and not (known and not not_passing and not failures and not errors):
+        problems.append(f"exit code {exit_code}")
+
+    failing = not_passing + failures + errors
+    summary = f"{counts_line(now)} ({now.runner})"
+    if failing or problems:
+        parts = []
+        if not_passing:
+            parts.append(f"{len(not_passing)} required test(s) not passing: {_listed(not_passing)}")
+        if failures:
+            parts.append(f"{len(failures)} test(s) failing: {_listed(failures)}")
+        if errors:
+            parts.append(f"{len(errors)} collection error(s): {_listed(errors)}")
+        parts += problems
+        return SuiteVerdict(False, f"{summary}; " + "; ".join(parts), failing)
+    kept = sum(1 for why in required.values() if why == "passed at base")
+    fixed = sum(1 for why in required.values() if why != "passed at base")
+    against = f"; against base: {kept} passing still pass, {fixed} required now pass"
+    if known:
+        against += f"; {len(known)} failing at base still fail (not named in fail_to_pass)"
+    return SuiteVerdict(True, summary + (against if base is not None else ""))
+
+
+@dataclass
+class Lost:
+    missing: list[str] = field(default_factory=list)
+    deselected: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Newly skipped or xfailed."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.deselected or self.skipped)
+
+
+def lost_tests(base: SuiteReport, now: SuiteReport) -> Lost:
+    """Tests the runner knew at base that it no longer runs as it did: gone from its
+    collection, deselected, or newly skipped or xfailed (by the runner's own report)."""
+    lost = Lost()
+    present_now = now.present()
+    base_deselected = set(base.deselected)
+    now_deselected = set(now.deselected)
+    for case_id in sorted(base.present()):
+        before = base.tests.get(case_id)
+        after = now.tests.get(case_id)
+        if case_id in now_deselected and case_id not in base_deselected:
+            lost.deselected.append(case_id)
+        elif case_id not in present_now:
+            lost.missing.append(case_id)
+        elif (
+            after is not None
+            and after.outcome in ("skipped", "xfailed")
+            and (before is None or before.outcome not in ("skipped", "xfailed"))
+        ):
+            lost.skipped.append(case_id)
+    return lost
+
+
+@dataclass
+class Regression:
+    """What ``regression_test`` found: tests the attempt added or changed, and which of
+    them fail on base's code and pass at the commit."""
+
+    candidates: list[str]
+    proven: list[CaseResult]
+
+
+def regressions(now: SuiteReport, overlay: SuiteReport, files: set[str]) -> Regression:
+    """Tests in ``files`` (the attempt's test files) that pass at the commit, and among
+    them those that fail in ``overlay`` (base's code with the attempt's tests)."""
+    error_files = {c.file for c in overlay.collect_errors if c.file}
+    candidates = sorted(
+        c.id for c in now.tests.values() if c.outcome == "passed" and c.file in files
+    )
+    proven: list[CaseResult] = []
+    for case_id in candidates:
+        case = overlay.tests.get(case_id)
+        file = now.tests[case_id].file
+        if case is not None and case.outcome in FAILURES:
+            proven.append(case.model_copy(update={"message": case.message[-MESSAGE_CHARS:]}))
+        elif case is None and file in error_files:
+            error = next(c for c in overlay.collect_errors if c.file == file)
+            proven.append(
+                CaseResult(
+                    id=case_id,
+                    outcome="error",
+                    file=file,
+                    message=f"cannot be collected on base's code: {error.message[-300:]}",
+                )
+            )
+    return Regression(candidates, proven)

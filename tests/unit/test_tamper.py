@@ -1,0 +1,167 @@
+"""The diff scan (``loop.rules.tamper``): what an attempt added that could end, steer or
+fake a test run, and no false alarm on what the demo, the examples and the eval add."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from loop.rules import tamper
+from tests.support.repos import EXAMPLES
+
+
+def scan(path: str, text: str, added: set[int] | None = None) -> list[tamper.Finding]:
+    text = textwrap.dedent(text)
+    lines = added if added is not None else set(range(1, text.count("\n") + 2))
+    return tamper.scan({path: (text, lines)}, set())
+
+
+def constructs(path: str, text: str) -> list[str]:
+    return [f.construct for f in scan(path, text)]
+
+
+@pytest.mark.parametrize(
+    ("source", "construct"),
+    [
+        ("import os\nos._exit(0)\n", "os._exit"),
+        ("import os as _o\nif True:\n    _o._exit(0)\n", "os._exit"),
+        ("from os import _exit as bye\nbye(0)\n", "os._exit"),
+        ('import os\ngetattr(os, "_exit")(0)\n', "os._exit"),
+        ("import sys\nsys.exit(0)\n", "sys.exit"),
+        ("raise SystemExit(0)\n", "SystemExit"),
+        ("import atexit\natexit.register(print)\n", "atexit.register"),
+        ("import signal\nsignal.signal(15, print)\n", "signal.signal"),
+        ("import sys\nsys.modules['json'] = None\n", "sys.modules"),
+        ("import sys\nsys.modules.update({})\n", "sys.modules"),
+        ("import builtins\nbuiltins.open = None\n", "builtins"),
+        ("import builtins\nsetattr(builtins, 'open', None)\n", "builtins"),
+        ("import sys\nsys.meta_path.insert(0, object())\n", "sys.meta_path"),
+        ("import sys\ndef f():\n    sys.settrace(None)\n", "sys.settrace"),
+        ("import sys\ndef f():\n    return sys._getframe(1)\n", "sys._getframe"),
+        ("import ctypes\n", "ctypes"),
+        ("import sys\nif 'pytest' in sys.modules:\n    pass\n", "reference:pytest"),
+        ("import os\nTESTING = os.environ.get('PYTEST_CURRENT_TEST')\n", "reference:pytest"),
+        ("import unittest\n", "reference:unittest"),
+        ("import os\nfd = os.environ['LOOP_REPORT_FD']\n", "reference:LOOP_REPORT"),
+        ("import loopwork_report\n", "reference:loopwork_report"),
+        ("path = '/proc/self/fd/3'\n", "/proc/self/fd"),
+    ],
+)
+def test_source_constructs_are_found(source: str, construct: str) -> None:
+    assert construct in constructs("src/app.py", source)
+
+
+@pytest.mark.parametrize(
+    ("source", "construct"),
+    [
+        ("def pytest_collection_modifyitems(items):\n    items[:] = []\n",
+         "pytest_collection_modifyitems"),
+        ("import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport():\n"
+         "    yield\n", "hookimpl"),
+        ("def pytest_sessionfinish(session):\n    pass\n", "pytest_sessionfinish"),
+        ("collect_ignore = ['test_x.py']\n", "collect_ignore"),
+        ("collect_ignore_glob = ['*.py']\n", "collect_ignore_glob"),
+        ("pytest_plugins = ['evil']\n", "pytest_plugins"),
+        ("import sys\nsys.exit(0)\n", "sys.exit"),
+        ("def test_a():\n    pass\ntest_a.__test__ = False\n", "__test__"),
+        ("def load_tests(loader, tests, pattern):\n    return tests\n", "load_tests"),
+        ("import _pytest.runner\n", "reference:_pytest"),
+    ],
+)  # fmt: skip
+def test_test_file_constructs_are_found(source: str, construct: str) -> None:
+    assert construct in constructs("tests/conftest.py", source)
+
+
+def test_what_runs_only_when_called_or_as_a_script_is_not_flagged() -> None:
+    source = """
+        import sys
+
+        def main():
+            sys.exit(1)
+
+        if __name__ == "__main__":
+            sys.exit(main())
+    """
+    assert scan("src/cli.py", source) == []
+
+
+def test_test_files_may_use_pytest_and_unittest() -> None:
+    source = """
+        import unittest
+        import pytest
+
+        @pytest.mark.parametrize("x", [1, 2])
+        def test_x(x):
+            assert x
+
+        def pytest_generate_tests(metafunc):
+            pass
+
+        class T(unittest.TestCase):
+            def test_y(self):
+                self.assertTrue(True)
+    """
+    assert scan("tests/test_x.py", source) == []
+
+
+def test_only_added_lines_count() -> None:
+    source = "import os\nos._exit(0)\nx = 1\n"
+    assert scan("src/app.py", source, added={3}) == []
+    found = scan("src/app.py", source, added={2})
+    assert [(f.line, f.construct) for f in found] == [(2, "os._exit")]
+    assert (
+        found[0].quote() == "src/app.py:2: calls os._exit when the module is imported: os._exit(0)"
+    )
+
+
+def test_a_multi_line_call_counts_when_any_of_its_lines_is_added() -> None:
+    source = "import os\nos._exit(\n    0,\n)\n"
+    assert [f.construct for f in scan("src/app.py", source, added={3})] == ["os._exit"]
+
+
+def test_files_that_stand_in_for_the_runner() -> None:
+    for path in ("sitecustomize.py", "src/usercustomize.py", "pytest.py", "x.pth",
+                 "loopwork_report.py", "_pytest/runner.py", "unittest/__main__.py"):  # fmt: skip
+        found = tamper.scan({}, {path})
+        assert found and found[0].construct.startswith("file:"), path
+    assert tamper.scan({}, {"tests/unittest/test_a.py", "docs/pytest.md"}) == []
+
+
+def test_other_files_naming_a_report() -> None:
+    js = "const fs = require('fs');\nfs.writeFileSync(process.env.LOOP_REPORT_DIR + '/j.xml', x);\n"
+    assert constructs("src/slug.js", js) == ["report-forgery"]
+    assert constructs("gen.sh", "echo '<testsuite><testcase name=\"a\"/></testsuite>'\n") == [
+        "report-forgery"
+    ]
+    assert constructs("README.md", "Run the tests with pytest.\n") == []
+
+
+def test_allow_constructs_matches_by_name_or_glob() -> None:
+    finding = scan("src/app.py", "import sys\nsys.exit(0)\n")[0]
+    assert tamper.allowed(finding, ["sys.exit"])
+    assert tamper.allowed(finding, ["sys.*"])
+    assert not tamper.allowed(finding, ["os._exit"])
+
+
+def _fixes() -> dict[str, str]:
+    """Every file content the shipped scripted agents write (demo and eval)."""
+    found: dict[str, str] = {}
+    for script in (EXAMPLES / "demo" / "agent.py", EXAMPLES / "eval" / "scripted_agent.py"):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if "def " in node.value:
+                    found[f"{script.name}:{len(found)}"] = node.value
+    return found
+
+
+def test_no_false_alarm_on_what_the_demo_and_eval_agents_write() -> None:
+    fixes = _fixes()
+    assert len(fixes) >= 4
+    for name, text in fixes.items():
+        assert scan("slugify.py", text) == [], name
+    for case in (EXAMPLES / "eval" / "cases").iterdir():
+        for source in case.rglob("*.py"):
+            text = source.read_text()
+            assert scan(str(source.relative_to(case)), text) == [], source
