@@ -17,11 +17,13 @@ import httpx
 from temporalio import activity
 
 from activities import gates
-from activities.host import artifact, sandbox
+from activities.gates import run as run_gate
+from activities.host import sandbox
 from activities.host.git import git
 from activities.host.sandbox.egress_rules import listed
 from activities.make import agent_home, endpoints
 from activities.model import preflight
+from activities.verify import checkouts
 from loop.contracts import (
     EXPLORE,
     ExploreInput,
@@ -36,6 +38,7 @@ from loop.contracts import (
 from loop.errors import permanent
 from loop.rules import memory
 from loop.rules.commands import CLI_ENDPOINTS, CliEndpoint, programs, usage_source
+from loop.rules.verdicts import headline
 from loop.settings import Settings
 
 BRIEF_CHARS = 6_000
@@ -67,6 +70,11 @@ class ExploreActivities:
             else:
                 found = g.evidence.detail or "see the output below"
                 lines.append(f"- {g.name}: FAIL — required: {g.requirement}; found: {found}")
+            tests = g.evidence.tests
+            if tests is not None and tests.failing:
+                lines += [
+                    f"  - fails at base: `{c.id}`: {headline(c.message)}" for c in tests.failing
+                ]
             if not g.passed and g.evidence.output_tail:
                 lines += ["", "```", g.evidence.output_tail.strip()[-1500:], "```", ""]
         brief = "\n".join(lines)
@@ -102,37 +110,37 @@ class ExploreActivities:
             raise permanent(f"the agent's command {_not_found(missing)}")
 
     async def _reproduce(self, task: TaskSpec, inp: ExploreInput) -> Verdict:
-        """Run the command gates once at base, in a clean checkout of it; the others need
-        an attempt to judge."""
+        """Run the command gates once at base, each in a clean checkout of it, and keep
+        what their runners reported: every attempt's verdict is judged against it."""
         ws = inp.workspace
-        runnable = task.model_copy(update={"verify": [g for g in task.verify if g.kind == "run"]})
-        if not runnable.verify:
+        runnable = [g for g in task.verify if g.kind == "run"]
+        if not runnable:
             return Verdict(passed=True, artifact=ws.base_commit)
         at_base = MakeResult(attempt=0, commit=ws.base_commit, start_commit=ws.base_commit)
         log_dir = Path(ws.run_dir) / "explore"
-        async with artifact.checkout(
-            ws.repo,
-            ws.base_commit,
-            log_dir,
-            activity.info().attempt,
-            self.settings.locks,
-        ) as tree:
-            bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
-            for gate in runnable.verify:
-                missing = await sandbox.missing_programs(
-                    gates.gate_run(gate, ws, bench, task.sandbox)
+        tree = Path(ws.path)  # the worktree is at base until the first attempt
+        try_no = activity.info().attempt
+        for gate in runnable:
+            missing = await sandbox.missing_programs(
+                gates.gate_run(gate, ws, tree, log_dir, self.settings.home, task.sandbox)
+            )
+            if missing:
+                raise permanent(f"gate {gate.name}: `{gate.run}` {_not_found(missing)}")
+        bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
+        judging = gates.Judging(
+            task, ws, at_base, bench, checkouts(self.settings, task, ws, log_dir, try_no)
+        )
+        results = []
+        for gate in runnable:
+            result = run_gate.at_base(gate, await judging.at_base(gate))
+            if _cannot_start(gate, result, tree):
+                raise permanent(
+                    f"gate {gate.name} cannot run at base: `{gate.run}` exits "
+                    f"{result.evidence.exit_code}: {_last_line(result.evidence.output_tail)}; "
+                    "fix the command, or make what it runs visible to the task's uid "
+                    "(sandbox.readonly)"
                 )
-                if missing:
-                    raise permanent(f"gate {gate.name}: `{gate.run}` {_not_found(missing)}")
-            results = await gates.evaluate(runnable, ws, at_base, bench)
-            for gate, result in zip(runnable.verify, results, strict=True):
-                if _cannot_start(gate, result, tree):
-                    raise permanent(
-                        f"gate {gate.name} cannot run at base: `{gate.run}` exits "
-                        f"{result.evidence.exit_code}: {_last_line(result.evidence.output_tail)}; "
-                        "fix the command, or make what it runs visible to the task's uid "
-                        "(sandbox.readonly)"
-                    )
+            results.append(result)
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )

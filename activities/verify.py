@@ -22,7 +22,16 @@ from temporalio import activity
 
 from activities import gates
 from activities.host import artifact
-from loop.contracts import VERIFY, Evidence, GateResult, Verdict, VerifyInput
+from loop.contracts import (
+    VERIFY,
+    Evidence,
+    Gate,
+    GateResult,
+    TaskSpec,
+    Verdict,
+    VerifyInput,
+    Workspace,
+)
 from loop.redact import redact, redact_file
 from loop.settings import Settings
 
@@ -40,14 +49,14 @@ class VerifyActivities:
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
         # llm_review gates are model calls of their own (the ``review`` activity).
         checks = [g for g in inp.task.verify if g.kind != "llm_review"]
+        elsewhere = checkouts(self.settings, inp.task, ws, log_dir, activity.info().attempt)
         async with artifact.checkout(
             ws.repo, made.commit, log_dir, activity.info().attempt, self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
-            results = await gates.evaluate(
-                inp.task.model_copy(update={"verify": checks}), ws, made, bench
-            )
-        for log in log_dir.glob("gate-*.log"):
+            judging = gates.Judging(inp.task, ws, made, bench, elsewhere)
+            results = await gates.evaluate(judging, checks)
+        for log in log_dir.rglob("gate-*.log"):
             await asyncio.to_thread(redact_file, log)
         for g in results:
             g.evidence.output_tail = redact(g.evidence.output_tail)
@@ -57,6 +66,21 @@ class VerifyActivities:
             artifact=made.commit,
             ignored_files=made.ignored_files,
         )
+
+
+def checkouts(
+    settings: Settings, task: TaskSpec, ws: Workspace, folder: Path, try_no: int
+) -> gates.Elsewhere:
+    """How a verdict runs a gate on another commit (base, or base with the attempt's tests):
+    a clean checkout of it in ``folder/<label>``, removed afterwards (``try_no``: the
+    activity's try, as ``artifact.checkout`` keys its trees)."""
+
+    async def elsewhere(gate: Gate, commit: str, label: str) -> gates.Ran:
+        where = folder / label
+        async with artifact.checkout(ws.repo, commit, where, try_no, settings.locks) as tree:
+            return await gates.run_command(gate, ws, tree, where, settings.home, task.sandbox)
+
+    return elsewhere
 
 
 def _refused(inp: VerifyInput) -> GateResult | None:

@@ -26,12 +26,20 @@ with workflow.unsafe.imports_passed_through():
 REVIEW_SECONDS = 360
 
 
+def verify_seconds(spec: TaskSpec) -> int:
+    """What verify may take: each command at the commit, once more at base where the run
+    folder lost it (a moved task), and once more on base with the attempt's tests when a
+    ``regression_test`` gate asks."""
+    runs = 2 + any(g.regression_test for g in spec.verify)
+    return sum(g.timeout * (runs if g.run is not None else 1) for g in spec.verify) + 120
+
+
 async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
     verdict = await act(
         VERIFY,
         VerifyInput(task=spec, workspace=ws, attempt=n, make=made),
         summary=f"verify: attempt {n}",
-        seconds=sum(g.timeout for g in spec.verify) + 120,
+        seconds=verify_seconds(spec),
         ws=ws,
     )
     reviews = [g for g in spec.verify if g.kind == "llm_review"]

@@ -89,14 +89,16 @@ class GitError(Exception):
         return f"{text}: {detail[:300]}" if detail else text
 
 
-def _env() -> dict[str, str]:
+def _env(index: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)  # a scratch index of the worker's own
     return env
 
 
-async def _run(args: list[str], cwd: Path | str) -> tuple[int, str, str]:
+async def _run(args: list[str], cwd: Path | str, index: Path | None = None) -> tuple[int, str, str]:
     command = ["git", *args]
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -104,7 +106,7 @@ async def _run(args: list[str], cwd: Path | str) -> tuple[int, str, str]:
             *_CONFIG,
             *args,
             cwd=str(cwd),
-            env=_env(),
+            env=_env(index),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -129,9 +131,12 @@ async def _run(args: list[str], cwd: Path | str) -> tuple[int, str, str]:
     )
 
 
-async def git(args: list[str], cwd: Path | str, *, check: bool = True) -> str:
-    """Run git in ``cwd`` and return its stdout without the one trailing newline."""
-    code, out, err = await _run(args, cwd)
+async def git(
+    args: list[str], cwd: Path | str, *, check: bool = True, index: Path | None = None
+) -> str:
+    """Run git in ``cwd`` and return its stdout without the one trailing newline
+    (``index``: a scratch index file instead of the repository's)."""
+    code, out, err = await _run(args, cwd, index)
     if check and code != 0:
         raise GitError(["git", *args], code, err, out)
     return out[:-1] if out.endswith("\n") else out

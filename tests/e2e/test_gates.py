@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.gates import Bench, evaluate, run_gate
-from loop.contracts import AgentSpec, DiffScope, Gate, TaskSpec
+from activities.gates import evaluate
+from activities.gates import run as run_gates
+from loop.contracts import DiffScope, Gate, GateResult
 from loop.rules.fingerprint import fingerprint
 from tests.support.gates import APP, GateRepo
 from tests.support.repos import git
@@ -25,49 +26,43 @@ def repo(tmp_path: Path) -> GateRepo:
     return GateRepo(tmp_path)
 
 
-def task(*gates: Gate) -> TaskSpec:
-    return TaskSpec(
-        id="t",
-        goal="make it so",
-        repo="/nowhere",
-        agent=AgentSpec(command=["true"]),
-        verify=list(gates),
-    )
+async def run_gate(gate: Gate, repo: GateRepo) -> GateResult:
+    """One run gate on the repository as it is (base), in the sandbox."""
+    return await run_gates.evaluate(gate, repo.judging(None, gate))
 
 
 # --------------------------------------------------------------------------- run
 
 
 async def test_run_gate_passes_with_evidence(repo: GateRepo) -> None:
-    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo.workspace, repo.bench)
+    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo)
     assert result.passed
     assert result.kind == "run"
     assert result.evidence.exit_code == 0
     assert "hello" in result.evidence.output_tail
     assert result.requirement == "`echo hello; exit 0` exits 0"
+    assert result.evidence.detail.startswith("exit code 0 (the exit code alone decides")
     assert (repo.run_dir / "gate-ok.log").read_text().strip() == "hello"
 
 
 async def test_run_gate_fails_with_exit_code_and_tail(repo: GateRepo) -> None:
     gate = Gate(name="bad", run="echo first; echo 'it broke' >&2; exit 3")
-    result = await run_gate(gate, repo.workspace, repo.bench)
+    result = await run_gate(gate, repo)
     assert not result.passed
     assert not result.policy_violation
     assert result.evidence.exit_code == 3
     assert "it broke" in result.evidence.output_tail
-    assert result.evidence.detail == "exit code 3"
+    assert result.evidence.detail.startswith("exit code 3 (")
 
 
 async def test_run_gate_runs_in_the_worktree(repo: GateRepo) -> None:
-    result = await run_gate(
-        Gate(name="cwd", run="test -f src/app.py && pwd"), repo.workspace, repo.bench
-    )
+    result = await run_gate(Gate(name="cwd", run="test -f src/app.py && pwd"), repo)
     assert result.passed
     assert result.evidence.output_tail.strip() == str(repo.path)
 
 
 async def test_run_gate_times_out(repo: GateRepo) -> None:
-    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo.workspace, repo.bench)
+    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo)
     assert not result.passed
     assert result.evidence.exit_code is None
     assert result.evidence.detail == "timed out after 1 s"
@@ -81,9 +76,10 @@ async def test_pytest_gate_leaves_no_byproducts(
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
     gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q tests")
-    result = await run_gate(gate, repo.workspace, repo.bench)
+    result = await run_gate(gate, repo)
     assert result.passed, result.evidence.output_tail
     assert "2 passed" in result.evidence.output_tail
+    assert result.evidence.tests is not None and result.evidence.tests.counts == {"passed": 2}
     assert list(repo.path.rglob("__pycache__")) == []
     assert not (repo.path / ".pytest_cache").exists()
     assert git(repo.path, "status", "--porcelain", "--ignored") == ""
@@ -96,15 +92,17 @@ async def test_evaluate_runs_every_gate_in_order(repo: GateRepo) -> None:
     make = repo.agent_commit(
         {"src/app.py": APP + "\n# edit\n", "tests/test_app.py": None}, claim="done with Flask"
     )
-    spec = task(
+    judging = repo.judging(
+        make,
         Gate(name="first", run="echo boom; exit 2"),
         Gate(name="scope", diff_scope=DiffScope(allow=["src/**"])),
         Gate(name="answer", contains=["Flask"]),
         Gate(name="keep-tests", no_removed_tests=True),
         Gate(name="last", run="echo reached"),
     )
-    bench = Bench(tree=repo.path, log_dir=repo.run_dir / "logs", home=repo.home)
-    results = await evaluate(spec, repo.workspace, make, bench)
+    judging.bench.log_dir = repo.run_dir / "logs"
+    judging.bench.log_dir.mkdir()
+    results = await evaluate(judging)
     assert [r.name for r in results] == ["first", "scope", "answer", "keep-tests", "last"]
     assert [r.kind for r in results] == ["run", "diff_scope", "contains", "no_removed_tests", "run"]
     assert [r.passed for r in results] == [False, False, True, False, True]
@@ -123,8 +121,8 @@ async def test_fingerprint_same_for_reruns_of_a_real_failure(tmp_path: Path) -> 
     for n in (1, 2):
         repo = GateRepo(tmp_path / f"r{n}")
         make = repo.agent_commit({"src/app.py": "def add(a, b):\n    return a - b\n"})
-        spec = task(Gate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests"))
-        results = await evaluate(spec, repo.workspace, make, repo.bench)
+        gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests")
+        results = await evaluate(repo.judging(make, gate))
         assert not results[0].passed
         assert "2 failed" in results[0].evidence.output_tail
         prints.append(fingerprint(results))

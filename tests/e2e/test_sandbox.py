@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.gates import Bench, run_gate
+from activities.gates import run_command
 from activities.host import sandbox
+from activities.host.proc import ProcResult
 from activities.host.sandbox import SandboxRun, kill_leftovers, run_sandboxed
 from activities.host.sandbox import uids as leases
 from activities.host.toolbox import execute
@@ -488,22 +489,20 @@ async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
         base_commit=git(tree.repo, "rev-parse", "HEAD"),
         run_dir=str(tree.home / "runs" / tree.task_id),
     )
-    bench = Bench(tree=tree.wt, log_dir=tree.attempt, home=tree.home)
     policy = SandboxPolicy(mode=mode)
-    writes = await run_gate(
-        Gate(name="writes", run="cat app.py && touch made.txt && echo wrote"), ws, bench, policy
-    )
-    assert not writes.passed and "x = 1" in writes.evidence.output_tail
-    assert "wrote" not in writes.evidence.output_tail and not (tree.wt / "made.txt").exists()
+
+    async def run_gate(gate: Gate) -> ProcResult:
+        return (await run_command(gate, ws, tree.wt, tree.attempt, tree.home, policy)).proc
+
+    writes = await run_gate(Gate(name="writes", run="cat app.py && touch made.txt && echo wrote"))
+    assert writes.exit_code != 0 and "x = 1" in writes.output_tail
+    assert "wrote" not in writes.output_tail and not (tree.wt / "made.txt").exists()
     home = await run_gate(
-        Gate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new"),
-        ws,
-        bench,
-        policy,
+        Gate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new")
     )
-    assert home.evidence.output_tail.split() == ["/tmp/home", "/tmp", "1", "new"], home
-    reads = await run_gate(Gate(name="reads", run=f"{sys.executable} app.py"), ws, bench, policy)
-    assert reads.passed, reads.evidence.output_tail
+    assert home.output_tail.split() == ["/tmp/home", "/tmp", "1", "new"], home
+    reads = await run_gate(Gate(name="reads", run=f"{sys.executable} app.py"))
+    assert reads.exit_code == 0, reads.output_tail
 
 
 async def test_the_run_tool_names_nothing_into_view(tree: Tree) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from pathlib import Path
 
-from activities.gates import Bench
-from loop.contracts import MakeResult, Workspace
+from activities.gates import Bench, Judging, Ran, run_command
+from loop.contracts import AgentSpec, Gate, MakeResult, SandboxPolicy, TaskSpec, Workspace
 from tests.support.repos import git
 
 APP = "def add(a, b):\n    return a + b\n"
@@ -29,6 +31,7 @@ class GateRepo:
         self.path = root / "repo"
         self.run_dir = root / "run"
         self.home = root / "home"
+        self._policy = SandboxPolicy()
         self.path.mkdir(parents=True)
         self.run_dir.mkdir()
         git(self.path, "init", "-q", "-b", "main")
@@ -62,6 +65,38 @@ class GateRepo:
     def bench(self) -> Bench:
         """Where its gates run: the repository itself here (verify uses a clean checkout)."""
         return Bench(tree=self.path, log_dir=self.run_dir, home=self.home)
+
+    def task(self, *gates: Gate, sandbox: SandboxPolicy | None = None) -> TaskSpec:
+        return TaskSpec(
+            id="t",
+            goal="make it so",
+            repo=str(self.path),
+            agent=AgentSpec(command=["true"]),
+            verify=list(gates) or [Gate(name="noop", run="true")],
+            sandbox=sandbox or SandboxPolicy(),
+        )
+
+    async def elsewhere(self, gate: Gate, commit: str, label: str) -> Ran:
+        """A gate's command on a checkout of ``commit`` (as verify runs base and overlays)."""
+        folder = self.run_dir / f"{label}-{uuid.uuid4().hex[:6]}"
+        tree = folder / "tree"
+        folder.mkdir(parents=True)
+        git(self.path, "worktree", "add", "-q", "--detach", str(tree), commit)
+        try:
+            return await run_command(gate, self.workspace, tree, folder, self.home, self._policy)
+        finally:
+            with contextlib.suppress(Exception):
+                git(self.path, "worktree", "remove", "--force", str(tree))
+
+    def judging(
+        self, make: MakeResult | None = None, *gates: Gate, sandbox: SandboxPolicy | None = None
+    ) -> Judging:
+        """One verdict's context on this repository: the gates judge ``make`` (default:
+        base itself) in the repository's own tree."""
+        task = self.task(*gates, sandbox=sandbox)
+        self._policy = task.sandbox
+        made = make or MakeResult(attempt=1, commit=self.base, start_commit=self.base)
+        return Judging(task, self.workspace, made, self.bench, self.elsewhere)
 
     def agent_commit(self, files: dict[str, str | None], claim: str = "") -> MakeResult:
         self.write(files)

@@ -1,6 +1,7 @@
 """Gates that judge without running a command, on real git repositories, and failure
 fingerprints. ``run`` gates (they run in the sandbox) and ``evaluate`` are in
-tests/e2e/test_gates.py."""
+tests/e2e/test_gates.py; no_removed_tests by the runner's report in
+tests/e2e/test_verdicts.py. Here it reads the test files: the task has no run gate."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.gates import (
-    contains_gate,
-    diff_scope_gate,
-    gate_env,
-    is_test_file,
-    no_removed_tests_gate,
-    parse_tests,
-)
+from activities.gates import gate_env
+from activities.gates import kept as kept_gate
+from activities.gates.contains import evaluate as contains_gate
+from activities.gates.kept import is_test_file, parse_tests
+from activities.gates.scope import evaluate as diff_scope_gate
 from loop.contracts import DiffScope, Evidence, Gate, GateResult
 from loop.rules.fingerprint import fingerprint, normalise
 from tests.support.gates import APP, TESTS, GateRepo
@@ -98,14 +96,17 @@ KEEP = Gate(name="keep-tests", no_removed_tests=True)
 
 async def keep_tests(repo: GateRepo, files: dict[str, str | None]) -> GateResult:
     make = repo.agent_commit(files)
-    return await no_removed_tests_gate(KEEP, repo.workspace, make)
+    return await kept_gate.evaluate(KEEP, repo.judging(make, KEEP))
 
 
 async def test_unchanged_tests_pass(repo: GateRepo) -> None:
     result = await keep_tests(repo, {"src/app.py": "def add(a, b):\n    return b + a\n"})
     assert result.passed
     assert result.evidence.files == []
-    assert result.requirement == "no test present at base is removed or newly skipped"
+    assert result.requirement == (
+        "no test present at base is removed, newly skipped, xfailed or deselected"
+    )
+    assert "by reading the test files" in result.evidence.detail
 
 
 async def test_added_tests_pass(repo: GateRepo) -> None:

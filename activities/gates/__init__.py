@@ -1,0 +1,76 @@
+"""Gate evaluation: one module per kind, and ``evaluate`` over a task's ``verify`` list.
+
+Why plain async functions and not an activity: one verify activity runs all gates
+of an attempt, and it is the only thing that needs Temporal. Keeping the checks
+here as ordinary coroutines means they are tested on real git repositories without
+a server, and the verify activity stays a thin wrapper (heartbeats come from
+``run_process`` while a command runs).
+
+Rules that hold for every gate:
+
+- All gates run, in the task file's order, even after a failure: the feedback
+  for the next attempt must say which requirements already pass.
+- A gate result is evidence, never an exception: a failing command, a file
+  outside the scope or a test that no longer runs is a failed ``GateResult``.
+  Exceptions are left for infrastructure trouble (git cannot read the
+  repository), which the activity's retry policy handles.
+- Gates check the artifact, not the agent's word: the commit's files, its
+  checkout, and per-test outcomes from the runner compared with base by test id
+  (``run``, ``no_removed_tests``, ``regression_test``); never an exit code alone
+  where the runner can report.
+
+The modules: ``judging`` (what a verdict's gates share: runs at the commit and at
+base, the diff scan), ``command`` (a gate's command in the sandbox with its report),
+``run``, ``scope`` (``diff_scope``), ``kept`` (``no_removed_tests``), ``regression``
+(``regression_test``), ``contains``. ``llm_review`` is a model call of its own
+(``activities.review``).
+"""
+
+from __future__ import annotations
+
+from activities.gates import contains, kept, regression, run, scope
+from activities.gates.command import Ran, gate_env, gate_extra_env, gate_run, run_command
+from activities.gates.judging import Bench, Elsewhere, Judging
+from loop.contracts import Evidence, Gate, GateResult
+
+
+async def evaluate(judging: Judging, gates: list[Gate] | None = None) -> list[GateResult]:
+    """Every gate of ``gates`` (default: the task's, but ``llm_review``) in order."""
+    chosen = gates if gates is not None else judging.task.verify
+    return [await evaluate_gate(gate, judging) for gate in chosen]
+
+
+async def evaluate_gate(gate: Gate, judging: Judging) -> GateResult:
+    match gate.kind:
+        case "run":
+            return await run.evaluate(gate, judging)
+        case "diff_scope":
+            return scope.evaluate(gate, judging.make.changed_files)
+        case "no_removed_tests":
+            return await kept.evaluate(gate, judging)
+        case "regression_test":
+            return await regression.evaluate(gate, judging)
+        case "contains":
+            return contains.evaluate(gate, judging.make.claim)
+        case "llm_review":
+            return GateResult(
+                name=gate.name,
+                kind="llm_review",
+                passed=False,
+                requirement="an LLM reviewer accepts the change",
+                evidence=Evidence(detail="llm_review gates run in the review activity"),
+            )
+
+
+__all__ = [
+    "Bench",
+    "Elsewhere",
+    "Judging",
+    "Ran",
+    "evaluate",
+    "evaluate_gate",
+    "gate_env",
+    "gate_extra_env",
+    "gate_run",
+    "run_command",
+]
