@@ -191,6 +191,7 @@ class MakeActivities:
                 "usage_reported": spent.found,
                 "agent_error": redact(spent.error),
                 "agent_error_fatal": spent.fatal,
+                "protected_writes": ran.refused_protected,
             }
         )
 

@@ -243,6 +243,12 @@ class TaskWorkflow(TaskRecord):
             return _Stop(
                 TaskState.BLOCKED, f"write outside the worktree: {', '.join(made.outside_writes)}"
             )
+        if made.protected_writes:
+            tried = ", ".join(made.protected_writes)
+            return _Stop(
+                TaskState.BLOCKED,
+                f"protected path: attempt {n} tried to write {tried} (refused by the sandbox)",
+            )
         trouble = explain.agent_trouble(made)
         if trouble and workflow.patched("explain-agent-trouble"):
             self._event("agent", f"attempt {n}: {trouble}")

@@ -130,6 +130,8 @@ class MakeResult(_Record):
     tries: int = 1
     """How many times the step ran: more than one after a worker crash or a failed try
     (each retry resets the worktree to the attempt's start)."""
+    protected_writes: list[str] = Field(default_factory=list)
+    """Protected files the agent tried to write; the sandbox refused (a policy violation)."""
 
 
 class VerifyInput(_Record):

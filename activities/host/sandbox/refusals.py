@@ -23,7 +23,7 @@ from activities.host.sandbox.paths import NEVER_BOUND, under
 SCAN_BYTES = 1 << 20
 MAX_REFUSED = 20
 
-_MESSAGE = r"(Read-only file system|Permission denied)"
+_MESSAGE = r"(Read-only file system|Permission denied|Device or resource busy)"
 _OPEN, _CLOSE = "'\"‘“", "'\"’”"
 _BEFORE = re.compile(rf"(?:[{_OPEN}]([^{_CLOSE}\n]+)[{_CLOSE}]|([^\s{_OPEN}]+)):\s*{_MESSAGE}")
 _AFTER = re.compile(
@@ -38,10 +38,50 @@ _NOT_A_WRITE = re.compile(
 )
 
 
+_NODE = re.compile(
+    rf"(EROFS: read-only file system|EACCES: permission denied|EBUSY: resource busy or locked)"
+    rf", \w+ [{_OPEN}]([^{_CLOSE}\n]+)[{_CLOSE}]"
+)
+"""Node's form (Claude Code, Codex): ``EROFS: read-only file system, open '/x'``."""
+
+
 def _found(line: str) -> list[tuple[str, str]]:
     found = [(q or bare, why) for q, bare, why in _BEFORE.findall(line)]
     found += [(dst or src, why) for why, src, dst in _AFTER.findall(line)]
+    found += [(path, why) for why, path in _NODE.findall(line)]
     return found
+
+
+def _tail(log_path: Path) -> str:
+    try:
+        with log_path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - SCAN_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def refused_protected(log_path: Path, worktree: str, protected: list[str]) -> list[str]:
+    """Protected files of the worktree (relative paths) that the output says a write to
+    was refused."""
+    if not protected:
+        return []
+    wanted = set(protected)
+    found: list[str] = []
+    for line in _tail(log_path).splitlines():
+        if _NOT_A_WRITE.search(line):
+            continue
+        for raw, _ in _found(line.replace("\\n", "\n").replace('\\"', '"')):
+            path = raw.strip()
+            if path.startswith("/"):
+                if not under(os.path.normpath(path), worktree):
+                    continue
+                path = os.path.relpath(os.path.normpath(path), worktree)
+            path = os.path.normpath(path)
+            if path in wanted and path not in found:
+                found.append(path)
+    return found[:MAX_REFUSED]
 
 
 def refused_writes(log_path: Path, worktree: str) -> list[str]:
@@ -51,15 +91,8 @@ def refused_writes(log_path: Path, worktree: str) -> list[str]:
     (EACCES) may also be a refused read of something the task had no business reading.
     Inside the worktree the sandbox refuses only protected files: ``diff_scope``'s call.
     """
-    try:
-        with log_path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - SCAN_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return []
     refused: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in _tail(log_path).splitlines():
         if _NOT_A_WRITE.search(line):
             continue
         for raw, why in _found(line):
