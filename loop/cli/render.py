@@ -72,8 +72,10 @@ def evidence(g: GateResult) -> str:
         parts.append(ev.detail)
     elif ev.files:
         parts.append(", ".join(ev.files[:5]))
+    if ev.quoted:
+        parts.append(ev.quoted[0][:160])
     tail = [ln for ln in ev.output_tail.strip().splitlines() if ln.strip()]
-    if tail and not g.passed:
+    if tail and not g.passed and ev.tests is None:
         parts.append(tail[-1][:100])
     return " · ".join(parts)
 
@@ -90,7 +92,11 @@ def print_result(out: Console, r: TaskResult) -> None:
             table.add_row(
                 str(a.attempt),
                 g.name,
-                "[green]pass[/green]" if g.passed else "[red]FAIL[/red]",
+                "[green]pass[/green]"
+                if g.passed
+                else "[yellow]uncertain[/yellow]"
+                if g.uncertain
+                else "[red]FAIL[/red]",
                 evidence(g),
             )
     out.print(table)

@@ -18,6 +18,7 @@ from loop.contracts import (
     PromptParts,
     Verdict,
 )
+from loop.rules.verdicts import expects_report, headline
 
 _PREVIOUS_OUTPUT_CHARS = 1_500
 
@@ -27,21 +28,49 @@ def required_correction(g: GateResult) -> str:
     files = ", ".join(g.evidence.files)
     match g.kind:
         case "run":
-            if g.evidence.detail.startswith("timed out"):
-                return f"make the command finish in time ({g.evidence.detail}); do not hang"
-            return (
-                f"change the code so that the command exits 0 (it exited {g.evidence.exit_code});"
-                " read the output tail for the failing check"
-            )
+            return _run_correction(g)
         case "diff_scope":
             return f"revert your changes to files outside the allowed scope: {files}"
         case "no_removed_tests":
-            return f"restore the removed or skipped tests: {files}"
+            return f"restore the removed, skipped or deselected tests: {files}"
+        case "regression_test":
+            return (
+                "add (or change) a test in a test file that fails on base's code and passes with "
+                f"your change; what was checked: {g.evidence.detail}"
+            )
         case "contains":
             missing = g.evidence.detail.removeprefix("missing: ")
             return f"write a final answer to LOOP_OUTPUT_FILE that includes: {missing}"
         case _:
             return g.evidence.detail or "satisfy the gate"
+
+
+def _run_correction(g: GateResult) -> str:
+    detail, tests = g.evidence.detail, g.evidence.tests
+    if g.uncertain:
+        return (
+            "remove what ends or steers the test process (quoted below): while it is there the "
+            "verdict cannot be trusted and a person is asked"
+        )
+    if detail.startswith("timed out"):
+        return f"make the command finish in time ({detail}); do not hang"
+    if "ended before it reported" in detail:
+        return (
+            "let the test run finish and report every test: do not end the process early, and "
+            "do not skip, deselect or hide tests"
+        )
+    if tests is not None and tests.failing:
+        names = ", ".join(c.id for c in tests.failing[:5])
+        more = tests.more_failing + max(0, len(tests.failing) - 5)
+        return (
+            f"change the code so that these tests pass: {names}"
+            + (f" (and {more} more)" if more else "")
+            + "; each one's assertion is listed under its name"
+        )
+    return (
+        f"change the code so that the command exits 0 (it exited {g.evidence.exit_code});"
+        " read the output tail for the failing check"
+    )
 
 
 def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) -> Feedback:
@@ -68,7 +97,23 @@ def describe_gate(g: Gate) -> str:
     """The gates are shown to the agent, so it knows the bar; it cannot change them."""
     match g.kind:
         case "run":
-            return f"{g.name}: `{g.run}` must exit 0 (timeout {g.timeout} s)"
+            if not expects_report(g):
+                return f"{g.name}: `{g.run}` must exit 0 (timeout {g.timeout} s)"
+            return (
+                f"{g.name}: `{g.run}` (timeout {g.timeout} s), judged test by test against base: "
+                "every test passing at base must still pass, "
+                + (
+                    "every test failing at base must pass"
+                    if g.fail_to_pass == "auto"
+                    else f"these must pass: {', '.join(g.fail_to_pass)}"
+                )
+                + ", no test may fail; ending the test process early fails it"
+            )
+        case "regression_test":
+            return (
+                f"{g.name}: add or change a test that fails on base's code and passes with "
+                "your change"
+            )
         case "diff_scope":
             scope = g.diff_scope
             assert scope is not None
@@ -77,7 +122,7 @@ def describe_gate(g: Gate) -> str:
                 text += f"; never touch {', '.join(scope.protect)} (that blocks the task)"
             return text
         case "no_removed_tests":
-            return f"{g.name}: do not remove or skip any existing test"
+            return f"{g.name}: do not remove, skip, xfail or deselect any existing test"
         case "contains":
             assert g.contains is not None
             return f"{g.name}: your final answer must contain: {', '.join(g.contains)}"
@@ -113,6 +158,19 @@ def render_prompt(parts: PromptParts, attempt: int) -> str:
                 out.append(f"- files: {', '.join(f.evidence.files)}")
             if f.evidence.detail:
                 out.append(f"- detail: {f.evidence.detail}")
+            tests = f.evidence.tests
+            if tests is not None and tests.failing:
+                out.append("- failing tests:")
+                for case in tests.failing:
+                    at_base = f", at base: {case.at_base}" if case.at_base else ""
+                    out.append(
+                        f"  - `{case.id}` ({case.outcome}{at_base}): {headline(case.message)}"
+                    )
+                if tests.more_failing:
+                    out.append(f"  - … and {tests.more_failing} more")
+            if f.evidence.quoted:
+                out.append("- lines a person must look at:")
+                out += [f"  - {q}" for q in f.evidence.quoted]
             if f.evidence.output_tail:
                 out += ["", "```", f.evidence.output_tail.strip(), "```"]
             out.append("")

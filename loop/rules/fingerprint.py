@@ -70,6 +70,23 @@ def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
+def _gate(g: GateResult) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "name": g.name,
+        "kind": g.kind,
+        "policy_violation": g.policy_violation,
+        "exit_code": g.evidence.exit_code,
+        "files": sorted(normalise(f) for f in g.evidence.files),
+        "detail": normalise(g.evidence.detail),
+        "output": normalise(g.evidence.output_tail),
+    }
+    tests = g.evidence.tests
+    if tests is not None and tests.failing:
+        # Which tests fail and how: the same set failing the same way is no new evidence.
+        entry["tests"] = sorted(f"{c.id} {c.outcome} {normalise(c.message)}" for c in tests.failing)
+    return entry
+
+
 def fingerprint(gates: list[GateResult]) -> str:
     """16 hex chars of sha256 over the failed gates and their normalised evidence.
 
@@ -80,17 +97,6 @@ def fingerprint(gates: list[GateResult]) -> str:
     failed = sorted((g for g in gates if not g.passed), key=lambda g: g.name)
     if not failed:
         return ""
-    payload = [
-        {
-            "name": g.name,
-            "kind": g.kind,
-            "policy_violation": g.policy_violation,
-            "exit_code": g.evidence.exit_code,
-            "files": sorted(normalise(f) for f in g.evidence.files),
-            "detail": normalise(g.evidence.detail),
-            "output": normalise(g.evidence.output_tail),
-        }
-        for g in failed
-    ]
+    payload = [_gate(g) for g in failed]
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]

@@ -25,6 +25,7 @@ from loop.contracts import (
     TaskStatus,
 )
 from loop.rules.answers import answer_with
+from loop.rules.verdicts import headline
 from loop.tasks import applies
 
 WAITING = frozenset({TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN})
@@ -215,6 +216,12 @@ class GateRow:
     duration: str
     log: str = ""
     """The gate's full log under ``runs/<id>/attempt-N/`` (``gate-<name>.log``), if any."""
+    tests: str = ""
+    """Per-test counts where the runner reported (``4 passed, 1 failed (pytest)``)."""
+    failing: list[tuple[str, str, str]] = field(default_factory=list)
+    """(test id, outcome, the assertion) of the tests that decided a failed verdict."""
+    quoted: list[str] = field(default_factory=list)
+    """Lines of the attempt that made the checker uncertain."""
 
 
 @dataclass
@@ -268,6 +275,16 @@ def gate_row(g: GateResult) -> GateRow:
         requirement=g.requirement,
         duration=f"{ev.duration_s:.1f} s" if ev.duration_s else "",
         log=f"gate-{g.name}.log" if g.kind == "run" else "",
+        tests=(
+            ", ".join(f"{n} {k}" for k, n in ev.tests.counts.items()) + f" ({ev.tests.runner})"
+            if ev.tests is not None
+            else ""
+        ),
+        failing=[
+            (c.id, c.outcome + (f", at base {c.at_base}" if c.at_base else ""), headline(c.message))
+            for c in (ev.tests.failing if ev.tests is not None else [])
+        ],
+        quoted=list(ev.quoted),
     )
 
 

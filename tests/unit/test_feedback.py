@@ -7,6 +7,7 @@ import json
 import pytest
 
 from loop.contracts import (
+    CaseResult,
     DiffScope,
     Evidence,
     Feedback,
@@ -15,6 +16,7 @@ from loop.contracts import (
     LlmReview,
     MakeResult,
     PromptParts,
+    SuiteSummary,
     Verdict,
 )
 from loop.rules.feedback import (
@@ -187,8 +189,60 @@ def test_correction_for_unknown_kind_falls_back_to_detail() -> None:
 
 
 def test_describe_run_gate() -> None:
+    text = describe_gate(Gate(name="tests", run="make check", timeout=60, report="exit"))
+    assert text == "tests: `make check` must exit 0 (timeout 60 s)"
+
+
+def test_describe_run_gate_with_per_test_results() -> None:
     text = describe_gate(Gate(name="tests", run="pytest -q", timeout=60))
-    assert text == "tests: `pytest -q` must exit 0 (timeout 60 s)"
+    assert text.startswith("tests: `pytest -q` (timeout 60 s), judged test by test against base")
+    assert "every test failing at base must pass" in text and "ending the test process" in text
+    named = describe_gate(Gate(name="tests", run="pytest", fail_to_pass=["tests/t.py::test_a"]))
+    assert "these must pass: tests/t.py::test_a" in named
+
+
+def test_describe_regression_test_gate() -> None:
+    text = describe_gate(Gate(name="new-test", regression_test=True))
+    assert text.startswith("new-test: ") and "fails on base's code" in text
+
+
+def failing_tests() -> GateResult:
+    cases = [
+        CaseResult(
+            id=f"tests/test_x.py::test_{i}",
+            outcome="failed",
+            message=f"def test_{i}():\n>       assert f({i}) == 1\nE       assert {i} == 1\n",
+            at_base="passed" if i else "failed",
+        )
+        for i in range(3)
+    ]
+    tests = SuiteSummary(runner="pytest", counts={"failed": 3}, failing=cases, more_failing=4)
+    return GateResult(
+        name="tests",
+        kind="run",
+        passed=False,
+        evidence=Evidence(exit_code=1, detail="3 failed (pytest)", tests=tests),
+    )
+
+
+def test_feedback_names_each_failing_test_with_its_assertion(make) -> None:
+    fb = build(1, make, Verdict(passed=False, gates=[failing_tests()]), [])
+    correction = fb.failed[0].required_correction
+    assert "these tests pass: tests/test_x.py::test_0, tests/test_x.py::test_1" in correction
+    assert "(and 4 more)" in correction
+    text = render_prompt(PromptParts(goal="g", feedback=fb), 2)
+    assert "- `tests/test_x.py::test_1` (failed, at base: passed): assert 1 == 1" in text
+    assert "- … and 4 more" in text
+    data = json.loads(feedback_json(fb))
+    assert data["failed"][0]["evidence"]["tests"]["failing"][2]["id"] == "tests/test_x.py::test_2"
+
+
+def test_a_run_that_did_not_report_asks_for_a_whole_run(make) -> None:
+    cut = failed_run(detail="the test run ended before it reported: exit code 0, 0 of 5 tests")
+    correction = required_correction(cut)
+    assert "report every test" in correction and "exited" not in correction
+    uncertain = failed_run().model_copy(update={"uncertain": True})
+    assert "remove what ends or steers the test process" in required_correction(uncertain)
 
 
 def test_describe_diff_scope_gate() -> None:
@@ -205,7 +259,7 @@ def test_describe_diff_scope_gate() -> None:
 
 def test_describe_no_removed_tests_gate() -> None:
     text = describe_gate(Gate(name="keep", no_removed_tests=True))
-    assert text.startswith("keep: ") and "remove or skip" in text
+    assert text.startswith("keep: ") and "remove, skip, xfail or deselect" in text
 
 
 def test_describe_contains_gate() -> None:
