@@ -1,12 +1,13 @@
 """The worker's end of a reporting channel: keys out, authenticated records in.
 
 One channel per gate run. The worker makes a ``SOCK_SEQPACKET`` socket pair (one
-record per message, so records from two test processes never interleave), writes
+message per write, so messages from two test processes never interleave), writes
 one session key per possible session into it, passes the other end to the
 sandboxed command, and reads while the command runs (a suite of thousands of tests
-would otherwise fill the socket's buffer and stall). ``Assembler`` checks each
-record's HMAC under its session's key and its sequence number, and folds the
-records into a ``SuiteReport``; whatever fails the check is counted, never used.
+would otherwise fill the socket's buffer and stall). A message is a batch of
+records; ``Assembler`` checks each message's keyed BLAKE2 MAC under its session's
+key and its sequence number, and folds the records into a ``SuiteReport``; whatever
+fails the check is counted, never used.
 
 Everything here is bounded: the bytes read, the records kept, the length of each
 message and output; a report past a bound says so in ``problems`` (and is then not
@@ -118,6 +119,7 @@ class Assembler:
         self._out_of_order = 0
 
     def feed(self, message: bytes) -> None:
+        """One message: ``<mac> {"s": session, "n": seq, "r": [records]}``."""
         mac, _, body = message.partition(b" ")
         try:
             record = json.loads(body)
@@ -128,14 +130,16 @@ class Assembler:
         if not 0 <= session < len(self.keys):
             self._forged += 1
             return
-        expected = hmac.new(self.keys[session], body, hashlib.sha256).hexdigest().encode()
-        if not hmac.compare_digest(mac, expected):
+        expected = hashlib.blake2b(body, key=self.keys[session], digest_size=32).hexdigest()
+        if not hmac.compare_digest(mac, expected.encode()):
             self._forged += 1
             return
         if seq != self._next.get(session, 0):
             self._out_of_order += 1
         self._next[session] = seq + 1
-        self._apply(session, record)
+        for one in record.get("r") or []:
+            if isinstance(one, dict):
+                self._apply(session, one)
 
     def _apply(self, session: int, record: dict[str, Any]) -> None:
         report = self.report

@@ -25,16 +25,16 @@ def _start():
 
 
 def _chain():
-    """Run the ``sitecustomize`` this one shadows (Debian's, a distribution's)."""
-    import importlib.machinery
-    import importlib.util
-
+    """Run the ``sitecustomize.py`` this one shadows (Debian's, a distribution's), as
+    ``site`` would have (without importlib: every Python process of a gate runs this)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    for folder in sys.path:
+        path = os.path.join(folder or ".", "sitecustomize.py")
+        if os.path.abspath(folder or ".") != here and os.path.isfile(path):
+            with open(path, "rb") as f:
+                code = compile(f.read(), path, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": path})
+            return
 
 
 _start()
