@@ -42,7 +42,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gates import gate_extra_env
 from activities.host import artifact, sandbox
-from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
 from loop.contracts import (
     DISCOVER,
@@ -68,6 +67,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import permanent
+from loop.hardened.files import read_untrusted
 from loop.loaders import describe
 from loop.rules import triage
 from loop.settings import Settings

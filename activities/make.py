@@ -10,7 +10,7 @@ The attempt folder (``runs/<id>/attempt-N``) is the worker's: prompt, feedback,
 logs, pid and state files, which no task uid can write. The agent's own places
 are apart from it: ``attempt-N/agent/`` (``LOOP_OUTPUT_FILE``) and the task's HOME
 (``runs/<id>/home``), both its uid's; what the worker reads from them it reads
-as hostile input (``files.read_untrusted``).
+as hostile input (``loop.hardened.files.read_untrusted``).
 
 The ``command`` backend does all three in one activity (``make``): the external
 agent runs in the worktree with the LOOP_* variables. The ``openai`` backend
@@ -28,7 +28,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.host import artifact, sandbox, usage
-from activities.host.files import read_untrusted
 from activities.host.git import GitError, git
 from activities.host.proc import tail_of
 from activities.host.remote import publish
@@ -51,6 +50,7 @@ from loop.contracts import (
     Workspace,
 )
 from loop.errors import permanent
+from loop.hardened.files import read_untrusted
 from loop.logs import log_for
 from loop.pricing import cost, load_prices
 from loop.redact import redact, redact_file

@@ -13,8 +13,8 @@ import asyncio
 import re
 from pathlib import Path
 
-from activities.host.files import read_untrusted
 from activities.host.git import git
+from loop.hardened.files import read_untrusted
 from loop.rules import tamper
 
 FILE_BYTES = 2 << 20

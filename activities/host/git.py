@@ -1,16 +1,10 @@
-"""Running git from activities without surprises.
+"""Running git from activities: the hardened runner (``loop.hardened.git``), its errors
+as ``GitError``, and the per-repository lock.
 
-Every call pins what a user's configuration could otherwise change under us:
-an identity (a worker's machine may have none), no commit signing and no hooks
-(an internal commit must not wait for a passphrase or run a repository's
-pre-commit checks), nothing read from a repository nested in a worktree (an
-agent could have made one, with a config that names commands), no terminal
-prompts (a worker has no person to answer them) and the C locale (so messages
-we parse look the same everywhere). Variables such as ``GIT_DIR`` that a parent
-process (a git hook, an IDE) may have exported are dropped, since they would
-point every call at another repository. git runs as a subprocess on the event
-loop, never blocking it, because the same worker heartbeats other activities
-meanwhile.
+The configuration and environment of every call are ``loop.hardened.git``'s (no hooks,
+no fsmonitor, no external diff, no ``GIT_*`` from outside, no prompt, the C locale).
+git runs as a subprocess on the event loop, never blocking it, because the same
+worker heartbeats other activities meanwhile.
 
 ``repo_lock`` exists because git itself does not serialise everything that
 touches shared state of a repository: two ``git worktree add`` or a merge
@@ -30,32 +24,7 @@ import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-_CONFIG = (
-    "-c", "user.name=Loopwork",
-    "-c", "user.email=loopwork@localhost",
-    "-c", "commit.gpgsign=false",
-    "-c", "core.hooksPath=/dev/null",
-    # A worktree is the agent's: a repository it made inside it has a config of the
-    # agent's choosing, and git would run that config's commands (fsmonitor) as the
-    # worker when it recurses into it. Nothing recurses, nothing runs.
-    "-c", "core.fsmonitor=false",
-    "-c", "diff.ignoreSubmodules=all",
-    "-c", "status.submoduleSummary=false",
-    "-c", "submodule.recurse=false",
-    "-c", "protocol.file.allow=never",
-)  # fmt: skip
-
-# Variables that would redirect git away from the ``cwd`` we give it.
-_REPO_ENV = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-)
+from loop.hardened import git as hardened_git
 
 
 class GitError(Exception):
@@ -89,46 +58,17 @@ class GitError(Exception):
         return f"{text}: {detail[:300]}" if detail else text
 
 
-def _env(index: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["LC_ALL"] = "C"
-    if index is not None:
-        env["GIT_INDEX_FILE"] = str(index)  # a scratch index of the worker's own
-    return env
-
-
-async def _run(args: list[str], cwd: Path | str, index: Path | None = None) -> tuple[int, str, str]:
-    command = ["git", *args]
+async def _run(
+    args: list[str], cwd: Path | str, index: Path | None = None
+) -> tuple[int, str, str]:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "git",
-            *_CONFIG,
-            *args,
-            cwd=str(cwd),
-            env=_env(index),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        done = await hardened_git.run(args, cwd, index=index)
     except OSError as e:  # missing cwd or no git binary: report it like git would
-        raise GitError(command, 127, f"fatal: cannot run git in {cwd}: {e.strerror or e}") from e
-    communicate = asyncio.ensure_future(proc.communicate())
-    try:
-        out, err = await asyncio.shield(communicate)
-    except asyncio.CancelledError:
-        # Killing git mid-operation can leave index.lock or a half-moved ref behind;
-        # git calls are short, so let this one finish before the cancellation goes on.
-        with contextlib.suppress(Exception):
-            await communicate
-        raise
-    assert proc.returncode is not None
+        raise GitError(
+            ["git", *args], 127, f"fatal: cannot run git in {cwd}: {e.strerror or e}"
+        ) from e
     # surrogateescape: non-UTF-8 file names survive the round trip back to the filesystem.
-    return (
-        proc.returncode,
-        out.decode("utf-8", errors="surrogateescape"),
-        err.decode("utf-8", errors="replace"),
-    )
+    return done.code, done.text, done.err
 
 
 async def git(

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -38,6 +39,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from loop.errors import BadInput, LoopError, UnknownTask
+from loop.hardened.text import for_terminal, visible_html
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.config import UiConfig
@@ -64,6 +66,12 @@ SECURITY_HEADERS = {
 }
 
 
+def _inert(value: Any) -> Any:
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return Markup(escape(for_terminal(value)))
+    return value
+
+
 def create_app(
     config: UiConfig, client: Client, *, port: int | None = None, source: Source | None = None
 ) -> Starlette:
@@ -76,8 +84,12 @@ def create_app(
         autoescape=select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
+        # Whatever a page prints, it prints inert: controls and invisible characters as
+        # stand-ins (an agent's claim, a file name, an issue's goal), then escaped.
+        finalize=_inert,
     )
     env.filters["urlq"] = lambda s: quote(str(s), safe="")
+    env.filters["visible"] = lambda s: Markup(visible_html(str(s)))
     highlight_css = diffs.css()
     target = client.service_client.config.target_host
 

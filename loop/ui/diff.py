@@ -1,4 +1,11 @@
-"""A unified diff (``git diff``) as files of highlighted lines.
+"""A ``git diff`` as files of highlighted lines, exactly as git has them.
+
+The file list and each file's counts come from git's structured output (``-z
+--numstat`` and ``--raw``), each file's lines from its own patch, parsed by the counts
+in its hunk headers and split on ``\n`` only; a patch whose lines do not add up to
+git's counts is marked, never shown as something else. Every control and invisible
+character is shown as a marked stand-in (``loop.hardened.text``), in code, file names
+and hunk headers alike.
 
 Highlighting is Pygments': the lexer comes from the file's name (plain text when none
 fits), and each hunk's text is lexed as one piece, so a string or comment that spans
@@ -19,9 +26,11 @@ from pygments.lexers import TextLexer, get_lexer_for_filename
 from pygments.token import STANDARD_TYPES, _TokenType
 from pygments.util import ClassNotFound
 
+from loop.hardened.text import visible_html
+
 MAX_LINES_PER_FILE = 4000
 CSS_SCOPE = ".hl"
-_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
 
 @dataclass
@@ -45,95 +54,116 @@ class DiffFile:
     additions: int = 0
     deletions: int = 0
     truncated: bool = False
+    unfaithful: str = ""
+    """Why the page cannot show this file as git has it (the patch did not add up to git's
+    own counts, or was cut): the reader is told to look at git instead."""
+    shown: bool = True
+    """False for a file listed with git's counts only (past the page's limits)."""
 
     @property
     def anchor(self) -> str:
         return "file-" + re.sub(r"[^A-Za-z0-9_-]", "-", self.path)
 
 
-def _unquote(path: str) -> str:
-    """git's C-style quoting of unusual paths (``"a/t\\303\\251st"``)."""
-    if not (len(path) >= 2 and path[0] == path[-1] == '"'):
-        return path
-    raw = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-    try:
-        return raw.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return raw
+def split_z(out: str) -> list[str]:
+    return out.split("\0")
 
 
-def _strip_prefix(path: str) -> str:
-    path = _unquote(path.strip())
-    if path == "/dev/null":
-        return ""
-    return path[2:] if path[:2] in ("a/", "b/") else path
+def numstat(out: str) -> list[tuple[int | None, int | None, str, str]]:
+    """``git diff -z --numstat`` as (added, deleted, old path, new path); None counts for a
+    binary file. A rename is ``A<TAB>D<TAB>`` then its two paths, each ``\0``-ended."""
+    fields = split_z(out)
+    found: list[tuple[int | None, int | None, str, str]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        added, deleted, path = fields[i].split("\t", 2)
+        i += 1
+        if path:
+            old = new = path
+        else:
+            old, new = fields[i], fields[i + 1]
+            i += 2
+        count = [None if n == "-" else int(n) for n in (added, deleted)]
+        found.append((count[0], count[1], old, new))
+    return found
 
 
-def parse(text: str) -> list[DiffFile]:
-    """Files of a ``git diff`` (``diff --git`` sections); anything before the first is ignored."""
-    files: list[DiffFile] = []
-    cur: DiffFile | None = None
-    old = new = 0
-    in_hunk = False
-    for raw in text.splitlines():
-        if raw.startswith("diff --git "):
-            m = re.match(r'diff --git ("?a/.*"?) ("?b/.*"?)$', raw)
-            a, b = (m.group(1), m.group(2)) if m else ("", raw.rsplit(" ", 1)[-1])
-            cur = DiffFile(path=_strip_prefix(b), old_path=_strip_prefix(a))
-            files.append(cur)
-            in_hunk = False
-            continue
-        if cur is None:
-            continue
-        if not in_hunk:
-            if raw.startswith("new file mode"):
-                cur.status = "added"
-            elif raw.startswith("deleted file mode"):
-                cur.status = "deleted"
-            elif raw.startswith("rename from "):
-                cur.status, cur.old_path = "renamed", _unquote(raw[len("rename from ") :])
-            elif raw.startswith("rename to "):
-                cur.path = _unquote(raw[len("rename to ") :])
-            elif raw.startswith("old mode") and cur.status == "modified":
-                cur.status = "mode"
-            elif raw.startswith("Binary files") or raw.startswith("GIT binary patch"):
-                cur.status = "binary"
-            elif raw.startswith("--- "):
-                cur.old_path = _strip_prefix(raw[4:]) or cur.old_path
-            elif raw.startswith("+++ "):
-                cur.path = _strip_prefix(raw[4:]) or cur.path
-        m = _HUNK.match(raw)
-        if m:
-            in_hunk = True
-            if cur.status == "mode":
-                cur.status = "modified"
-            old, new = int(m.group(1)), int(m.group(2))
-            cur.lines.append(Line("hunk", None, None, raw))
-            continue
-        if not in_hunk:
-            continue
-        if len(cur.lines) >= MAX_LINES_PER_FILE:
-            cur.truncated = True
-            continue
-        tag, body = raw[:1], raw[1:]
-        if tag == "+":
-            cur.lines.append(Line("add", None, new, body))
-            cur.additions += 1
-            new += 1
-        elif tag == "-":
-            cur.lines.append(Line("del", old, None, body))
-            cur.deletions += 1
-            old += 1
-        elif tag == " " or raw == "":
-            cur.lines.append(Line("ctx", old, new, body))
-            old += 1
-            new += 1
-        elif tag == "\\":
-            cur.lines.append(Line("note", None, None, raw))
-    for f in files:
-        if not f.path:  # a deleted file: only its old name
-            f.path = f.old_path
-    return files
+_STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "C": "copied",
+           "T": "type changed"}  # fmt: skip
+
+
+def raw(out: str) -> dict[str, tuple[str, str]]:
+    """``git diff -z --raw``: new path -> (status, old path)."""
+    fields = split_z(out)
+    found: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(fields) and fields[i].startswith(":"):
+        meta = fields[i].split()
+        letter = meta[4][:1] if len(meta) > 4 else "M"
+        old = fields[i + 1]
+        if letter in "RC":
+            new, i = fields[i + 2], i + 3
+        else:
+            new, i = old, i + 2
+        status = _STATUS.get(letter, "modified")
+        if status == "modified" and len(meta) > 1 and meta[0][1:] != meta[1]:
+            status = "mode"
+        found[new] = (status, old)
+    return found
+
+
+def parse_patch(patch: str, f: DiffFile) -> DiffFile:
+    """One file's ``git diff`` into ``f.lines``, by the counts of each hunk's header.
+
+    Lines are split on ``\n`` only (never on ``\r``, form feeds or Unicode separators,
+    which a file may hold), and a hunk takes exactly the lines its header counts: no
+    content can end a hunk early or pose as the next file. A patch that does not add up
+    marks the file ``unfaithful``, never silently shown as something else."""
+    lines = patch.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = 0
+    while i < len(lines) and not lines[i].startswith("@@ "):
+        if lines[i].startswith(("Binary files ", "GIT binary patch")):
+            f.status = "binary"
+        i += 1
+    while i < len(lines):
+        m = _HUNK.match(lines[i])
+        if m is None:
+            f.unfaithful = f"unexpected line after a hunk: {lines[i][:80]!r}"
+            break
+        old, old_left = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
+        new, new_left = int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1)
+        f.lines.append(Line("hunk", None, None, lines[i]))
+        i += 1
+        while (old_left > 0 or new_left > 0) and i < len(lines):
+            text = lines[i]
+            tag, body = text[:1], text[1:]
+            if tag == "+" and new_left > 0:
+                f.lines.append(Line("add", None, new, body))
+                f.additions += 1
+                new, new_left = new + 1, new_left - 1
+            elif tag == "-" and old_left > 0:
+                f.lines.append(Line("del", old, None, body))
+                f.deletions += 1
+                old, old_left = old + 1, old_left - 1
+            elif tag == " " and old_left > 0 and new_left > 0:
+                f.lines.append(Line("ctx", old, new, body))
+                old, new = old + 1, new + 1
+                old_left, new_left = old_left - 1, new_left - 1
+            elif tag == "\\":
+                f.lines.append(Line("note", None, None, text))
+            else:
+                f.unfaithful = f"a line that does not fit its hunk: {text[:80]!r}"
+                return f
+            i += 1
+        if old_left or new_left:
+            f.unfaithful = "the patch ended inside a hunk"
+            return f
+        while i < len(lines) and lines[i].startswith("\\"):
+            f.lines.append(Line("note", None, None, lines[i]))
+            i += 1
+    return f
 
 
 def lexer_for(path: str) -> Lexer:
@@ -149,11 +179,32 @@ def _css_class(ttype: _TokenType) -> str:
     return STANDARD_TYPES[ttype]
 
 
+def _placeholders(texts: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The lines with each control or invisible character replaced by a one-character
+    placeholder the lexer takes as an ordinary character (a private-use code point the
+    lines do not hold), and each placeholder's marked stand-in."""
+    joined = "".join(texts)
+    special = sorted({ch for ch in joined if visible_html(ch) != escape(ch)})
+    if not special:
+        return texts, {}
+    used = set(joined)
+    free = (chr(c) for c in range(0xF0000, 0x10FFFE) if chr(c) not in used)
+    mapping = dict(zip(special, free, strict=False))
+    swapped = ["".join(mapping.get(ch, ch) for ch in t) for t in texts]
+    return swapped, {held: visible_html(ch) for ch, held in mapping.items()}
+
+
 def highlight_lines(texts: list[str], lexer: Lexer) -> list[str]:
-    """Each line's HTML, from lexing the lines as one text."""
+    """Each line's HTML, from lexing the lines as one text.
+
+    Control and invisible characters are held out of the lexer's sight first (Pygments
+    turns ``\r`` into a new line, and splits a stand-in of several characters into
+    tokens), then shown as marked stand-ins (``loop.hardened.text``), so the reader sees
+    every one of them and every line stays the line it is."""
+    shown, back = _placeholders(texts)
     out: list[str] = []
     current: list[str] = []
-    for ttype, value in lexer.get_tokens("\n".join(texts)):
+    for ttype, value in lexer.get_tokens("\n".join(shown)):
         cls = _css_class(ttype)
         pieces = value.split("\n")
         for i, piece in enumerate(pieces):
@@ -162,12 +213,14 @@ def highlight_lines(texts: list[str], lexer: Lexer) -> list[str]:
                 current = []
             if piece:
                 text = escape(piece, quote=False)
+                for held, html in back.items():
+                    text = text.replace(held, html)
                 current.append(f'<span class="{cls}">{text}</span>' if cls else text)
     out.append("".join(current))
-    # Lexers may add or drop a trailing newline; the diff's line count is the truth.
-    out = out[: len(texts)]
-    out += [escape(t, quote=False) for t in texts[len(out) :]]
-    return out
+    if len(out) < len(shown) or (len(out) > len(shown) and any(out[len(shown) :])):
+        # The lexer did not give back one line per line: show them unlexed, never shifted.
+        return [visible_html(t) for t in texts]
+    return out[: len(shown)]
 
 
 def highlight(files: list[DiffFile]) -> list[DiffFile]:
@@ -185,7 +238,7 @@ def highlight(files: list[DiffFile]) -> list[DiffFile]:
                     ln.html = html
                 run = []
             if line is not None:
-                line.html = escape(line.text, quote=False)
+                line.html = visible_html(line.text)
     return files
 
 

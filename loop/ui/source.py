@@ -5,8 +5,9 @@ codec): the visibility list and its search attributes, the ``status`` and ``trac
 queries of an open task, the result and the first history event (the task file) of a
 closed one. Files come from ``LOOP_HOME``: ``runs/<id>/workspace.json`` (the base
 commit), the worker's logs under ``runs/<id>/attempt-N/``, ``eval-results.json``. The
-diff is read from the repository's objects with a hardened ``git diff`` (no external
-diff, no textconv, no fsmonitor, no hooks): the repository is untrusted.
+diff is read from the repository's objects with the hardened git runner
+(``loop.hardened.git``: no external diff, no textconv, no fsmonitor, no hooks), from
+git's structured output (``loop.ui.diff``): the repository is untrusted.
 
 What a closed task says never changes, so it is kept in memory by run id.
 """
@@ -16,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import stat
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -53,9 +52,12 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
+from loop.hardened import git as hardened_git
+from loop.hardened.files import read_untrusted
 from loop.tasks import ANSWER_SIGNALS, answerable, find
+from loop.ui import diff as diffs
 from loop.ui import views
-from loop.ui.diff import DiffFile, highlight, parse
+from loop.ui.diff import DiffFile
 
 LIST_LIMIT = 200
 QUERY_TIMEOUT_S = 5.0
@@ -64,21 +66,10 @@ LIST_QUERY_TIMEOUT_S = 2.0
 QUERY_PARALLEL = 16
 REPOS_TTL_S = 30.0
 DIFF_LIMIT = 1 << 20
+DIFF_FILES = 300
 LOG_LIMIT = 1 << 20
 CACHE_SIZE = 512
 _LOG_NAME = re.compile(r"^(attempt-\d{1,4}/(gate-[A-Za-z0-9._-]{1,63}|agent)\.log|brief\.md)$")
-_GIT = (
-    "git",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "diff.external=",
-    "-c", "core.quotePath=false",
-    "-c", "diff.ignoreSubmodules=all",
-    "-c", "protocol.file.allow=never",
-)  # fmt: skip
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-                 "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_EXTERNAL_DIFF",
-                 "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT")  # fmt: skip
 
 
 @dataclass
@@ -300,7 +291,7 @@ class Source:
         return spec
 
     def _trace_file(self, task_id: str) -> TaskResult | None:
-        data, _ = _read_regular(self.runs / f"{task_id}.json", 16 << 20)
+        data, _ = read_untrusted(self.runs / f"{task_id}.json", 16 << 20)
         if not data:
             return None
         try:
@@ -334,13 +325,13 @@ class Source:
             if (folder / part).is_symlink():
                 raise UnknownTask(f"no log {name!r} for task {task_id!r}")
             folder = folder / part
-        data, note = _read_regular(folder / Path(name).name, LOG_LIMIT, tail=True)
+        data, note = read_untrusted(folder / Path(name).name, LOG_LIMIT, tail=True)
         if note == "missing":
             raise UnknownTask(f"no log {name!r} for task {task_id!r}")
         return data.decode("utf-8", "replace"), note
 
     def eval_runs(self) -> list[Any]:
-        data, _ = _read_regular(self.home / "eval-results.json", 32 << 20)
+        data, _ = read_untrusted(self.home / "eval-results.json", 32 << 20)
         return views.eval_runs(data.decode("utf-8", "replace"))
 
     # ------------------------------------------------------------------ the diff
@@ -365,7 +356,7 @@ class Source:
         cached = self._diffs.get_or(key)
         if cached is not None:
             return cached
-        diff = await _git_diff(repo, base, made.commit)
+        diff = await git_diff(repo, base, made.commit)
         if not diff.unavailable:
             self._diffs.put(key, diff)
         return diff
@@ -447,38 +438,8 @@ def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _read_regular(path: Path, limit: int, *, tail: bool = False) -> tuple[bytes, str]:
-    """At most ``limit`` bytes of a regular file, never through a link (the head, or the
-    tail with ``tail``), and a note on what was cut or wrong ("" when nothing)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return b"", "missing"
-    except OSError as e:
-        return b"", f"{path.name} cannot be opened: {e.strerror}"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return b"", f"{path.name} is not a regular file"
-        start = max(0, st.st_size - limit) if tail else 0
-        if start:
-            os.lseek(fd, start, os.SEEK_SET)
-        chunks, left = [], limit
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    note = ""
-    if st.st_size > limit:
-        where = "last" if tail else "first"
-        note = f"{path.name} is {st.st_size:,} bytes; showing the {where} {limit:,}"
-    return b"".join(chunks), note
-
-
 def _read_json(path: Path) -> dict[str, Any]:
-    data, _ = _read_regular(path, 1 << 20)
+    data, _ = read_untrusted(path, 1 << 20)
     try:
         found = json.loads(data or b"{}")
     except ValueError:
@@ -486,44 +447,57 @@ def _read_json(path: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-async def _git_diff(repo: str, base: str, commit: str) -> Diff:
+async def git_diff(repo: str, base: str, commit: str) -> Diff:
+    """The diff of ``commit`` against ``base`` as git has it: the file list and counts from
+    ``--numstat``/``--raw``, then each file's own patch (at most ``DIFF_FILES`` files and
+    ``DIFF_LIMIT`` bytes of patches; past that, files are listed with git's counts)."""
     if not re.fullmatch(r"[0-9a-f]{7,64}", base) or not re.fullmatch(r"[0-9a-f]{7,64}", commit):
         return Diff(unavailable=f"not commits: {base!r}, {commit!r}")
     if not Path(repo).is_dir():
         return Diff(unavailable=f"the repository {repo} is not on this host")
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_NO_REPLACE_OBJECTS="1")
-    args = [*_GIT, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", base, commit]
+    common = ["--no-color", "--no-ext-diff", "--no-textconv", "-M", base, commit]
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *args,
-            cwd=repo,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        stats = await hardened_git.run(["diff", "-z", "--numstat", *common], repo, within_s=20)
+        kinds = await hardened_git.run(["diff", "-z", "--raw", *common], repo, within_s=20)
+        if stats.code or kinds.code:
+            line = ((stats.err or kinds.err).strip().splitlines() or ["failed"])[0]
+            return Diff(unavailable=f"git diff {base[:12]}..{commit[:12]}: {line}")
+        status = diffs.raw(kinds.text)
+        files: list[DiffFile] = []
+        budget = DIFF_LIMIT
+        for added, deleted, old, new in diffs.numstat(stats.text):
+            kind, old_path = status.get(new, ("modified", old))
+            f = DiffFile(path=new, old_path=old_path if old_path != new else "", status=kind)
+            if added is None:
+                f.status = "binary"
+            elif len(files) >= DIFF_FILES or budget <= 0:
+                f.shown, f.additions, f.deletions = False, added, deleted or 0
+            else:
+                paths = [old, new] if old != new else [new]
+                patch = await hardened_git.run(
+                    ["--literal-pathspecs", "diff", *common, "--", *paths],
+                    repo,
+                    limit=budget,
+                    within_s=20,
+                )
+                budget -= len(patch.out)
+                diffs.parse_patch(patch.out.decode("utf-8", "replace"), f)
+                if patch.cut:
+                    f.unfaithful = "its patch is longer than the page shows"
+                elif (f.additions, f.deletions) != (added, deleted):
+                    f.unfaithful = (
+                        f"git counts +{added} −{deleted}, the page read +{f.additions} "
+                        f"−{f.deletions}"
+                    )
+                if f.unfaithful:
+                    f.additions, f.deletions = added, deleted or 0
+            files.append(f)
+    except hardened_git.Timeout as e:
+        return Diff(unavailable=str(e))
     except OSError as e:
         return Diff(unavailable=f"cannot run git: {e.strerror}")
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        out = await asyncio.wait_for(proc.stdout.read(DIFF_LIMIT + 1), 20)
-        cut = len(out) > DIFF_LIMIT
-        if cut:
-            proc.kill()
-            out = out[: out.rfind(b"\n", 0, DIFF_LIMIT) + 1]
-        err = await asyncio.wait_for(proc.stderr.read(), 5)
-        await asyncio.wait_for(proc.wait(), 5)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return Diff(unavailable="git diff took longer than 20 s")
-    if proc.returncode not in (0, None) and not cut:
-        line = (err.decode("utf-8", "replace").strip().splitlines() or ["failed"])[0]
-        return Diff(unavailable=f"git diff {base[:12]}..{commit[:12]}: {line}")
-    files = highlight(parse(out.decode("utf-8", "replace")))
-    return Diff(files=files, base=base, commit=commit, cut=cut)
+    cut = any(not f.shown for f in files)
+    return Diff(files=diffs.highlight(files), base=base, commit=commit, cut=cut)
 
 
 def today() -> str:

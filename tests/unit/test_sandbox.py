@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from activities.host import sandbox
-from activities.host.files import read_untrusted
 from activities.host.sandbox import uids as leases
 from activities.host.sandbox.egress_rules import Refused, choose
 from activities.host.sandbox.probe import HostSupport
 from activities.host.sandbox.refusals import refused_writes
 from loop.contracts import TaskSpec
+from loop.hardened.files import read_untrusted
 from tests.support.tasks import task
 
 # --------------------------------------------------------------------------- the task file

@@ -39,7 +39,8 @@ from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.app import create_app
 from loop.ui.config import UiConfig, parse_bind, parse_tokens, ui_config
-from loop.ui.source import Diff, TaskPage, payload_for
+from loop.ui.source import Diff, TaskPage, git_diff, payload_for
+from tests.support.repos import git
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -336,68 +337,101 @@ def test_ledger_bars_spent_reserved_left() -> None:
 
 # --------------------------------------------------------------------------- the diff
 
-DIFF = '''diff --git a/slugify.py b/slugify.py
+SLUGIFY_PATCH = """diff --git a/slugify.py b/slugify.py
 index 1111111..2222222 100644
 --- a/slugify.py
 +++ b/slugify.py
 @@ -1,4 +1,5 @@
- """Turn titles into URL slugs."""
+ \"\"\"Turn titles into URL slugs.\"\"\"
 +import re
 @SPACE@
  def slugify(text: str) -> str:
 -    return text.lower()
 +    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))
-diff --git a/notes/new.md b/notes/new.md
-new file mode 100644
-index 0000000..3333333
---- /dev/null
-+++ b/notes/new.md
-@@ -0,0 +1 @@
-+# hello
-\\ No newline at end of file
-diff --git a/old.txt b/old.txt
-deleted file mode 100644
-index 4444444..0000000
---- a/old.txt
-+++ /dev/null
-@@ -1 +0,0 @@
--bye
-diff --git a/a.py b/b.py
-similarity index 90%
-rename from a.py
-rename to b.py
-diff --git a/logo.png b/logo.png
-index 5555555..6666666 100644
-Binary files a/logo.png and b/logo.png differ
-'''.replace("@SPACE@", " ")
+""".replace("@SPACE@", " ")
 
 
-def test_a_diff_is_split_per_file_with_line_numbers() -> None:
-    files = diffs.parse(DIFF)
+def slugify_diff(patch: str = SLUGIFY_PATCH) -> list[diffs.DiffFile]:
+    return diffs.highlight([diffs.parse_patch(patch, diffs.DiffFile(path="slugify.py"))])
+
+
+@pytest.fixture
+def changed_repo(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repository whose second commit modifies, adds, deletes, renames and changes a
+    binary file."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "slugify.py").write_text(
+        '"""Turn titles into URL slugs."""\n\ndef slugify(text: str) -> str:\n'
+        "    return text.lower()\n"
+    )
+    (repo / "old.txt").write_text("bye\n")
+    (repo / "a.py").write_text("".join(f"line = {i}\n" for i in range(20)))
+    (repo / "logo.png").write_bytes(b"\x89PNG\0\0\1")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "slugify.py").write_text(
+        '"""Turn titles into URL slugs."""\nimport re\n\ndef slugify(text: str) -> str:\n'
+        '    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))\n'
+    )
+    (repo / "notes").mkdir()
+    (repo / "notes" / "new.md").write_text("# hello")
+    (repo / "old.txt").unlink()
+    git(repo, "mv", "a.py", "b.py")
+    (repo / "logo.png").write_bytes(b"\x89PNG\0\0\2")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "attempt")
+    return repo, base, git(repo, "rev-parse", "HEAD")
+
+
+async def test_a_diff_is_read_per_file_with_line_numbers(changed_repo) -> None:
+    repo, base, commit = changed_repo
+    diff = await git_diff(str(repo), base, commit)
+    files = sorted(diff.files, key=lambda f: f.path)
     assert [(f.path, f.status, f.additions, f.deletions) for f in files] == [
-        ("slugify.py", "modified", 2, 1),
-        ("notes/new.md", "added", 1, 0),
-        ("old.txt", "deleted", 0, 1),
         ("b.py", "renamed", 0, 0),
         ("logo.png", "binary", 0, 0),
+        ("notes/new.md", "added", 1, 0),
+        ("old.txt", "deleted", 0, 1),
+        ("slugify.py", "modified", 2, 1),
     ]
-    lines = files[0].lines
+    lines = files[4].lines
     assert [ln.kind for ln in lines] == ["hunk", "ctx", "add", "ctx", "ctx", "del", "add"]
     assert [(ln.old, ln.new) for ln in lines[1:]] == [
         (1, 1), (None, 2), (2, 3), (3, 4), (4, None), (None, 5)
     ]  # fmt: skip
-    assert files[1].lines[-1].kind == "note" and files[3].old_path == "a.py"
-    assert files[0].anchor == "file-slugify-py"
+    assert files[2].lines[-1].kind == "note" and files[0].old_path == "a.py"
+    assert files[4].anchor == "file-slugify-py"
+    assert not any(f.unfaithful for f in files) and not diff.cut
 
 
 def test_the_diff_is_coloured_by_pygments_and_escaped() -> None:
-    (f, *_) = diffs.highlight(diffs.parse(DIFF))
+    (f,) = slugify_diff()
     html = {ln.kind + str(ln.new): ln.html for ln in f.lines}
     assert '<span class="kn">import</span>' in html["add2"]
     assert '<span class="k">def</span>' in html["ctx4"]
     assert '<span class="s2">' in html["add5"] and '<span class="sa">r</span>' in html["add5"]
-    evil = diffs.highlight(diffs.parse(DIFF.replace("import re", "<script>alert(1)</script>")))
-    assert "<script>" not in evil[0].lines[2].html and "&lt;" in evil[0].lines[2].html
+    (evil,) = slugify_diff(SLUGIFY_PATCH.replace("import re", "<script>alert(1)</script>"))
+    assert "<script>" not in evil.lines[2].html and "&lt;" in evil.lines[2].html
+
+
+def test_a_hunk_takes_exactly_the_lines_its_header_counts() -> None:
+    """Form feeds, separators and a fake file header inside a line stay in that line."""
+    patch = (
+        "diff --git a/s.py b/s.py\n--- a/s.py\n+++ b/s.py\n@@ -1,1 +1,4 @@\n"
+        "-x = 1\n+x = 2\n+\x0cdiff --git a/docs/CHANGELOG.md b/docs/CHANGELOG.md\n"
+        "+evil = 1\u2028hidden = 2\r\n+\u202etxt.exe\n"
+    )
+    (f,) = diffs.highlight([diffs.parse_patch(patch, diffs.DiffFile(path="s.py"))])
+    assert (f.additions, f.deletions, f.unfaithful) == (4, 1, "")
+    assert [ln.kind for ln in f.lines] == ["hunk", "del", "add", "add", "add", "add"]
+    assert "diff --git" in f.lines[3].text and "␌" in f.lines[3].html
+    assert "⟦U+2028⟧" in f.lines[4].html and "␍" in f.lines[4].html
+    assert '<span class="cc" title="U+202E">⟦U+202E⟧</span>' in f.lines[5].html
+    short = diffs.parse_patch(patch.replace("+1,4", "+1,6"), diffs.DiffFile(path="s.py"))
+    assert short.unfaithful == "the patch ended inside a hunk"
 
 
 def test_a_string_across_lines_stays_one_colour() -> None:
@@ -472,7 +506,7 @@ class FakeSource:
         )  # fmt: skip
 
     async def diff(self, page: TaskPage) -> Diff:
-        return Diff(files=diffs.highlight(diffs.parse(DIFF)), base="b" * 40, commit="c" * 40)
+        return Diff(files=slugify_diff(), base="b" * 40, commit="c" * 40)
 
     async def answer(self, task_id: str, answer: str, payload: Any) -> None:
         if self.refuse:

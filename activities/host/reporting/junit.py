@@ -3,7 +3,7 @@
 The runner (jest, go-junit-report, cargo-nextest, Maven Surefire, node's test runner,
 pytest's ``--junitxml``) writes into ``$LOOP_REPORT_DIR``, a folder the worker made
 empty for that run and lent to the task's uid. Only its own entries whose names match
-the task file's ``report.junit`` are read: each with ``files.read_untrusted`` (no
+the task file's ``report.junit`` are read: each with ``loop.hardened.files.read_untrusted`` (no
 link followed, no FIFO opened, a size cap), parsed with ``defusedxml`` (no DTD, no
 entities), then handed to ``junitparser``'s typed cases. Every ``<testcase>`` counts,
 wherever it sits (node's runner puts them straight under ``<testsuites>``).
@@ -20,8 +20,8 @@ import junitparser
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
-from activities.host.files import read_untrusted
 from loop.contracts import CaseResult, SuiteReport
+from loop.hardened.files import read_untrusted
 
 FILE_BYTES = 32 << 20
 MAX_FILES = 64

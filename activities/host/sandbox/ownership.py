@@ -10,7 +10,7 @@ retry from the record made before anything changed.
 
 The agent's own places (its output folder, its HOME) are the opposite: they are
 the task uid's for good, and the worker only ever reads from them, without
-following links (``activities.host.files.read_untrusted``).
+following links (``loop.hardened.files.read_untrusted``).
 """
 
 from __future__ import annotations
