@@ -58,9 +58,7 @@ class GitError(Exception):
         return f"{text}: {detail[:300]}" if detail else text
 
 
-async def _run(
-    args: list[str], cwd: Path | str, index: Path | None = None
-) -> tuple[int, str, str]:
+async def _run(args: list[str], cwd: Path | str, index: Path | None = None) -> tuple[int, str, str]:
     try:
         done = await hardened_git.run(args, cwd, index=index)
     except OSError as e:  # missing cwd or no git binary: report it like git would

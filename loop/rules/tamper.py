@@ -18,19 +18,32 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-EXITS = {"os._exit", "sys.exit", "exit", "quit", "os.abort", "os.kill", "os.killpg"}
-"""Calls that end the process: suspicious where they run at import."""
-AT_IMPORT = {"atexit.register", "signal.signal", "faulthandler.enable", "os.dup2"}
+EXITS = {"sys.exit", "exit", "quit"}
+"""Calls that end the process the ordinary way: suspicious where they run at import (a
+command-line tool's ``main`` may call them)."""
+AT_IMPORT = {"signal.signal", "faulthandler.enable"}
 """Calls that change how the process ends or what it writes, where they run at import."""
 ANYWHERE = {
+    "os._exit", "os.abort", "os.kill", "os.killpg", "atexit.register",
+    "os.fork", "os.forkpty", "os.register_at_fork", "multiprocessing.Process",
+    "os.dup", "os.dup2", "socket.fromfd", "socket.socketpair",
     "sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
     "sys._getframe", "inspect.currentframe", "inspect.stack", "inspect.getouterframes",
-    "gc.get_objects", "gc.get_referrers",
+    "inspect.trace", "traceback.extract_stack", "traceback.format_stack",
+    "traceback.walk_stack", "traceback.print_stack", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "ctypes.memmove", "ctypes.string_at",
 }  # fmt: skip
-"""Calls that reach into the interpreter, its frames or descriptors, wherever they run."""
+"""Calls that end the process at once, outlive it, reach into its descriptors, or into
+the interpreter, its frames or its memory, wherever they run."""
+DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "runpy.run_path",
+           "runpy.run_module"}  # fmt: skip
+"""Calls that run or import code the scan cannot read, when what they run is not a
+constant."""
+RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py"})
 PATCHED = {"sys.modules", "sys.meta_path", "sys.path_hooks", "sys.excepthook", "builtins"}
 """Objects whose change reaches every module of the process."""
 RUNNERS = ("pytest", "_pytest", "pluggy", "unittest", "loopwork_report", "LOOP_REPORT")
@@ -95,6 +108,14 @@ def _dotted(node: ast.AST, aliases: dict[str, str] | None = None) -> str:
     if isinstance(node, ast.Name):
         return (aliases or {}).get(node.id, node.id)
     return ""
+
+
+def _shared(dotted: str) -> bool:
+    """A name in a module every part of the process shares: the standard library's, or
+    the test runner's (``json.dumps``, ``os.write``, ``pytest.TestReport``,
+    ``unittest.TestCase``)."""
+    top = dotted.split(".", 1)[0]
+    return bool(dotted) and (top in sys.stdlib_module_names or top in RUNNER_MODULES)
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
@@ -180,8 +201,15 @@ class _Scan(ast.NodeVisitor):
             self._hit(node, name, f"calls {name} when the module is imported")
         elif name in ANYWHERE:
             self._hit(node, name, f"calls {name}")
+        elif name in DYNAMIC and not (node.args and isinstance(node.args[0], ast.Constant)):
+            self._hit(node, name, f"calls {name} on code the scan cannot read")
+        elif name == "socket.socket" and any(k.arg == "fileno" for k in node.keywords):
+            self._hit(node, "socket.fileno", "opens a socket on a descriptor it did not make")
         elif name == "setattr" and node.args and self._name(node.args[0]) in PATCHED:
             self._hit(node, self._name(node.args[0]), f"changes {self._name(node.args[0])}")
+        elif name == "setattr" and node.args and _shared(self._name(node.args[0])):
+            what = self._name(node.args[0])
+            self._hit(node, f"patch:{what}", f"changes {what}, which every module shares")
         elif name.rsplit(".", 1)[0] in PATCHED and name.rsplit(".", 1)[-1] in (
             "update", "setdefault", "pop", "__setitem__", "__delitem__", "insert", "append",
             "clear", "popitem",
@@ -202,6 +230,8 @@ class _Scan(ast.NodeVisitor):
             owner = self._name(base.value) if isinstance(base, ast.Attribute) else ""
             if dotted in PATCHED or owner in PATCHED or dotted == "__builtins__":
                 self._hit(node, owner if owner in PATCHED else dotted, f"changes {dotted}")
+            elif isinstance(target, ast.Attribute) and _shared(owner):
+                self._hit(node, f"patch:{dotted}", f"replaces {dotted}, which every module shares")
             if isinstance(target, ast.Name) and target.id in COLLECTION_NAMES:
                 self._hit(node, target.id, f"sets {target.id} (it changes what is collected)")
             if isinstance(target, ast.Attribute) and target.attr == "__test__":
@@ -250,6 +280,9 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._reference(node, node.attr)
+        if not self.test_file and self._name(node) == "sys.modules":
+            self._hit(node, "reference:sys.modules", "looks at which modules are loaded (a way to "
+                      "tell it runs under test)")  # fmt: skip
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -262,11 +295,15 @@ class _Scan(ast.NodeVisitor):
             self._hit(node, "reference:pytest", "asks whether it runs under a test runner")
 
 
-def scan_python(path: str, text: str, added: set[int]) -> list[Finding]:
+def scan_python(path: str, source: bytes, added: set[int]) -> list[Finding]:
+    """``source`` as Python reads it: bytes, so a coding cookie means what it means to
+    the interpreter. Code the scan cannot parse is itself a finding."""
     try:
-        tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError):
-        return []  # it cannot run either; the tests say so
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as e:
+        line = getattr(e, "lineno", 0) or 0
+        return [Finding(path, line, "unparsable", "Python code the scan cannot read", str(e))]
+    text = source.decode("utf-8", "replace")
     scan = _Scan(path, text.splitlines(), added, _aliases(tree))
     scan.visit(tree)
     # One finding per line and construct is enough to quote.
@@ -291,19 +328,25 @@ def shadows(path: str) -> Finding | None:
     return None
 
 
-def scan(files: dict[str, tuple[str, set[int]]], new: set[str]) -> list[Finding]:
-    """Findings over ``files`` (path -> new text, added line numbers); ``new``: the paths
-    the attempt added (checked against the names that shadow the runner)."""
+def scan(
+    files: dict[str, tuple[bytes | str, set[int]]], new: set[str], links: set[str] = frozenset()
+) -> list[Finding]:
+    """Findings over ``files`` (path -> new content, added line numbers); ``new``: the
+    paths the attempt added (checked against the names that shadow the runner);
+    ``links``: the symbolic links it added or changed (a link can make any file code)."""
     found: list[Finding] = []
     for path in sorted(new):
         hit = shadows(path)
         if hit is not None:
             found.append(hit)
-    for path, (text, added) in sorted(files.items()):
+    for path in sorted(links):
+        found.append(Finding(path, 0, "symlink", "adds a symbolic link", path))
+    for path, (content, added) in sorted(files.items()):
+        data = content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content
         if path.endswith(SOURCE_SUFFIXES):
-            found += scan_python(path, text, added)
+            found += scan_python(path, data, added)
         else:
-            found += scan_text(path, text, added)
+            found += scan_text(path, data.decode("utf-8", "replace"), added)
     return found
 
 

@@ -84,12 +84,18 @@ _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Failure|Exit|Interrupt
 
 
 def headline(message: str, limit: int = 160) -> str:
-    """The line of a failure message that says what failed: the exception raised (the
-    last such line of the traceback), else the last line with text."""
+    """The line of a failure message that says what failed: pytest's first ``E`` line,
+    else the exception raised (the last such line of a traceback), else the first line
+    with text (a JUnit message)."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     pytest_lines = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
     raised = [ln for ln in lines if _RAISED.match(ln)]
-    line = pytest_lines[0] if pytest_lines else (raised or lines or [""])[-1]
+    if pytest_lines:
+        line = pytest_lines[0]
+    elif raised:
+        line = raised[-1]
+    else:
+        line = lines[0] if lines else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -140,34 +140,110 @@ for fd in map(int, os.listdir("/proc/self/fd")):
 """
     (suite / "tests" / "conftest.py").write_text(forge)
     found = await run(suite, [sys.executable, "-m", "pytest", "-q", "tests"], tmp_path / "home")
-    assert found is not None and not found.complete
+    assert found is not None and not found.complete, found
     assert any("failed authentication" in p for p in found.problems), found.problems
     assert found.tests["tests/test_t.py::T::test_bad"].outcome == "failed"
 
 
-def test_the_assembler_checks_key_and_order() -> None:
-    keys = [b"k" * 32, b"j" * 32]
+def test_the_assembler_checks_key_process_and_order() -> None:
+    key = b"k" * 32
 
-    def record(session: int, seq: int, key: bytes, **body: object) -> bytes:
-        text = json.dumps({"s": session, "n": seq, "r": [body]}).encode()
-        mac = hashlib.blake2b(text, key=key, digest_size=32).hexdigest()
+    def message(seq: int, signed_with: bytes = key, **body: object) -> bytes:
+        text = json.dumps({"s": 0, "n": seq, "r": [body]}).encode()
+        mac = hashlib.blake2b(text, key=signed_with, digest_size=32).hexdigest()
         return mac.encode() + b" " + text
 
-    a = Assembler(keys)
-    a.feed(record(0, 0, keys[0], t="start", runner="pytest"))
-    a.feed(record(0, 1, keys[0], t="test", id="x", o="passed"))
-    a.feed(record(1, 0, keys[0], t="test", id="x", o="failed"))  # session 1 with session 0's key
-    a.feed(record(0, 3, keys[0], t="test", id="y", o="failed"))  # a record went missing
-    a.feed(b"not a record")
-    a.feed(record(0, 4, keys[0], t="end", exit=0))
+    a = Assembler(key)
+    a.feed(message(0, t="start", runner="pytest"), pid=10)
+    a.feed(message(1, t="test", id="x", o="passed"), pid=10)
+    a.feed(message(2, b"j" * 32, t="test", id="x", o="failed"), pid=10)  # another key
+    a.feed(message(2, t="test", id="z", o="passed"), pid=11)  # the key, from another process
+    a.feed(message(4, t="test", id="y", o="failed"), pid=10)  # a message went missing
+    a.feed(b"not a message", pid=10)
+    a.feed(message(5, t="end", exit=0), pid=10)
     done = a.done()
     assert done.tests["x"].outcome == "passed" and done.tests["y"].outcome == "failed"
+    assert "z" not in done.tests
     assert done.problems == [
-        "2 record(s) failed authentication: something other than Loopwork's reporter wrote "
+        "3 record(s) failed authentication: something other than Loopwork's reporter wrote "
         "to its channel",
         "1 record(s) arrived out of order",
     ]
     assert not done.complete
+
+
+async def test_one_gate_reports_one_test_session(suite: Path, tmp_path: Path) -> None:
+    line = f"{sys.executable} -m pytest -q tests; {sys.executable} -m pytest -q tests"
+    found = await run(suite, ["bash", "-c", line], tmp_path / "home")
+    assert found is not None and found.sessions == 1 and not found.complete
+    assert any("give each test run a gate of its own" in p for p in found.problems)
+
+
+PATCHES = {
+    "json and os.write patched at import": """import json, os
+_dumps, _write = json.dumps, os.write
+def dumps(obj, *a, **k):
+    for r in obj.get("r", ()) if isinstance(obj, dict) else ():
+        if r.get("o") == "failed":
+            r["o"] = "passed"
+    return _dumps(obj, *a, **k)
+json.dumps = dumps
+def write(fd, data):
+    n = _write(fd, data)
+    if b'"t":"end"' in data:
+        os._exit(0)
+    return n
+os.write = write
+""",
+    "the report class patched": """import pytest
+_make = pytest.TestReport.from_item_and_call.__func__
+def make(cls, item, call):
+    report = _make(cls, item, call)
+    if report.failed:
+        report.outcome, report.longrepr = "passed", None
+    return report
+pytest.TestReport.from_item_and_call = classmethod(make)
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(PATCHES))
+async def test_what_code_under_test_patches_later_does_not_change_the_report(
+    suite: Path, tmp_path: Path, name: str
+) -> None:
+    (suite / "tests" / "conftest.py").write_text(PATCHES[name])
+    found = await run(suite, [sys.executable, "-m", "pytest", "-q", "tests"], tmp_path / "home")
+    assert found is not None
+    assert found.tests["tests/test_t.py::T::test_bad"].outcome == "failed", name
+
+
+async def test_the_key_cannot_be_read_again_from_the_channel(suite: Path, tmp_path: Path) -> None:
+    """The key is in the channel once; the reporter took it before any test ran."""
+    steal = """\
+import os, socket
+found, kept = [], []
+for fd in range(3, 256):
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        continue
+    kept.append(s)
+    if s.type == socket.SOCK_SEQPACKET:
+        try:
+            found.append(s.recv(256, socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            found.append(b"nothing")
+open(os.environ["STOLEN"], "w").write(repr(found))
+"""
+    (suite / "tests" / "conftest.py").write_text(steal)
+    stolen = tmp_path / "stolen.txt"
+    os.environ["STOLEN"] = str(stolen)
+    try:
+        await run(suite, [sys.executable, "-m", "pytest", "-q", "tests"], tmp_path / "home")
+    finally:
+        del os.environ["STOLEN"]
+    seen = stolen.read_text()
+    assert seen.startswith("[b'nothing'") and set(eval(seen)) == {b"nothing"}  # found, no key
 
 
 async def test_a_channel_that_nothing_used_gives_no_report(tmp_path: Path) -> None:
@@ -229,7 +305,7 @@ def test_the_reporters_folder_is_readable_by_everyone(tmp_path: Path) -> None:
     folder = reporting.site_dir(tmp_path / "home")
     assert sorted(p.name for p in folder.glob("*.py")) == ["loopwork_report.py", "sitecustomize.py"]
     assert folder.stat().st_mode & 0o777 == 0o755
-    assert all(p.stat().st_mode & 0o777 == 0o644 for p in folder.glob("*.py"))
-    compiled = list((folder / "__pycache__").glob("*.pyc"))
-    assert len(compiled) == 2 and all(p.stat().st_mode & 0o777 == 0o644 for p in compiled)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert len(files) == 6  # two sources, their bytecode, the entry point and its metadata
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in files)
     assert reporting.site_dir(tmp_path / "home") == folder

@@ -47,8 +47,25 @@ def constructs(path: str, text: str) -> list[str]:
         ("import os\nfd = os.environ['LOOP_REPORT_FD']\n", "reference:LOOP_REPORT"),
         ("import loopwork_report\n", "reference:loopwork_report"),
         ("path = '/proc/self/fd/3'\n", "/proc/self/fd"),
+        ("import os\ndef stop():\n    os._exit(0)\n", "os._exit"),
+        ("import atexit\ndef later():\n    atexit.register(print)\n", "atexit.register"),
+        ("import os\ndef child():\n    os.fork()\n", "os.fork"),
+        ("import json\njson.dumps = repr\n", "patch:json.dumps"),
+        ("import os\n_w = os.write\nos.write = _w\n", "patch:os.write"),
+        ("import json.encoder\njson.encoder.c_make_encoder = None\n",
+         "patch:json.encoder.c_make_encoder"),
+        ("import os\nsetattr(os, 'write', print)\n", "patch:os"),
+        ("import codecs\nexec(codecs.decode('cevag(1)', 'rot13'))\n", "exec"),
+        ("name = 'o' + 's'\nmod = __import__(name)\n", "__import__"),
+        ("import socket\ndef f(n):\n    return socket.socket(fileno=n)\n", "socket.fileno"),
+        ("import traceback\ndef f():\n    return traceback.extract_stack()\n",
+         "traceback.extract_stack"),
+        ("# coding: utf-7\nimport os\nos.+AF8-exit(0)\n", "os._exit"),
+        ("def (:\n", "unparsable"),
+        ("import sys\ndef f():\n    return ('py' + 'test') in sys.modules\n",
+         "reference:sys.modules"),
     ],
-)
+)  # fmt: skip
 def test_source_constructs_are_found(source: str, construct: str) -> None:
     assert construct in constructs("src/app.py", source)
 
@@ -68,10 +85,37 @@ def test_source_constructs_are_found(source: str, construct: str) -> None:
         ("def test_a():\n    pass\ntest_a.__test__ = False\n", "__test__"),
         ("def load_tests(loader, tests, pattern):\n    return tests\n", "load_tests"),
         ("import _pytest.runner\n", "reference:_pytest"),
+        ("import pytest\npytest.TestReport.from_item_and_call = classmethod(print)\n",
+         "patch:pytest.TestReport.from_item_and_call"),
+        ("import unittest\nunittest.TestCase._callTestMethod = print\n",
+         "patch:unittest.TestCase._callTestMethod"),
+        ("from unittest import TestCase\nTestCase.run = print\n", "patch:unittest.TestCase.run"),
     ],
 )  # fmt: skip
 def test_test_file_constructs_are_found(source: str, construct: str) -> None:
     assert construct in constructs("tests/conftest.py", source)
+
+
+def test_ordinary_assignments_are_not_patches() -> None:
+    source = """
+        import os
+        import json
+
+        os.environ["MODE"] = "test"
+        CONFIG = json.loads("{}")
+
+        class Box:
+            def __init__(self):
+                self.json = json
+                self.value = 1
+    """
+    assert scan("src/box.py", source) == []
+    assert scan("tests/test_box.py", source) == []
+
+
+def test_a_symbolic_link_is_a_question() -> None:
+    found = tamper.scan({}, set(), {"tests/conftest.py"})
+    assert [(f.path, f.construct) for f in found] == [("tests/conftest.py", "symlink")]
 
 
 def test_what_runs_only_when_called_or_as_a_script_is_not_flagged() -> None:
@@ -111,9 +155,7 @@ def test_only_added_lines_count() -> None:
     assert scan("src/app.py", source, added={3}) == []
     found = scan("src/app.py", source, added={2})
     assert [(f.line, f.construct) for f in found] == [(2, "os._exit")]
-    assert (
-        found[0].quote() == "src/app.py:2: calls os._exit when the module is imported: os._exit(0)"
-    )
+    assert found[0].quote() == "src/app.py:2: calls os._exit: os._exit(0)"
 
 
 def test_a_multi_line_call_counts_when_any_of_its_lines_is_added() -> None:

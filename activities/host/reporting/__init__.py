@@ -31,9 +31,15 @@ from activities.host.reporting.channel import Channel
 from loop.contracts import Gate, JunitReport, SandboxPolicy, SuiteReport
 
 SITE = Path(__file__).with_name("site")
-PLUGIN = "loopwork_report"
 FD_VARIABLE = "LOOP_REPORT_FD"
 DIR_VARIABLE = "LOOP_REPORT_DIR"
+
+
+ENTRY_POINTS = "[pytest11]\nloopwork = loopwork_report\n"
+"""pytest finds the plugin by this name (``-p loopwork``) without importing a module of
+that name: so it never warns that the module was imported before it could rewrite it
+(``sitecustomize`` imported it, on purpose, before the repository's code could run),
+and no file of the repository named like it is ever imported in its place."""
 
 
 def site_dir(home: Path) -> Path:
@@ -46,14 +52,18 @@ def site_dir(home: Path) -> Path:
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
     folder = home / "reporter" / digest
     if not (folder / "sitecustomize.py").exists():
-        folder.mkdir(parents=True, exist_ok=True)
+        meta = folder / "loopwork_report-0.dist-info"
+        meta.mkdir(parents=True, exist_ok=True)
+        write_atomic(
+            meta / "METADATA", "Metadata-Version: 2.1\nName: loopwork-report\nVersion: 0\n"
+        )
+        write_atomic(meta / "entry_points.txt", ENTRY_POINTS)
         for source in sources:
             write_atomic(folder / source.name, source.read_text())
-            (folder / source.name).chmod(0o644)
             # Compiled once here: the folder is read-only to every gate, and compiling the
             # reporter at each start-up would cost every test process a few milliseconds.
             py_compile.compile(str(folder / source.name), doraise=True)
-        for path in [folder / "__pycache__", *(folder / "__pycache__").glob("*.pyc")]:
+        for path in folder.rglob("*"):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         os.chmod(folder, 0o755)
     return folder
@@ -121,5 +131,6 @@ def prepare(gate: Gate, policy: SandboxPolicy, home: Path, folder: Path) -> Repo
 
 
 def pytest_options() -> str:
-    """What ``PYTEST_ADDOPTS`` gains: the reporter, which ``sitecustomize`` already loaded."""
-    return f"-p {PLUGIN}"
+    """What ``PYTEST_ADDOPTS`` gains: the reporter by its entry point's name (the module
+    ``sitecustomize`` already imported)."""
+    return "-p loopwork"

@@ -1,13 +1,14 @@
-"""The worker's end of a reporting channel: keys out, authenticated records in.
+"""The worker's end of a reporting channel: a key out, authenticated records in.
 
 One channel per gate run. The worker makes a ``SOCK_SEQPACKET`` socket pair (one
-message per write, so messages from two test processes never interleave), writes
-one session key per possible session into it, passes the other end to the
-sandboxed command, and reads while the command runs (a suite of thousands of tests
-would otherwise fill the socket's buffer and stall). A message is a batch of
-records; ``Assembler`` checks each message's keyed BLAKE2 MAC under its session's
-key and its sequence number, and folds the records into a ``SuiteReport``; whatever
-fails the check is counted, never used.
+message per write, so a message is never cut or interleaved), writes one session key
+into it, passes the other end to the sandboxed command, and reads while the command
+runs (a suite of thousands of tests would otherwise fill the socket's buffer and
+stall). The first test process takes the key; there is no other to find. A message is
+a batch of records; ``Assembler`` checks each message's keyed BLAKE2 MAC and sequence
+number, and that every message of the session comes from the process that started
+it (the kernel says who sent each message: ``SO_PASSCRED``), and folds the records
+into a ``SuiteReport``; whatever fails a check is counted, never used.
 
 Everything here is bounded: the bytes read, the records kept, the length of each
 message and output; a report past a bound says so in ``problems`` (and is then not
@@ -23,19 +24,21 @@ import hmac
 import json
 import secrets
 import socket
+import struct
 from typing import Any
 
 from loop.contracts import CaseResult, SuiteReport
 
-SESSIONS = 16
-"""Test processes one gate run may start that report (``pytest a; pytest b``)."""
 MESSAGE_BYTES = 1 << 18
 MAX_BYTES = 64 << 20
 MAX_TESTS = 200_000
 TEXT_CHARS = 2_000
+NO_KEY = b"no-key"
+"""What a second test process writes when the key is taken (see ``loopwork_report``)."""
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 _WORST = {"error": 5, "failed": 5, "xpassed": 3, "xfailed": 2, "skipped": 1, "passed": 0}
-"""The same test reported twice (two sessions ran it) keeps its worst outcome."""
+"""The same test reported twice (a rerun plugin) keeps its worst outcome."""
 
 
 class Channel:
@@ -43,56 +46,61 @@ class Channel:
 
     def __init__(self) -> None:
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.keys = [secrets.token_bytes(32) for _ in range(SESSIONS)]
-        for i, key in enumerate(self.keys):
-            self._ours.send(f"{i}:{key.hex()}".encode("ascii"))
+        self._ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.key = secrets.token_bytes(32)
+        self._ours.send(f"0:{self.key.hex()}".encode("ascii"))
         self._ours.setblocking(False)
-        self._messages: list[bytes] = []
+        self._messages: list[tuple[bytes, int]] = []
         self._bytes = 0
         self._overflow = False
-        self._reader: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def child_fd(self) -> int:
         return self._theirs.fileno()
 
     def start(self) -> None:
-        self._reader = asyncio.ensure_future(self._read())
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._ours.fileno(), self._drain)
 
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _drain(self) -> None:
+        """Every message waiting now, with the pid of the process that sent it."""
+        space = socket.CMSG_SPACE(_CRED.size)
         while True:
-            data = await loop.sock_recv(self._ours, MESSAGE_BYTES)
-            if not data:
+            try:
+                data, ancillary, _, _ = self._ours.recvmsg(MESSAGE_BYTES, space)
+            except (BlockingIOError, InterruptedError):
                 return
-            self._keep(data)
+            except OSError:
+                self._stop()
+                return
+            if not data:
+                self._stop()
+                return
+            pid = 0
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = _CRED.unpack(value[: _CRED.size])[0]
+            if self._bytes + len(data) > MAX_BYTES:
+                self._overflow = True
+                continue
+            self._bytes += len(data)
+            self._messages.append((data, pid))
 
-    def _keep(self, data: bytes) -> None:
-        if self._bytes + len(data) > MAX_BYTES:
-            self._overflow = True
-            return
-        self._bytes += len(data)
-        self._messages.append(data)
+    def _stop(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self._ours.fileno())
+            self._loop = None
 
     async def finish(self) -> SuiteReport:
         """After the run (its processes are gone): read what is left, close, assemble."""
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
         self._theirs.close()
-        while True:
-            try:
-                data = self._ours.recv(MESSAGE_BYTES)
-            except (BlockingIOError, OSError):
-                break
-            if not data:
-                break
-            self._keep(data)
+        self._drain()
+        self._stop()
         self._ours.close()
-        assembler = Assembler(self.keys)
-        for message in self._messages:
-            assembler.feed(message)
+        assembler = Assembler(self.key)
+        for message, pid in self._messages:
+            assembler.feed(message, pid)
         if self._overflow:
             assembler.report.problems.append(
                 f"the report was larger than {MAX_BYTES >> 20} MB; the rest was not read"
@@ -101,58 +109,62 @@ class Channel:
 
     def close(self) -> None:
         """Without assembling (the run failed before it started)."""
-        if self._reader is not None:
-            self._reader.cancel()
-        self._theirs.close()
-        self._ours.close()
+        self._stop()
+        with contextlib.suppress(OSError):
+            self._theirs.close()
+        with contextlib.suppress(OSError):
+            self._ours.close()
 
 
 class Assembler:
     """Records in, a ``SuiteReport`` out; records that fail their check are counted."""
 
-    def __init__(self, keys: list[bytes]) -> None:
-        self.keys = keys
+    def __init__(self, key: bytes) -> None:
+        self.key = key
         self.report = SuiteReport()
-        self._next: dict[int, int] = {}
-        self._started: set[int] = set()
+        self._next = 0
+        self._pid: int | None = None
+        self._started = False
         self._forged = 0
         self._out_of_order = 0
+        self._second = False
 
-    def feed(self, message: bytes) -> None:
-        """One message: ``<mac> {"s": session, "n": seq, "r": [records]}``."""
+    def feed(self, message: bytes, pid: int = 0) -> None:
+        """One message, ``<mac> {"s": 0, "n": seq, "r": [records]}``, from process ``pid``."""
+        if message == NO_KEY:
+            self._second = True
+            return
         mac, _, body = message.partition(b" ")
-        try:
-            record = json.loads(body)
-            session, seq = int(record["s"]), int(record["n"])
-        except (ValueError, KeyError, TypeError):
-            self._forged += 1
-            return
-        if not 0 <= session < len(self.keys):
-            self._forged += 1
-            return
-        expected = hashlib.blake2b(body, key=self.keys[session], digest_size=32).hexdigest()
+        expected = hashlib.blake2b(body, key=self.key, digest_size=32).hexdigest()
         if not hmac.compare_digest(mac, expected.encode()):
             self._forged += 1
             return
-        if seq != self._next.get(session, 0):
+        if self._pid is None:
+            self._pid = pid
+        elif pid != self._pid:
+            self._forged += 1  # the key, used from another process than the reporter's
+            return
+        try:
+            record = json.loads(body)
+            seq = int(record["n"])
+        except (ValueError, KeyError, TypeError):
+            self._forged += 1
+            return
+        if seq != self._next:
             self._out_of_order += 1
-        self._next[session] = seq + 1
+        self._next = seq + 1
         for one in record.get("r") or []:
             if isinstance(one, dict):
-                self._apply(session, one)
+                self._apply(one)
 
-    def _apply(self, session: int, record: dict[str, Any]) -> None:
+    def _apply(self, record: dict[str, Any]) -> None:
         report = self.report
         kind = record.get("t")
         if kind == "start":
-            if session not in self._started:
-                self._started.add(session)
+            if not self._started:
+                self._started = True
                 report.sessions += 1
-                runner = str(record.get("runner", ""))
-                if report.runner and runner and runner != report.runner:
-                    report.runner = f"{report.runner}+{runner}"
-                else:
-                    report.runner = report.runner or runner
+                report.runner = str(record.get("runner", ""))
         elif kind == "end":
             report.finished += 1
         elif kind == "collected":
@@ -177,6 +189,11 @@ class Assembler:
             )
         if self._out_of_order:
             self.report.problems.append(f"{self._out_of_order} record(s) arrived out of order")
+        if self._second:
+            self.report.problems.append(
+                "a second test process started while one was reporting; one run gate reports "
+                "one test session: give each test run a gate of its own"
+            )
         return self.report
 
 

@@ -41,8 +41,8 @@ BATCH = 64
 BATCH_CHARS = 48_000
 """A message stays well under a socket's send buffer (a record's texts are capped)."""
 TEST_COMMANDS = ("pytest", "py.test", "unittest")
-
-_channel = None
+NO_KEY = b"no-key"
+"""What a second test process says when the one key is taken (one gate, one session)."""
 
 
 def _blake2b():
@@ -51,6 +51,15 @@ def _blake2b():
     except ImportError:
         from hashlib import blake2b
     return blake2b
+
+
+# Bound now, while nothing of the repository has run: code under test that replaces
+# json.dumps or os.write later changes nothing this module sends.
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_write, _read, _dup, _close = os.write, os.read, os.dup, os.close
+_set_blocking, _pop = os.set_blocking, os.environ.pop
+_mac = _blake2b()
+_channel = None
 
 
 class _Channel:
@@ -62,7 +71,6 @@ class _Channel:
         self.bound = False
         self.pending = []
         self.chars = 0
-        self.mac = _blake2b()
 
     def send(self, record):
         self.pending.append(record)
@@ -76,29 +84,37 @@ class _Channel:
         message = {"s": self.session, "n": self.seq, "r": self.pending}
         self.seq += 1
         self.pending, self.chars = [], 0
-        body = json.dumps(message, separators=(",", ":"), default=str).encode("utf-8", "replace")
-        mac = self.mac(body, key=self.key, digest_size=32).hexdigest().encode("ascii")
+        body = _encode(message).encode("utf-8", "replace")
+        mac = _mac(body, key=self.key, digest_size=32).hexdigest().encode("ascii")
         try:
-            os.write(self.fd, mac + b" " + body)
+            _write(self.fd, mac + b" " + body)
         except OSError:
             pass  # the worker stopped listening: the report stays incomplete, as it should
 
 
 def claim():
-    """This process's channel, taken once (None when the worker gave none)."""
+    """This process's channel, taken once (None when the worker gave none).
+
+    The worker puts one key in the channel; the first test process takes it. Another
+    one finds none, says so, and reports nothing (the worker then tells the person to
+    give each test run a gate of its own)."""
     global _channel
     if _channel is not None:
         return _channel or None
     _channel = False
-    fd = os.environ.pop(FD_VARIABLE, "")
+    fd = _pop(FD_VARIABLE, "")
     if not fd.isdigit():
         return None
     try:
-        own = os.dup(int(fd))  # not inheritable: the tests' subprocesses do not get it
-        os.close(int(fd))
-        os.set_blocking(own, False)  # the keys are there before the process starts, or never
-        session, _, key = os.read(own, 256).decode("ascii").partition(":")
-        os.set_blocking(own, True)
+        own = _dup(int(fd))  # not inheritable: the tests' subprocesses do not get it
+        _close(int(fd))
+        _set_blocking(own, False)  # the key is there before the process starts, or taken
+        try:
+            session, _, key = _read(own, 256).decode("ascii").partition(":")
+        except BlockingIOError:
+            _write(own, NO_KEY)
+            return None
+        _set_blocking(own, True)
         _channel = _Channel(own, int(session), bytes.fromhex(key))
     except (OSError, ValueError):
         return None
@@ -144,7 +160,21 @@ def pytest_configure(config):
     import pytest
 
     channel.send({"t": "start", "runner": "pytest", "version": pytest.__version__})
-    config.pluginmanager.register(_PytestReporter(channel), "loopwork-report-session")
+    reporter = _PytestReporter(channel)
+
+    def makereport(item, call):
+        # What each phase raised, noted before any other wrapper runs (tryfirst, and
+        # registered after every conftest) and again once the report is made (unittest
+        # cases get their exception there): a report that says "passed" while its phase
+        # raised was rewritten on the way.
+        raised = call.excinfo is not None
+        yield
+        if raised or call.excinfo is not None:
+            reporter.exceptions.setdefault(item.nodeid, []).append(call.when)
+
+    hook = pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    reporter.pytest_runtest_makereport = hook(makereport)
+    config.pluginmanager.register(reporter, "loopwork-report-session")
 
 
 def _file_of(nodeid):
@@ -155,6 +185,7 @@ class _PytestReporter:
     def __init__(self, channel):
         self.channel = channel
         self.phases = {}
+        self.exceptions = {}
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -182,11 +213,11 @@ class _PytestReporter:
     def pytest_runtest_logfinish(self, nodeid, location):
         reports = self.phases.pop(nodeid, [])
         if reports:
-            self.channel.send(_pytest_record(nodeid, reports))
+            self.channel.send(_pytest_record(nodeid, reports, self.exceptions.pop(nodeid, [])))
 
     def pytest_sessionfinish(self, session, exitstatus):
         for nodeid, reports in list(self.phases.items()):
-            self.channel.send(_pytest_record(nodeid, reports))
+            self.channel.send(_pytest_record(nodeid, reports, self.exceptions.pop(nodeid, [])))
         self.phases.clear()
         self.channel.send({"t": "end", "exit": int(exitstatus)})
 
@@ -210,14 +241,20 @@ def _phase(r):
     return "passed"
 
 
-def _pytest_record(nodeid, reports):
-    """One record per test: its worst phase (a failed subtest fails the test)."""
+def _pytest_record(nodeid, reports, raised=()):
+    """One record per test: its worst phase (a failed subtest fails the test); a phase
+    that raised is never a pass, whatever its report says."""
     outcome, message, output = "passed", "", ""
     for r in reports:
         phase = _phase(r)
+        if phase == "passed" and r.when in raised:
+            phase = "failed" if r.when == "call" else "error"
+            message = "the test raised, but its report was changed to say passed"
         if _RANK[phase] > _RANK[outcome]:
             outcome = phase
-            if isinstance(r.longrepr, tuple) and len(r.longrepr) == 3:
+            if message.startswith("the test raised, but"):
+                pass
+            elif isinstance(r.longrepr, tuple) and len(r.longrepr) == 3:
                 message = str(r.longrepr[2])
             else:
                 message = r.longreprtext
