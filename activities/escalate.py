@@ -22,6 +22,7 @@ from loop.contracts import (
     EscalateResult,
     workflow_id_for,
 )
+from loop.hardened.text import for_slack, for_terminal
 from loop.logs import log_for
 from loop.rules.answers import answer_with
 from loop.settings import Settings
@@ -65,15 +66,18 @@ class EscalateActivities:
         wid = workflow_id_for(inp.task_id)
         answer = answer_with(inp.task_id, inp.waiting_for)
         return {
-            "text": f"Loopwork task {inp.task_id} is {inp.state}: {inp.reason}. Answer: {answer}",
+            # Slack reads <!channel>, <url|text> and &-entities in ``text``: the reason may
+            # quote an agent or an issue, so it is escaped the way Slack asks.
+            "text": for_slack(f"Loopwork task {inp.task_id} is {inp.state}: {inp.reason}. ")
+            + f"Answer: `{for_slack(answer)}`",
             "task_id": inp.task_id,
             "workflow_id": wid,
             "state": str(inp.state),
-            "reason": inp.reason,
+            "reason": for_terminal(inp.reason),
             "waiting_for": inp.waiting_for,
             "attempt": inp.attempt,
             "last_verdict": inp.last_verdict,
-            "goal": inp.goal.strip().splitlines()[0][:200],
+            "goal": for_terminal(inp.goal.strip().split("\n")[0][:200]),
             "answer_with": answer,
         }
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,7 +88,7 @@ def budget_show(
                     f"ledger {wf.id} did not answer: is a worker serving {queue!r} running?"
                 ) from None
         if as_json:
-            console.out.print_json(json.dumps([st.model_dump(mode="json") for st in states]))
+            console.print_json([st.model_dump(mode="json") for st in states])
             return
         if not states:
             console.out.print(

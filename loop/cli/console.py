@@ -9,6 +9,7 @@ Loopwork's own errors become one ``error:`` line and exit 2 (``run``, ``fail``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from loop.client import connect
@@ -25,6 +27,7 @@ from loop.contracts import (
     TaskStatus,
 )
 from loop.errors import BadInput, LoopError
+from loop.hardened.text import for_terminal
 from loop.tasks import live_status
 
 WAITING = 3
@@ -38,8 +41,29 @@ def _width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
 
 
-out = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+class _Inert(Console):
+    """A console on which nothing printed can act: no markup is parsed (colours come
+    from ``Text`` styles), and every string rendered (printed, or a table's cell) has
+    its control and invisible characters shown as stand-ins (``loop.hardened.text``).
+    What the CLI prints holds agents', repositories' and issues' text."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(for_terminal(text), **kwargs)
+
+
+out = _Inert(highlight=False, soft_wrap=True, markup=False, width=_width(sys.stdout))
+err = _Inert(stderr=True, highlight=False, soft_wrap=True, markup=False, width=_width(sys.stderr))
+
+
+def inert(text: str, style: str = "") -> Text:
+    """``text`` as a rich ``Text`` (never parsed as markup), controls shown as stand-ins."""
+    return Text(for_terminal(text), style=style)
+
+
+def print_json(data: Any) -> None:
+    """JSON for programs: ASCII only, so no character of an agent's reaches a terminal raw."""
+    out.file.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+    out.file.flush()
 T = TypeVar("T")
 
 

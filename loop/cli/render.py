@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from loop.contracts import (
     BudgetStatus,
@@ -13,6 +14,7 @@ from loop.contracts import (
     TaskStatus,
     TraceEvent,
 )
+from loop.hardened.text import for_terminal
 from loop.rules.explain import agent_trouble
 
 
@@ -82,23 +84,23 @@ def evidence(g: GateResult) -> str:
 
 def print_result(out: Console, r: TaskResult) -> None:
     out.print()
-    out.print(f"[bold]{r.task_id}: {r.state}[/bold] — {r.reason}")
+    headline = Text(f"{r.task_id}: {r.state}", style="bold")
+    headline.append(f" — {for_terminal(r.reason)}", style="")
+    out.print(headline)
     table = Table("attempt", "gate", "result", "evidence")
     for a in r.attempts:
         if a.verdict is None:
             table.add_row(str(a.attempt), "-", "-", "did not reach verify")
             continue
         for g in a.verdict.gates:
-            table.add_row(
-                str(a.attempt),
-                g.name,
-                "[green]pass[/green]"
+            verdict = (
+                Text("pass", style="green")
                 if g.passed
-                else "[yellow]uncertain[/yellow]"
+                else Text("uncertain", style="yellow")
                 if g.uncertain
-                else "[red]FAIL[/red]",
-                evidence(g),
+                else Text("FAIL", style="red")
             )
+            table.add_row(str(a.attempt), g.name, verdict, evidence(g))
     out.print(table)
     for a in r.attempts:
         made = a.make

@@ -8,7 +8,6 @@ signal is never sent into the void.
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -123,7 +122,7 @@ def status(
         handle, desc = await find(client, task_id)
         st = await console.status_of(handle, desc)
         if as_json:
-            console.out.print_json(st.model_dump_json())
+            console.print_json(st.model_dump(mode="json"))
         elif isinstance(st, TaskResult):
             print_result(console.out, st)
         else:
@@ -167,7 +166,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
     if as_json:
-        console.out.print_json(json.dumps(rows))
+        console.print_json(rows)
         return
     if not rows:
         console.out.print("no tasks waiting for a person" if inbox else "no tasks")
@@ -312,7 +311,7 @@ def trace(
                 result = await console.status_of(handle, desc)  # type: ignore[assignment]
         assert isinstance(result, TaskResult)
         if as_json:
-            console.out.print_json(result.model_dump_json())
+            console.print_json(result.model_dump(mode="json"))
             return
         print_result(console.out, result)
         console.out.print()

@@ -18,7 +18,6 @@ of issue folders and JSON files. Bad input is one ``error:`` line and exit 2.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -28,7 +27,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 from temporalio.client import (
     Client,
     Schedule,
@@ -101,7 +99,7 @@ def triage(
             static_summary=f"{'dry run: ' if dry_run else ''}triage of {file.resolve()}",
         )
         if as_json:
-            console.out.print_json(result.model_dump_json())
+            console.print_json(result.model_dump(mode="json"))
         else:
             print_triage(console.out, result)
         for line in result.errors:
@@ -116,7 +114,7 @@ def print_triage(out: Console, result: TriageResult) -> None:
     for d in result.decisions:
         action = "would start" if d.action == "start" else d.action
         cells = (d.task_id, d.source, action, str(d.autonomy or ""), d.reason, d.title or d.item)
-        table.add_row(*(Text(c) for c in cells))  # titles are text, never rich markup
+        table.add_row(*(console.inert(c) for c in cells))  # titles are text, never markup
     out.print(table)
     for note in result.notes:
         out.print(f"  {note}", markup=False)
@@ -239,7 +237,7 @@ def schedule_list(
                 }
             )
         if as_json:
-            console.out.print_json(json.dumps(rows))
+            console.print_json(rows)
             return
         if not rows:
             console.out.print(
@@ -250,7 +248,7 @@ def schedule_list(
         for r in rows:
             paused = " (paused)" if r["paused"] else ""
             cells = (r["name"], r["cron"] + paused, r["next_run"], r["last_run"])
-            table.add_row(*(Text(c) for c in (*cells, r["last_result"], r["sources"])))
+            table.add_row(*(console.inert(c) for c in (*cells, r["last_result"], r["sources"])))
         console.out.print(table)
 
     console.run(main)

@@ -10,13 +10,11 @@ how to make them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,11 +32,11 @@ from loop.settings import Settings
 from loop.tasks import local_user, start_task
 from tests.support.agents import write_agent
 from tests.support.tasks import result_of, task
+from tests.support.ui import LOOP, loop_ui, ui_env
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(150)
 
-LOOP = str(Path(sys.executable).parent / "loop")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -113,55 +111,6 @@ def git_show(repo: Path, what: str) -> str:
     return subprocess.run(
         ["git", "show", what], cwd=repo, check=True, capture_output=True, text=True
     ).stdout
-
-
-def ui_env(env: WorkflowEnvironment, settings: Settings, **extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
-    base.update(
-        TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
-        TEMPORAL_NAMESPACE=env.client.namespace,
-        LOOP_HOME=str(settings.home),
-        LOOP_TASK_QUEUE=settings.task_queue,
-        NO_COLOR="1",
-        **extra,
-    )
-    return base
-
-
-@contextlib.asynccontextmanager
-async def loop_ui(env: WorkflowEnvironment, settings: Settings, **extra: str) -> AsyncIterator[str]:
-    """``loop ui --bind 127.0.0.1:0`` running; yields its address (from its first line)."""
-    proc = await asyncio.create_subprocess_exec(
-        LOOP,
-        "ui",
-        "--bind",
-        "127.0.0.1:0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=ui_env(env, settings, **extra),
-    )
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        try:
-            first = await asyncio.wait_for(proc.stdout.readline(), 30)
-        except TimeoutError:
-            pytest.fail("loop ui printed no address within 30 s")
-        line = first.decode()
-        m = re.search(r"Loopwork review page: (http://127\.0\.0\.1:\d+)/", line)
-        if not m:
-            err = (await proc.stderr.read()).decode()
-            pytest.fail(f"loop ui did not start: {line!r} {err!r}")
-        yield m.group(1)
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-                pytest.fail("loop ui did not stop within 10 s of SIGTERM")
-    assert proc.returncode == 0, "SIGTERM stops loop ui gracefully (exit 0)"
 
 
 async def run_ui(env: WorkflowEnvironment, settings: Settings, *args: str, **extra: str):
