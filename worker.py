@@ -110,13 +110,15 @@ WORKFLOWS: list[type] = [
 
 
 def protected_services(client: Client, settings: Settings) -> list[str]:
-    """The worker's own network services, which no sandbox may reach whatever a task lists:
-    the Temporal frontend, its web UI (the frontend's port + 1000) and the metrics."""
+    """Where the orchestrator listens, which no sandbox may reach whatever a task lists:
+    the Temporal frontend, its web UI (+1000) and HTTP API (+10, as ``loop dev`` pins it),
+    the metrics; the sandbox adds every other port of the server's process and of
+    Loopwork's servers (``activities.host.sandbox.services``)."""
     target = client.service_client.config.target_host
     host, _, port = target.rpartition(":")
     services = [target]
     if port.isdigit():
-        services.append(f"{host}:{int(port) + 1000}")
+        services += [f"{host}:{int(port) + 1000}", f"{host}:{int(port) + 10}"]
     if settings.metrics_bind:
         services.append(settings.metrics_bind)
     return services
@@ -155,7 +157,7 @@ class HostWorkers:
 def build_worker(client: Client, settings: Settings, **overrides: object) -> HostWorkers:
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.home.chmod(0o700)  # other users (and every task uid) see nothing in it
-    sandbox.protect(protected_services(client, settings))
+    sandbox.protect(protected_services(client, settings), settings.home)
     lease = Lease(settings.workers)
     common: dict[str, object] = {
         "graceful_shutdown_timeout": DRAIN,

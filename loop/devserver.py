@@ -49,6 +49,8 @@ from loop.settings import Settings
 DEFAULT_IP = "127.0.0.1"
 DEFAULT_PORT = 7233
 UI_PORT_OFFSET = 1000
+HTTP_PORT_OFFSET = 10
+"""The frontend's HTTP API: at the gRPC port + 10 (7243 for 7233, as a stock server has it)."""
 NAMESPACE = "default"
 LOG_NAME = "temporal-server.log"
 DB_NAME = "temporal.db"
@@ -120,6 +122,9 @@ def server_args(
         str(port),
         "--ui-port",
         str(ui_port),
+        # Pinned, not random: the egress proxy refuses it, and people can find it.
+        "--http-port",
+        str(port + HTTP_PORT_OFFSET),
         "--namespace",
         NAMESPACE,
         "--log-level",
@@ -225,6 +230,11 @@ class DevServer:
         if ui is not None and port_busy(ip, ui):
             raise DevServerError(
                 f"port {ui} (web UI) is busy: use --ui-port to pick another, or --headless"
+            )
+        if port_busy(ip, port + HTTP_PORT_OFFSET):
+            raise DevServerError(
+                f"port {port + HTTP_PORT_OFFSET} (the HTTP API, the gRPC port + "
+                f"{HTTP_PORT_OFFSET}) is busy: use --port to pick another"
             )
 
     @classmethod

@@ -30,3 +30,30 @@ def print_doctor() -> None:
     print("host:")
     for line in host.lines():
         print(f"  {line}")
+    print_protected()
+
+
+def print_protected() -> None:
+    """The ports no sandbox may reach here, whatever a task lists (README, "The egress
+    proxy"): every port of the Temporal server's process, Loopwork's own servers."""
+    from activities.host.sandbox.egress import local_addresses
+    from activities.host.sandbox.services import Protected
+    from loop.cli import console
+    from loop.client import connect_config
+    from loop.settings import Settings
+
+    settings = Settings.from_env()
+    target = str(connect_config(console.connection.address)["target_host"])
+    host, _, port = target.rpartition(":")
+    seeds = [target]
+    if port.isdigit():
+        seeds += [f"{host}:{int(port) + 1000}", f"{host}:{int(port) + 10}"]
+    if settings.metrics_bind:
+        seeds.append(settings.metrics_bind)
+    entries = Protected(seeds=seeds, home=settings.home, local=local_addresses()).entries()
+    ports = sorted({e.rpartition(":")[2] for e in entries}, key=int)
+    elsewhere = sorted({e.rpartition(":")[0] for e in entries if e.endswith(":0")})
+    print(f"the egress proxy refuses, on every address of this host (Temporal at {target}):")
+    print(f"  ports {', '.join(p for p in ports if p != '0')}")
+    if elsewhere:
+        print(f"  every port of {', '.join(elsewhere)}")

@@ -14,6 +14,7 @@ import typer
 from loop import logs
 from loop.cli import console
 from loop.errors import LoopError
+from loop.services import register
 from loop.settings import Settings
 
 
@@ -27,7 +28,7 @@ def dev(
     ] = None,
 ) -> None:
     """Run the embedded Temporal dev server (SQLite in LOOP_HOME/temporal.db) until Ctrl-C."""
-    from loop.devserver import DevServer
+    from loop.devserver import HTTP_PORT_OFFSET, DevServer
 
     settings = Settings.from_env()
     if ui_codec_endpoint and not ui_codec_endpoint.startswith(("http://", "https://")):
@@ -47,6 +48,8 @@ def dev(
         try:
             await server.wait_ready()
             console.out.print(f"Temporal dev server at {server.address}, data in {settings.db}")
+            http = server.address.rpartition(":")[0] + f":{port + HTTP_PORT_OFFSET}"
+            console.out.print(f"its HTTP API at {http} (no sandbox can reach either)")
             if not headless:
                 console.out.print(f"Temporal UI: {server.ui_url}")
             console.out.print("Ctrl-C stops it.")
@@ -108,10 +111,11 @@ def codec_server(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    stop.wait()
-    server.shutdown()
-    server.server_close()
+    with register(Settings.from_env().home, "codec", f"127.0.0.1:{port}"):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        stop.wait()
+        server.shutdown()
+        server.server_close()
 
 
 def demo(

@@ -14,6 +14,7 @@ import uvicorn
 
 from loop.client import connect
 from loop.errors import BadInput
+from loop.services import register
 from loop.ui.app import create_app
 from loop.ui.config import UiConfig
 
@@ -85,7 +86,9 @@ async def serve(
         f"Temporal {client.service_client.config.target_host}, namespace {client.namespace}, "
         f"task queue {config.task_queue}; {who}; Ctrl-C stops it"
     )
+    host = sock.getsockname()[0]
     try:
-        await server.serve(sockets=[sock])
+        with register(config.home, "ui", f"{host}:{port}"):  # no sandbox may reach it
+            await server.serve(sockets=[sock])
     finally:
         sock.close()

@@ -25,6 +25,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.host import sandbox
+from activities.host.sandbox import egress_rules, services
 from loop.contracts import QUERY_STATUS, TaskResult, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import start_task
@@ -163,10 +164,68 @@ async def test_an_agent_cannot_reach_the_orchestrator(
     assert tried["proxy"] == "403", tried
     assert tried["sdk"].startswith("failed"), tried
     refused = " ".join(result.attempts[0].make.network_refused)
-    assert "the worker's own service, never reachable from a sandbox" in refused
+    assert "is the orchestrator's, never reachable from a sandbox" in refused
     assert status.state == "AWAITING_APPROVAL"  # nobody approved it
     assert git(demo_repo, "rev-parse", "main") == base  # nothing merged
     canaries.intact()
+
+
+FORMS = ["127.0.0.1", "localhost", "localhost.", "0x7f000001", "2130706433", "127.1",
+         "[::1]", "[::ffff:127.0.0.1]", "0.0.0.0"]  # fmt: skip
+"""Every way of writing this host's loopback that a resolver or a proxy may accept."""
+KNOCK = """
+import urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler())
+results = {{}}
+for port in {ports!r}:
+    for form in {forms!r}:
+        url = f"http://{{form}}:{{port}}/"
+        try:
+            results[url] = str(opener.open(url, timeout=5).status)
+        except urllib.error.HTTPError as e:
+            results[url] = str(e.code)
+        except Exception as e:
+            results[url] = f"failed: {{type(e).__name__}}"
+out.write_text(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_every_port_the_server_listens_on_is_closed(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    """Not only the frontend: every port the Temporal server process listens on (its HTTP
+    API, history, matching, worker services), found by the kernel's socket table, is
+    refused through the proxy at every spelling of loopback, even when the task lists
+    each one."""
+    frontend = int(client.service_client.config.target_host.rpartition(":")[2])
+    table = services.listening()
+    owner = services.owners({i for i, (_, p) in table.items() if p == frontend})
+    held = set().union(*(services.sockets_of(pid) for pid in owner))
+    ports = sorted({table[i][1] for i in held if i in table})
+    assert frontend in ports and len(ports) >= 4, ports  # frontend, HTTP API, history, ...
+    attacker = hostile(
+        demo_repo, write_agent(tmp_path, KNOCK.format(ports=ports, forms=FORMS)), mode
+    )
+    listed = ("127.0.0.1", "localhost", "0x7f000001", "2130706433", "[::1]", "0.0.0.0")
+    attacker["sandbox"]["allow_hosts"] = [f"{f}:{p}" for p in ports for f in listed]
+    async with build_worker(client, settings):
+        result = await run(client, settings, attacker)
+    tried = json.loads(result.attempts[0].make.claim)
+    assert len(tried) == len(ports) * len(FORMS)
+    reached = {url: code for url, code in tried.items() if code not in ("403", "failed: URLError")}
+    assert reached == {}, reached
+    refused = " ".join(result.attempts[0].make.network_refused)
+    assert "never reachable from a sandbox" in refused
+
+
+def test_a_server_elsewhere_is_closed_at_every_port() -> None:
+    """A frontend on another host: every port of every address it resolves to."""
+    protected = services.Protected(seeds=["192.0.2.10:7233"], local={"127.0.0.1"})
+    deny = protected.entries()
+    assert "192.0.2.10:0" in deny
+    with pytest.raises(egress_rules.Refused, match="orchestrator"):
+        egress_rules.choose("192.0.2.10", 443, ["192.0.2.10"], ["192.0.2.10:443"], deny)
 
 
 # --------------------------------------------------------------------------- 2. planted files

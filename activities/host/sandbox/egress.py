@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activities.host.sandbox.egress_rules import address_entry, parse
+from activities.host.sandbox.egress_rules import address_entry
 from activities.host.sandbox.paths import DEFAULT_PATH
+from activities.host.sandbox.services import Protected
 
 PROXY_PORT = 3128
 """Where the proxy answers inside every sandbox's own network namespace."""
@@ -46,7 +47,6 @@ PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 START_TIMEOUT_S = 20.0
 CHUNK = 64 * 1024
 MAX_REFUSALS = 20
-PROTECTED_DEFAULT = ("localhost:7233", "localhost:8233")
 MAX_CONNECTIONS = 64
 """Connections one run may hold open through the proxy at once: each costs the worker
 two file descriptors, and the worker serves every task."""
@@ -54,7 +54,7 @@ two file descriptors, and the worker serves every task."""
 _lock = threading.Lock()
 _process: subprocess.Popen[bytes] | None = None
 _folder: Path | None = None
-_protected: list[str] = []
+_protected = Protected()
 
 
 def proxy_env() -> dict[str, str]:
@@ -110,31 +110,18 @@ def local_addresses() -> set[str]:
     return found
 
 
-def protect(services: list[str]) -> None:
-    """The worker's own services (Temporal frontend, UI, metrics): refused to every
-    sandbox even when a task lists them. A service on a local address is refused at
-    that port on every local address (it may listen on all of them). Called by the
-    composition root."""
-    local = local_addresses()
-    found: set[str] = set()
-    for service in (*PROTECTED_DEFAULT, *services):
-        for entry in resolve(service):
-            e = parse(entry)
-            if is_local(e.host, local):
-                found.update(address_entry(ip, e.port or 0) for ip in local)
-            found.add(entry)
-    _protected[:] = sorted(found)
-
-
-def is_local(ip: str, local: set[str]) -> bool:
-    addr = ipaddress.ip_address(ip)
-    return addr.is_loopback or addr.is_unspecified or str(addr) in local
+def protect(services: list[str], home: Path | None = None) -> None:
+    """The orchestrator and the worker's own services: refused to every sandbox even when
+    a task lists them (``services.Protected``: every port their processes listen on,
+    on every local address; every port of a host elsewhere). Called by the
+    composition root; ``home`` is where Loopwork's servers register."""
+    _protected.reset(services, home, local_addresses())
 
 
 def protected() -> list[str]:
-    if not _protected:
+    if not _protected.local:
         protect([])
-    return list(_protected)
+    return _protected.entries()
 
 
 def _stop() -> None:

@@ -9,8 +9,10 @@ Pure rules, shared by the proxy plugin (``egress_plugin``) and the tests:
 2. the proxy resolves the name itself, and every address it would use that is not
    public (loopback, private, link-local, reserved, multicast, unspecified) must be
    listed as ``ip:port``: a public name that resolves to 127.0.0.1 gets nowhere;
-3. a denied ``ip:port`` (the worker's own services: the Temporal frontend, its UI,
-   the metrics endpoint) is refused even when listed.
+3. a denied ``ip:port`` (the orchestrator's and the worker's own services: every port
+   the Temporal server listens on, the review page, the codec server, the metrics
+   endpoint) is refused even when listed; ``ip:0`` denies every port of ``ip`` (a
+   Temporal server on another host).
 
 The address the check accepted is the one the proxy connects to, so a name that
 resolves differently a moment later (DNS rebinding) changes nothing.
@@ -103,8 +105,8 @@ def choose(host: str, port: int, addresses: list[str], allow: list[str], deny: l
     reasons: list[str] = []
     for ip in addresses:
         where = address_entry(_plain(ip), port)
-        if where in denied:
-            reasons.append(f"{where} is the worker's own service, never reachable from a sandbox")
+        if where in denied or address_entry(_plain(ip), 0) in denied:
+            reasons.append(f"{where} is the orchestrator's, never reachable from a sandbox")
         elif not is_public(ip) and where not in explicit:
             reasons.append(f"{host} resolves to {ip}, a non-public address not listed as {where}")
         else:
