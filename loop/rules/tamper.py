@@ -297,12 +297,12 @@ class _Scan(ast.NodeVisitor):
 
 def scan_python(path: str, source: bytes, added: set[int]) -> list[Finding]:
     """``source`` as Python reads it: bytes, so a coding cookie means what it means to
-    the interpreter. Code the scan cannot parse is itself a finding."""
+    the interpreter. Code that does not parse cannot be imported either: its tests
+    fail, which is the verdict's to say (an attempt often leaves a half-edited file)."""
     try:
         tree = ast.parse(source, filename=path)
-    except (SyntaxError, ValueError) as e:
-        line = getattr(e, "lineno", 0) or 0
-        return [Finding(path, line, "unparsable", "Python code the scan cannot read", str(e))]
+    except (SyntaxError, ValueError):
+        return []
     text = source.decode("utf-8", "replace")
     scan = _Scan(path, text.splitlines(), added, _aliases(tree))
     scan.visit(tree)

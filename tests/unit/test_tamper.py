@@ -61,7 +61,6 @@ def constructs(path: str, text: str) -> list[str]:
         ("import traceback\ndef f():\n    return traceback.extract_stack()\n",
          "traceback.extract_stack"),
         ("# coding: utf-7\nimport os\nos.+AF8-exit(0)\n", "os._exit"),
-        ("def (:\n", "unparsable"),
         ("import sys\ndef f():\n    return ('py' + 'test') in sys.modules\n",
          "reference:sys.modules"),
     ],
@@ -111,6 +110,10 @@ def test_ordinary_assignments_are_not_patches() -> None:
     """
     assert scan("src/box.py", source) == []
     assert scan("tests/test_box.py", source) == []
+
+
+def test_a_half_edited_file_is_the_tests_to_judge() -> None:
+    assert scan("src/app.py", "def add(a, b):\n<<<<<<< HEAD\n    return a\n") == []
 
 
 def test_a_symbolic_link_is_a_question() -> None:
