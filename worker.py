@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
+from activities.answers import AnswerActivities
 from activities.budget import BudgetActivities
 from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
@@ -70,6 +71,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
     return [
         WorkspaceActivities(settings).prepare_workspace,
         EscalateActivities(settings).escalate,
+        AnswerActivities(settings).check_answer,
         budget.reserve_budget,
         budget.report_usage,
         budget.closed_holders,

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, model_validator
 
 from loop.errors import BadInput
+from loop.hardened.answers import KEY_ENV, KEY_NAME
 
 
 class Settings(BaseModel):
@@ -39,12 +40,22 @@ class Settings(BaseModel):
     """Seconds a host's queue may go unpolled before its tasks count it lost."""
     endpoint_wait: float = 60.0
     """Seconds explore waits for a model endpoint that does not answer (at most 60)."""
+    answer_key_file: Path | None = None
+    """LOOP_ANSWER_KEY_FILE: the key answers are signed with (``loop.hardened.answers``)."""
 
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:
         if not self.host_id:
             self.host_id = _host_id(None, self.home)
         return self
+
+    @property
+    def answer_key(self) -> Path | None:
+        """The answer key's file: the one named, else ``LOOP_HOME/answer.key`` if there."""
+        if self.answer_key_file is not None:
+            return self.answer_key_file
+        default = self.home / KEY_NAME
+        return default if default.is_file() else None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -60,6 +71,7 @@ class Settings(BaseModel):
             host_id=_host_id(env.get("LOOP_HOST_ID"), home),
             host_lost_after=_count(env, "LOOP_HOST_LOST_AFTER", 60),
             endpoint_wait=min(_count(env, "LOOP_ENDPOINT_WAIT", 60), 60),
+            answer_key_file=Path(env[KEY_ENV]) if env.get(KEY_ENV) else None,
         )
 
     @property

@@ -7,8 +7,11 @@ import asyncio
 import contextlib
 import getpass
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -38,6 +41,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
+from loop.hardened import answers
 
 
 async def start_task(
@@ -134,6 +138,27 @@ ANSWER_SIGNALS = {
     "extend": SIGNAL_EXTEND_BUDGET,
 }
 """The answers a person gives a task, and the signal that carries each."""
+
+P = TypeVar("P", bound=BaseModel)
+
+
+def signed(payload: P, task_id: str, answer: str, by: str, key_file: Path | None) -> P:
+    """``payload`` as it is sent: who answers, when, and (with an answer key) the signature
+    the worker checks (``loop.hardened.answers``). ``answer``: ``approve``, ``reject``,
+    ``feedback`` or ``extend``."""
+    stamped = payload.model_copy(
+        update={"by": by, "at": datetime.now(UTC).isoformat(), "signature": ""}
+    )
+    if key_file is None:
+        return stamped
+    try:
+        key = answers.read_key(key_file)
+    except answers.AnswerKeyError as e:
+        raise BadInput(str(e)) from None
+    fields = stamped.model_dump(mode="json")
+    signal = ANSWER_SIGNALS[answer]
+    signature = answers.sign(key, workflow_id_for(task_id), signal, fields)
+    return stamped.model_copy(update={"signature": signature})
 
 
 def applies(answer: str, st: TaskStatus) -> bool:

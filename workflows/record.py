@@ -68,6 +68,8 @@ class TaskRecord:
         """The attempt whose period-budget reservation is not settled yet."""
         self.explored = False
         self.notifications: list[asyncio.Task[None]] = []
+        self.seen_signatures: list[str] = []
+        """Signatures of the answers taken so far: each is good once."""
 
     def _placed(self, moved_from: str = "") -> None:
         """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.workflow import HandlerUnfinishedPolicy
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
+        CHECK_ANSWER,
         COMMIT,
         ENDPOINT_PREFLIGHT_S,
         EXPLORE,
@@ -43,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         ApproveSignal,
         AttemptRecord,
         Autonomy,
+        CheckAnswerInput,
+        CheckAnswerResult,
         CommitInput,
         EscalateInput,
         Escalation,
@@ -75,6 +79,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.judge import judge
     from workflows.record import Decision, TaskRecord, now
     from workflows.steps import HostLost, StepFailed, act, notify
+
+
+ABANDON = HandlerUnfinishedPolicy.ABANDON
+"""An answer still being checked when the task ends is moot: the task has decided."""
+Answer = ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal
 
 
 @dataclass
@@ -498,37 +507,49 @@ class TaskWorkflow(TaskRecord):
         if failed:
             self._event("notify-failed", failed)
 
-    @workflow.signal(name=SIGNAL_APPROVE)
-    def approve(self, payload: ApproveSignal) -> None:
+    @workflow.signal(name=SIGNAL_APPROVE, unfinished_policy=ABANDON)
+    async def approve(self, payload: ApproveSignal) -> None:
+        by = await self._checked(SIGNAL_APPROVE, payload)
+        if by is None:
+            return
         if self.waiting_for == WAITING_APPROVAL:
-            self._decide(
-                Decision("approve", payload.note), f"approve: {payload.note}{_by(payload)}"
-            )
+            self._decide(Decision("approve", payload.note), f"approve: {payload.note}{by}")
         else:
             self._ignored("approve")
 
-    @workflow.signal(name=SIGNAL_REJECT)
-    def reject(self, payload: RejectSignal) -> None:
+    @workflow.signal(name=SIGNAL_REJECT, unfinished_policy=ABANDON)
+    async def reject(self, payload: RejectSignal) -> None:
+        by = await self._checked(SIGNAL_REJECT, payload)
+        if by is None:
+            return
         if self.state.waiting:
             self._decide(
-                Decision("reject", payload.reason), f"reject: {payload.reason}{_by(payload)}"
+                Decision("reject", payload.reason),
+                f"reject: {payload.reason}{by}",
             )
         else:
             self._ignored("reject")
 
-    @workflow.signal(name=SIGNAL_FEEDBACK)
-    def feedback(self, payload: FeedbackSignal) -> None:
+    @workflow.signal(name=SIGNAL_FEEDBACK, unfinished_policy=ABANDON)
+    async def feedback(self, payload: FeedbackSignal) -> None:
+        by = await self._checked(SIGNAL_FEEDBACK, payload)
+        if by is None:
+            return
         if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
             self.human_feedback.append(payload.text)
             self._grant_attempt_if_waiting()
             self._decide(
-                Decision("feedback", payload.text), f"feedback: {payload.text}{_by(payload)}"
+                Decision("feedback", payload.text),
+                f"feedback: {payload.text}{by}",
             )
         else:
             self._ignored("feedback")
 
-    @workflow.signal(name=SIGNAL_EXTEND_BUDGET)
-    def extend_budget(self, payload: ExtendBudgetSignal) -> None:
+    @workflow.signal(name=SIGNAL_EXTEND_BUDGET, unfinished_policy=ABANDON)
+    async def extend_budget(self, payload: ExtendBudgetSignal) -> None:
+        by = await self._checked(SIGNAL_EXTEND_BUDGET, payload)
+        if by is None:
+            return
         if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
             self.max_attempts += payload.attempts
             if workflow.patched("extend-adds-only"):
@@ -543,10 +564,40 @@ class TaskWorkflow(TaskRecord):
                     self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
                 if payload.cost_usd:
                     self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
-            added = payload.model_dump_json(exclude={"by"})
-            self._decide(Decision("extend"), f"extend_budget: {added}{_by(payload)}")
+            added = payload.model_dump_json(exclude={"by", "at", "signature"})
+            self._decide(Decision("extend"), f"extend_budget: {added}{by}")
         else:
             self._ignored("extend_budget")
+
+    async def _checked(self, name: str, payload: Answer) -> str | None:
+        """Who an answer proves it comes from, as the trace credits it (`` (by alice)``,
+        `` (unsigned)``); None when it is refused. Checked with the worker's answer key in
+        a local activity (``loop.hardened.answers``), so the verdict is in history and a
+        replay decides the same way; a signature is good once."""
+        if not workflow.patched("signed-answers"):
+            return f" (by {payload.by})" if payload.by else ""  # as histories before had it
+        if payload.signature and payload.signature in self.seen_signatures:
+            self._event("answer-refused", f"{name}: replayed (that signature was used before)")
+            return None
+        if payload.signature:
+            # Taken before the check, so the same answer sent twice at once counts once.
+            self.seen_signatures.append(payload.signature)
+        checked = await workflow.execute_local_activity(
+            CHECK_ANSWER.name,
+            CheckAnswerInput(
+                workflow_id=workflow.info().workflow_id,
+                answer=name,
+                fields=payload.model_dump(mode="json"),
+                received=now(),
+            ),
+            result_type=CheckAnswerResult,
+            start_to_close_timeout=timedelta(seconds=10),
+            summary=f"check answer: {name}",
+        )
+        if not checked.accepted:
+            self._event("answer-refused", f"{name}: {checked.why}")
+            return None
+        return f" (by {payload.by})" if checked.signed else " (unsigned)"
 
     def _grant_attempt_if_waiting(self) -> None:
         """Feedback to a parked task grants one more attempt carrying that text."""
@@ -560,8 +611,3 @@ class TaskWorkflow(TaskRecord):
 
     def _ignored(self, name: str) -> None:
         self._event("signal-ignored", f"{name} does not apply while {self.state}")
-
-
-def _by(payload: ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal) -> str:
-    """Who sent a decision, for its trace event (empty for senders that do not say)."""
-    return f" (by {payload.by})" if payload.by else ""

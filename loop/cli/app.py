@@ -34,7 +34,7 @@ def _options(
 
 
 for command in (server.dev, server.worker, tasks.start, tasks.status, tasks.inbox, tasks.approve,
-                tasks.reject, tasks.feedback, tasks.extend, tasks.cancel, tasks.trace,
+                tasks.reject, tasks.feedback, tasks.extend, tasks.sign, tasks.cancel, tasks.trace,
                 triage.triage, server.doctor, server.demo):  # fmt: skip
     app.command()(command)
 app.command("eval")(evals.eval_)

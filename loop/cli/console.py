@@ -64,6 +64,8 @@ def print_json(data: Any) -> None:
     """JSON for programs: ASCII only, so no character of an agent's reaches a terminal raw."""
     out.file.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
     out.file.flush()
+
+
 T = TypeVar("T")
 
 

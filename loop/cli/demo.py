@@ -25,6 +25,7 @@ from loop.client import connect, ensure_search_attributes, ui_url
 from loop.contracts import TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
+from loop.hardened import answers
 from loop.loaders import load_task
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
@@ -104,6 +105,8 @@ async def run_demo(
     import worker as worker_module  # the composition root; imported only when needed
 
     started_at = time.monotonic()
+    if settings.answer_key_file is None and answers.create_key(settings.home / answers.KEY_NAME):
+        out.print(f"answer key made: {settings.home / answers.KEY_NAME}", markup=False)
     sandbox, why = demo_sandbox()
     task_file = make_repo(settings.home, sandbox)
     spec = load_task(task_file)

@@ -14,6 +14,7 @@ import typer
 from loop import logs
 from loop.cli import console
 from loop.errors import LoopError
+from loop.hardened import answers
 from loop.services import register
 from loop.settings import Settings
 
@@ -38,6 +39,10 @@ def dev(
         )
 
     async def main() -> None:
+        if settings.answer_key_file is None:
+            made = answers.create_key(settings.home / answers.KEY_NAME)
+            if made:
+                console.out.print(f"answer key made: {settings.home / answers.KEY_NAME}")
         server = DevServer.start(
             home=settings.home,
             port=port,

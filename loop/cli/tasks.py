@@ -45,7 +45,16 @@ from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
 from loop.settings import Settings
-from loop.tasks import answerable, checked_id, find, follow, has_worker, local_user, start_task
+from loop.tasks import (
+    answerable,
+    checked_id,
+    find,
+    follow,
+    has_worker,
+    local_user,
+    signed,
+    start_task,
+)
 
 
 def start(
@@ -212,12 +221,15 @@ def inbox(
 
 
 def _answer(task_id: str, what: str, signal: str, payload: BaseModel, said: str) -> None:
-    """Send an answer signed by the local user, after the state check the review page
-    makes too (``loop.tasks.answerable``): a signal that would not apply is not sent."""
+    """Send an answer as the local user, signed with the answer key where there is one,
+    after the state check the review page makes too (``loop.tasks.answerable``): a signal
+    that would not apply is not sent."""
+
+    key = Settings.from_env().answer_key
 
     async def main() -> None:
         handle, _ = await answerable(await console.client(), task_id, what)
-        await handle.signal(signal, payload.model_copy(update={"by": local_user()}))
+        await handle.signal(signal, signed(payload, task_id, what, local_user(), key))
         console.out.print(said)
 
     console.run(main)
@@ -268,6 +280,44 @@ def extend(
         )
         raise typer.Exit(2)
     _answer(task_id, "extend", SIGNAL_EXTEND_BUDGET, payload, f"budget extended for {task_id}")
+
+
+def sign(
+    answer: Annotated[str, typer.Argument(help="approve, reject, feedback or extend")],
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    note: Annotated[str, typer.Option(help="approve: why it may be merged")] = "",
+    reason: Annotated[str, typer.Option(help="reject: why")] = "",
+    text: Annotated[str, typer.Option(help="feedback: the text")] = "",
+    attempts: Annotated[int, typer.Option(min=0, help="extend: more attempts")] = 0,
+    seconds: Annotated[int, typer.Option(min=0, help="extend: more wall-clock seconds")] = 0,
+    tokens: Annotated[int, typer.Option(min=0, help="extend: more tokens")] = 0,
+    cost_usd: Annotated[float, typer.Option(min=0, help="extend: more dollars")] = 0.0,
+) -> None:
+    """Print an answer's signed payload, for `temporal workflow signal --input` (the key:
+    LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key; good for 10 minutes, once)."""
+    payloads = {
+        "approve": lambda: ApproveSignal(note=note),
+        "reject": lambda: RejectSignal(reason=reason),
+        "feedback": lambda: FeedbackSignal(text=text or " "),
+        "extend": lambda: ExtendBudgetSignal(
+            attempts=attempts, seconds=seconds, tokens=tokens, cost_usd=cost_usd
+        ),
+    }
+    if answer not in payloads:
+        console.fail(f"{answer!r} is not an answer; give approve, reject, feedback or extend")
+    if answer == "feedback" and not text.strip():
+        console.fail("feedback needs --text; say what the agent should do differently")
+    key = Settings.from_env().answer_key
+    if key is None:
+        console.fail(
+            "no answer key: set LOOP_ANSWER_KEY_FILE to the worker's key (`loop dev` makes "
+            "one in LOOP_HOME/answer.key)"
+        )
+    try:
+        payload = signed(payloads[answer](), checked_id(task_id), answer, local_user(), key)
+    except LoopError as e:
+        console.fail(str(e))
+    console.print_json(payload.model_dump(mode="json"))
 
 
 def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:

@@ -8,28 +8,63 @@ from loop.contracts.base import _Payload, _Record
 from loop.contracts.states import Phase, TaskState
 
 
-class ApproveSignal(_Payload):
+class _Answer(_Payload):
+    """What every answer carries besides its own fields: who signed it, when, and the
+    signature (``loop.hardened.answers``). ``by`` is credited in the trace only when the
+    signature holds."""
+
+
+class ApproveSignal(_Answer):
     note: str = ""
     by: str = ""
     """Who decided (the CLI's local user, the review page's token name); for the trace."""
+    at: str = ""
+    """When it was signed (ISO 8601, UTC)."""
+    signature: str = ""
+    """HMAC-SHA256 under the answer key over the workflow id, the answer and the fields."""
 
 
-class RejectSignal(_Payload):
+class RejectSignal(_Answer):
     reason: str = ""
     by: str = ""
+    at: str = ""
+    signature: str = ""
 
 
-class FeedbackSignal(_Payload):
+class FeedbackSignal(_Answer):
     text: str = Field(min_length=1)
     by: str = ""
+    at: str = ""
+    signature: str = ""
 
 
-class ExtendBudgetSignal(_Payload):
+class ExtendBudgetSignal(_Answer):
     attempts: int = Field(default=0, ge=0)
     seconds: int = Field(default=0, ge=0)
     tokens: int = Field(default=0, ge=0)
     cost_usd: float = Field(default=0.0, ge=0)
     by: str = ""
+    at: str = ""
+    signature: str = ""
+
+
+class CheckAnswerInput(_Record):
+    """An answer as the workflow received it, for the worker to check its signature."""
+
+    workflow_id: str
+    answer: str
+    """The signal's name."""
+    fields: dict[str, object]
+    received: str
+    """When the workflow received it (``workflow.now()``, ISO 8601)."""
+
+
+class CheckAnswerResult(_Record):
+    accepted: bool
+    signed: bool = False
+    """True when a valid signature proved ``by``."""
+    why: str = ""
+    """Why it was not accepted, or that the worker has no answer key."""
 
 
 class BudgetFigures(_Record):

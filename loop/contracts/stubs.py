@@ -21,6 +21,7 @@ from loop.contracts.ledger import (
     ReserveBudgetInput,
     ReserveReply,
 )
+from loop.contracts.messages import CheckAnswerInput, CheckAnswerResult
 from loop.contracts.model import (
     AttemptStart,
     EndAttemptInput,
@@ -125,6 +126,8 @@ SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
 
 
 WRITE_EVAL = ActivityDef("write_eval_results", EvalReport, WriteEvalResult)
+CHECK_ANSWER = ActivityDef("check_answer", CheckAnswerInput, CheckAnswerResult)
+"""A local activity: the answer key stays on the worker, the verdict goes into history."""
 DISCOVER = ActivityDef("discover", DiscoverInput, DiscoverResult)
 LOOKUP_TASKS = ActivityDef("lookup_tasks", LookupInput, LookupResult)
 
@@ -149,6 +152,7 @@ ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
     CLOSED_HOLDERS,
     SUMMARIZE,
     WRITE_EVAL,
+    CHECK_ANSWER,
     DISCOVER,
     LOOKUP_TASKS,
 )

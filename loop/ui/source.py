@@ -54,7 +54,8 @@ from loop.contracts import (
 from loop.errors import BadInput, LoopError, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
-from loop.tasks import ANSWER_SIGNALS, answerable, find
+from loop.settings import Settings
+from loop.tasks import ANSWER_SIGNALS, answerable, find, signed
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -385,7 +386,10 @@ class Source:
         """Send an answer after the CLI's state check; ``BadInput`` (nothing sent) when it
         does not apply now."""
         handle, _ = await answerable(self.client, task_id, answer)
-        await handle.signal(ANSWER_SIGNALS[answer], payload)
+        key = Settings.from_env().answer_key  # read per answer: `loop dev` may make it later
+        await handle.signal(
+            ANSWER_SIGNALS[answer], signed(payload, task_id, answer, payload.by, key)
+        )
 
 
 def payload_for(answer: str, form: dict[str, str], by: str) -> Any:

@@ -409,7 +409,7 @@ async def test_the_egress_proxy_lets_through_only_what_is_listed(
         assert codes[3] == "000" and codes[4] == "000", ran.output_tail  # no way around it
         refused = "\n".join(ran.network_refused)
         assert f"127.0.0.1:{other.port}: 127.0.0.1:{other.port} is not in" in refused
-        assert "the worker's own service" in refused and "example.com:443" in refused
+        assert "is the orchestrator's" in refused and "example.com:443" in refused
         # The run tool (the model's commands) and a gate given the proxy: the same rules.
         out = await execute(
             "run",

@@ -65,8 +65,9 @@ def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path
     assert "history.visibilityProcessorMaxPollRPS=1000" in dynamic
     assert all(d.startswith("history.") and d.endswith("ProcessorMaxPollRPS=1000") for d in dynamic)
     assert "--headless" not in args
-    # The binary picks random free HTTP and metrics ports.
-    assert "--http-port" not in args and "--metrics-port" not in args
+    # The HTTP API is pinned (the egress proxy refuses it; people can find it), the
+    # metrics port the binary picks (the proxy finds it from the server's sockets).
+    assert pairs(args, "--http-port") == ["7310"] and "--metrics-port" not in args
 
 
 def test_server_args_headless_and_ip(tmp_path: Path) -> None:

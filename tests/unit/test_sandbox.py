@@ -69,14 +69,14 @@ def test_egress_rules() -> None:
     for host, port, addresses, why in cases:
         with pytest.raises(Refused, match=why):
             choose(host, port, addresses, allow, deny)
-    with pytest.raises(Refused, match="the worker's own service"):
+    with pytest.raises(Refused, match="is the orchestrator's"):
         choose("127.0.0.1", 7233, ["127.0.0.1"], [*allow, "127.0.0.1:7233"], deny)
     # The same service by another name of a local address: refused all the same.
     sandbox.protect(["127.0.0.1:7233"])
     deny = sandbox.egress.protected()
     for host, ip in [("0.0.0.0", "0.0.0.0"), ("::ffff:127.0.0.1", "::ffff:127.0.0.1")]:
         listed = ["0.0.0.0:7233", "[::ffff:127.0.0.1]:7233"]
-        with pytest.raises(Refused, match="the worker's own service"):
+        with pytest.raises(Refused, match="is the orchestrator's"):
             choose(host, 7233, [ip], listed, deny)
 
 

@@ -250,6 +250,8 @@ def test_a_form_becomes_a_payload_with_who_decided() -> None:
     assert payload_for("approve", {"note": " ok "}, "ann").model_dump() == {
         "note": "ok",
         "by": "ann",
+        "at": "",  # stamped and signed when it is sent (loop.tasks.signed)
+        "signature": "",
     }
     assert payload_for("reject", {"reason": "no"}, "ann").reason == "no"
     ext = payload_for("extend", {"attempts": "2", "cost_usd": "0.5", "tokens": ""}, "bo")

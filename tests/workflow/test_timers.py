@@ -13,9 +13,11 @@ running activity is exactly what that timer is for.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -25,6 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from activities.answers import AnswerActivities
 from loop.contracts import (
     COMMIT,
     ESCALATE,
@@ -73,6 +76,7 @@ from loop.contracts import (
     VerifyInput,
     Workspace,
 )
+from loop.settings import Settings
 from tests.support.repos import ROOT
 from tests.support.tasks import result_of
 from workflows import task as task_module
@@ -176,7 +180,11 @@ class Fakes:
         return ReportUsageResult(counted=False)
 
     def all(self) -> list:
+        # The real check of answers, on a worker without an answer key: unsigned answers
+        # are taken (and traced as unsigned), as on a worker with no LOOP_ANSWER_KEY_FILE.
+        checker = AnswerActivities(Settings(home=Path(tempfile.mkdtemp()))).check_answer
         return [
+            checker,
             self.prepare,
             self.explore,
             self.make,

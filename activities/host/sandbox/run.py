@@ -59,6 +59,7 @@ PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
 SECRET_FILE_VARS = (
     "LOOP_CODEC_KEY_FILE",
+    "LOOP_ANSWER_KEY_FILE",
     "TEMPORAL_CONFIG_FILE",
     "TEMPORAL_TLS_CLIENT_KEY_PATH",
     "TEMPORAL_TLS_CLIENT_CERT_PATH",
