@@ -478,6 +478,40 @@ async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -
     assert not request.state_file.exists()
 
 
+def moving(python: str = sys.executable) -> str:
+    """The chain in the background, then ``alive`` when it runs (``kill -0 -1`` finds a
+    process of the same uid)."""
+    code = "$'import os\\nwhile True:\\n    if os.fork(): os._exit(0)\\n'"
+    return f"{python} -c {code} >/dev/null 2>&1 & sleep 0.3; kill -0 -1 2>/dev/null && echo alive"
+
+
+"""A process that forks and exits, forever: its pid is never the same twice, so a sweep
+that lists a uid's processes and then kills them is always one step behind."""
+
+
+@needs("basic")
+async def test_the_sweep_proves_the_uid_empty_without_cgroups(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities.host.sandbox import cgroups
+
+    monkeypatch.setattr(cgroups.Cgroup, "create", staticmethod(lambda *_: (None, "hidden")))
+    ran = await tree.run(moving(), SandboxPolicy(mode="basic"))
+    assert "limits=rlimits+hidden" in ran.sandbox  # no cgroup did the killing
+    assert "alive" in ran.output_tail, ran.output_tail
+    assert not leases.alive(tree.uid)
+    # The same chain started as the uid outside any sandbox: the sweep alone ends it.
+    chained = await asyncio.create_subprocess_exec(
+        "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups",
+        "bash", "-c", moving("/usr/bin/python3"), start_new_session=True, cwd="/",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    said, _ = await chained.communicate()
+    assert b"alive" in said, said
+    assert leases.kill_uid(tree.uid)
+    assert not leases.alive(tree.uid)
+
+
 @pytest.mark.parametrize("mode", LEVELS)
 async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
     ws = Workspace(

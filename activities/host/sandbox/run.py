@@ -443,7 +443,7 @@ def _clean_up(state: Mapping[str, Any]) -> list[str]:
         uids.kill_uid(uid)
     cgroups.kill_recorded([str(d) for d in state.get("cgroups") or []])
     if isinstance(uid, int):
-        uids.kill_uid(uid, wait_s=0.5)
+        uids.sweep(uid)  # raises while one lives: the worktree is not taken back under it
     removed: list[str] = []
     for record in reversed(state.get("lent") or []):
         with contextlib.suppress(OSError):

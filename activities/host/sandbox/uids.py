@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import zlib
 from pathlib import Path
@@ -57,7 +58,7 @@ def lease(home: Path, holder: str, *, table: Path = LEASES) -> int:
         start = zlib.crc32(f"{key}\0{holder}".encode()) % UID_SPAN
         for step in range(UID_SPAN):
             uid = UID_BASE + (start + step) % UID_SPAN
-            if str(uid) not in leases and not uid_processes(uid):
+            if str(uid) not in leases and not _holds_processes(uid):
                 leases[str(uid)] = {"home": key, "holder": holder, "since": time.time()}
                 write_atomic(table, json.dumps(leases, indent=1, sort_keys=True))
                 return uid
@@ -120,8 +121,72 @@ def uid_processes(uid: int) -> list[int]:
     return found
 
 
+def _as(uid: int, sig: int) -> bool:
+    """``kill(-1, sig)`` made as ``uid``: the kernel signals every process of that uid in
+    one pass under its task list lock, so no process forks away between being listed and
+    being signalled (a chain that forks and exits outruns any listing of /proc). True
+    when there was a process to signal (with signal 0: one lives)."""
+    pid = os.fork()
+    if pid == 0:  # only system calls here: the parent is a threaded process
+        found = 0
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, sig)
+            found = 1
+        except ProcessLookupError:
+            found = 0
+        finally:
+            os._exit(found)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 1
+
+
+def alive(uid: int) -> bool:
+    """Whether a process of ``uid`` lives. The kernel's answer (``kill(-1, 0)``) counts
+    zombies too, which cannot run and which a container's init may never reap; so the
+    uid's processes are stopped at once (``SIGSTOP``: a stopped process cannot fork
+    away), the process table is read, and they go on (``SIGCONT``)."""
+    if not _as(uid, 0):
+        return False
+    _as(uid, signal.SIGSTOP)
+    try:
+        return bool(uid_processes(uid))
+    finally:
+        _as(uid, signal.SIGCONT)
+
+
+def _holds_processes(uid: int) -> bool:
+    """Any process of ``uid``, zombies included: they hold the uid's process slots
+    (``RLIMIT_NPROC``) where init does not reap them, so a task there could not fork."""
+    return bool(uid_processes(uid)) or (os.geteuid() == 0 and _as(uid, 0))
+
+
 def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
-    """SIGKILL every process of a task uid until none is left (never any other uid)."""
+    """SIGKILL every process of a task uid until the process table holds none (never any
+    other uid); False when one still lives after ``wait_s``."""
     if not is_task_uid(uid) or uid == os.getuid():
         return True
-    return kill_until_gone(lambda: uid_processes(uid), wait_s)
+    if os.geteuid() != 0:
+        return kill_until_gone(lambda: uid_processes(uid), wait_s)
+    deadline = time.monotonic() + wait_s
+    while True:
+        _as(uid, signal.SIGKILL)
+        if not alive(uid):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+
+
+class StillRunning(RuntimeError):
+    """A task uid kept processes through the sweep: its next run must not start."""
+
+
+def sweep(uid: int) -> None:
+    """``kill_uid`` that fails loudly: the step is retried (and sweeps again) rather than
+    reporting the uid empty while one of its processes lives."""
+    if not kill_uid(uid):
+        left = uid_processes(uid)
+        raise StillRunning(f"task uid {uid} still has processes after the sweep: {left[:10]}")
