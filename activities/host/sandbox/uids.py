@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -95,8 +97,9 @@ def is_task_uid(uid: int) -> bool:
     return UID_BASE <= uid < UID_BASE + UID_SPAN
 
 
-def uid_processes(uid: int) -> list[int]:
-    """Live processes whose real, effective or saved uid is ``uid``."""
+def uid_processes(uid: int, *, zombies: bool = False) -> list[int]:
+    """Live processes whose real, effective or saved uid is ``uid`` (and its zombies, with
+    ``zombies``)."""
     found: list[int] = []
     try:
         entries = os.listdir("/proc")
@@ -116,51 +119,48 @@ def uid_processes(uid: int) -> list[int]:
                 uids = [int(x) for x in line.split()[1:4]]
             elif line.startswith("State:"):
                 state = line.split()[1]
-        if uid in uids and state not in ("Z", "X"):
+        if uid in uids and (zombies or state not in ("Z", "X")):
             found.append(int(entry))
     return found
 
 
-def _as(uid: int, sig: int) -> bool:
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
+def _signal_all(uid: int, sig: int) -> None:
     """``kill(-1, sig)`` made as ``uid``: the kernel signals every process of that uid in
     one pass under its task list lock, so no process forks away between being listed and
-    being signalled (a chain that forks and exits outruns any listing of /proc). True
-    when there was a process to signal (with signal 0: one lives)."""
-    pid = os.fork()
-    if pid == 0:  # only system calls here: the parent is a threaded process
-        found = 0
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            os.kill(-1, sig)
-            found = 1
-        except ProcessLookupError:
-            found = 0
-        finally:
-            os._exit(found)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 1
+    being signalled (a chain that forks and exits outruns any listing of /proc).
+
+    A new process does it (``setpriv``, then the shell's own ``kill``), never a fork of
+    the worker: a threaded process's fork that changes its uid can deadlock in the C
+    library. (``kill(-1)``'s result says nothing about the uid: it succeeds whenever the
+    host has another process, so only the process table, read frozen, tells.)"""
+    subprocess.run(
+        [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+         "/bin/sh", "-c", f"kill -{int(sig)} -1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, timeout=10, check=False,
+    )  # fmt: skip
 
 
 def alive(uid: int) -> bool:
-    """Whether a process of ``uid`` lives. The kernel's answer (``kill(-1, 0)``) counts
-    zombies too, which cannot run and which a container's init may never reap; so the
-    uid's processes are stopped at once (``SIGSTOP``: a stopped process cannot fork
-    away), the process table is read, and they go on (``SIGCONT``)."""
-    if not _as(uid, 0):
-        return False
-    _as(uid, signal.SIGSTOP)
+    """Whether a process of ``uid`` lives (zombies cannot run, and do not count): its
+    processes are stopped at once (a stopped process cannot fork away), the process table
+    is read, and they go on."""
+    if os.geteuid() != 0 or not os.path.exists(SETPRIV):
+        return bool(uid_processes(uid))
+    _signal_all(uid, signal.SIGSTOP)
     try:
         return bool(uid_processes(uid))
     finally:
-        _as(uid, signal.SIGCONT)
+        _signal_all(uid, signal.SIGCONT)
 
 
 def _holds_processes(uid: int) -> bool:
     """Any process of ``uid``, zombies included: they hold the uid's process slots
     (``RLIMIT_NPROC``) where init does not reap them, so a task there could not fork."""
-    return bool(uid_processes(uid)) or (os.geteuid() == 0 and _as(uid, 0))
+    return bool(uid_processes(uid, zombies=True))
 
 
 def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
@@ -168,12 +168,13 @@ def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
     other uid); False when one still lives after ``wait_s``."""
     if not is_task_uid(uid) or uid == os.getuid():
         return True
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 or not os.path.exists(SETPRIV):
         return kill_until_gone(lambda: uid_processes(uid), wait_s)
     deadline = time.monotonic() + wait_s
     while True:
-        _as(uid, signal.SIGKILL)
-        if not alive(uid):
+        _signal_all(uid, signal.SIGKILL)
+        _signal_all(uid, signal.SIGSTOP)  # what is left (if anything) stops where it is
+        if not uid_processes(uid):
             return True
         if time.monotonic() > deadline:
             return False
