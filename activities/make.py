@@ -40,6 +40,7 @@ from activities.host.worktree import (
 )
 from loop.contracts import (
     BEGIN_ATTEMPT,
+    CHANGED_SHOWN,
     END_ATTEMPT,
     MAKE,
     AttemptStart,
@@ -306,10 +307,12 @@ class MakeActivities:
             why = f"git could not commit the attempt: {e.message}"
             return made.model_copy(update={"not_committed": why})
         await publish(ws)
+        changed = await changed_files(ws, commit)
         return made.model_copy(
             update={
                 "commit": commit,
-                "changed_files": await changed_files(ws, commit),
+                "changed_files": changed[:CHANGED_SHOWN],
+                "changed_count": len(changed),
                 "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
             }
         )

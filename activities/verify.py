@@ -22,6 +22,7 @@ from temporalio import activity
 
 from activities import gates
 from activities.host import artifact
+from activities.host.worktree import changed_files
 from loop.contracts import (
     VERIFY,
     Evidence,
@@ -43,7 +44,10 @@ class VerifyActivities:
     @activity.defn(name=VERIFY.name)
     async def verify(self, inp: VerifyInput) -> Verdict:
         ws, made = inp.workspace, inp.make
-        refused = _refused(inp)
+        changed = made.changed_files
+        if made.changed_count > len(changed) and made.commit:
+            changed = await changed_files(ws, made.commit)  # the record lists the first ones
+        refused = _refused(inp, changed)
         if refused is not None:
             return Verdict(passed=False, artifact=made.commit, gates=[refused])
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
@@ -54,7 +58,7 @@ class VerifyActivities:
             ws.repo, made.commit, log_dir, activity.info().attempt, self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
-            judging = gates.Judging(inp.task, ws, made, bench, elsewhere)
+            judging = gates.Judging(inp.task, ws, made, bench, elsewhere, _changed=changed)
             results = await gates.evaluate(judging, checks)
         for log in log_dir.rglob("gate-*.log"):
             await asyncio.to_thread(redact_file, log)
@@ -83,7 +87,7 @@ def checkouts(
     return elsewhere
 
 
-def _refused(inp: VerifyInput) -> GateResult | None:
+def _refused(inp: VerifyInput, changed: list[str]) -> GateResult | None:
     """What ends the verdict before any gate runs: an attempt that is not a commit the
     gates can judge as it is."""
     made = inp.make
@@ -93,7 +97,7 @@ def _refused(inp: VerifyInput) -> GateResult | None:
         return _failed("disk", requirement, made.disk_exceeded)
     if made.not_committed:
         return _failed("commit", "git can store the attempt as it is", made.not_committed)
-    attributes = [f for f in made.changed_files if f.rsplit("/", 1)[-1] == ".gitattributes"]
+    attributes = [f for f in changed if f.rsplit("/", 1)[-1] == ".gitattributes"]
     if attributes:
         # Attributes change what a checkout holds (encodings, line ends, filters), so the
         # gates would judge files other than the ones committed: never the agent's call.

@@ -45,7 +45,7 @@ async def evaluate_gate(gate: Gate, judging: Judging) -> GateResult:
         case "run":
             return await run.evaluate(gate, judging)
         case "diff_scope":
-            return scope.evaluate(gate, judging.make.changed_files)
+            return scope.evaluate(gate, await judging.changed_files())
         case "no_removed_tests":
             return await kept.evaluate(gate, judging)
         case "regression_test":

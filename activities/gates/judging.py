@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.gates.command import Ran, run_command
-from activities.host import diffscan
+from activities.host import diffscan, worktree
 from loop.contracts import Gate, MakeResult, TaskSpec, Workspace
 from loop.rules.tamper import Finding
 
@@ -47,6 +47,7 @@ class Judging:
     _base: dict[str, Ran] = field(default_factory=dict)
     _overlay: dict[str, Ran] = field(default_factory=dict)
     _findings: list[Finding] | None = None
+    _changed: list[str] | None = None
 
     @property
     def commit(self) -> str:
@@ -94,6 +95,17 @@ class Judging:
         if gate.name not in self._overlay:
             self._overlay[gate.name] = await self.elsewhere(gate, commit, "overlay")
         return self._overlay[gate.name]
+
+    async def changed_files(self) -> list[str]:
+        """Every file the attempt's commit changes: from git when the attempt's record
+        lists only the first ones (an attempt of thousands of files)."""
+        if self._changed is None:
+            made = self.make
+            if made.changed_count > len(made.changed_files) and made.commit:
+                self._changed = await worktree.changed_files(self.ws, made.commit)
+            else:
+                self._changed = list(made.changed_files)
+        return self._changed
 
     async def findings(self) -> list[Finding]:
         """What the attempt added that could end, steer or fake a test run (once)."""

@@ -20,7 +20,7 @@ REQUIREMENT = "a test the attempt added or changed fails on base's code and pass
 
 
 async def evaluate(gate: Gate, judging: Judging) -> GateResult:
-    changed = sorted(f for f in judging.make.changed_files if is_test_path(f))
+    changed = sorted(f for f in await judging.changed_files() if is_test_path(f))
 
     def result(passed: bool, detail: str, proven: list[CaseResult] | None = None) -> GateResult:
         tests = None

@@ -15,6 +15,9 @@ import pathspec
 from activities.gates.kept import listing
 from loop.contracts import Evidence, Gate, GateResult
 
+FILES_SHOWN = 100
+"""Files a verdict names (the detail says how many there are)."""
+
 
 def _spec(globs: Iterable[str]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(list(globs))
@@ -42,7 +45,7 @@ def evaluate(gate: Gate, changed_files: list[str]) -> GateResult:
             passed=passed,
             policy_violation=violation,
             requirement=requirement,
-            evidence=Evidence(files=files, detail=detail),
+            evidence=Evidence(files=files[:FILES_SHOWN], detail=detail),
         )
 
     if scope.protect:

@@ -127,6 +127,7 @@ from loop.contracts.states import (
     TaskState,
 )
 from loop.contracts.steps import (
+    CHANGED_SHOWN,
     ENDPOINT_PREFLIGHT_S,
     CommitInput,
     CommitResult,
@@ -226,6 +227,7 @@ __all__ = [
     "AGENT_WORKFLOW",
     "ALL_ACTIVITIES",
     "BEGIN_ATTEMPT",
+    "CHANGED_SHOWN",
     "CHECK_ANSWER",
     "CLOSED_HOLDERS",
     "COMMIT",

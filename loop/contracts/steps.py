@@ -78,6 +78,10 @@ class PromptParts(_Record):
     instructions: str = ""
 
 
+CHANGED_SHOWN = 1_000
+"""Changed files a ``MakeResult`` lists; an attempt of 10,000 files lists the first ones."""
+
+
 class MakeInput(_Record):
     task: TaskSpec
     workspace: Workspace
@@ -97,7 +101,8 @@ class MakeResult(_Record):
     commit: str = ""
     """Work-in-progress commit at the end of the attempt: the artifact that verify checks."""
     changed_files: list[str] = Field(default_factory=list)
-    """Files the attempt's commit changes against base."""
+    """Files the attempt's commit changes against base: the first ``CHANGED_SHOWN`` (history
+    stays small; the gates read the whole list from git, see ``changed_count``)."""
     outside_writes: list[str] = Field(default_factory=list)
     """Paths the agent changed outside its worktree (a policy violation)."""
     duration_s: float = 0.0
@@ -132,6 +137,9 @@ class MakeResult(_Record):
     (each retry resets the worktree to the attempt's start)."""
     protected_writes: list[str] = Field(default_factory=list)
     """Protected files the agent tried to write; the sandbox refused (a policy violation)."""
+    changed_count: int = 0
+    """How many files the commit changes (0 in histories from before: ``changed_files`` is
+    all of them then)."""
 
 
 class VerifyInput(_Record):

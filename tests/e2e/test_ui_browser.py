@@ -28,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from loop.codec import KEY_ENV, data_converter
 from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
+from loop.hardened import answers
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
 from tests.support.agents import write_agent
@@ -172,6 +173,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
     """An assisted task waits; the page lists it first, shows its diff and every gate's
     evidence; Approve merges it and the page shows DONE_WITH_EVIDENCE without a reload."""
     repo = str(demo_repo)
+    answers.create_key(settings.home / answers.KEY_NAME)  # as `loop dev` makes it: signed answers
     waiting = task(demo_repo, write_agent(tmp_path, PASS_ON_SECOND), autonomy="assisted")
     other = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="report")
     async with build_worker(client, settings), loop_ui(env, settings) as url:
@@ -241,6 +243,7 @@ async def test_reject_from_the_page_signed_in_with_a_token(
     page: Any,
 ) -> None:
     secret = "s3cret-for-the-review-page"
+    answers.create_key(settings.home / answers.KEY_NAME)
     spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
     async with (
         build_worker(client, settings),

@@ -45,11 +45,22 @@ _NODE = re.compile(
 """Node's form (Claude Code, Codex): ``EROFS: read-only file system, open '/x'``."""
 
 
+_ANY = re.compile(
+    r"Read-only file system|Permission denied|Device or resource busy|EROFS|EACCES|EBUSY", re.I
+)
+WINDOW = 1_000
+"""Characters around each message a path is looked for in: the patterns backtrack over a
+line of a megabyte without one (a test that prints a long line) in quadratic time."""
+
+
 def _found(line: str) -> list[tuple[str, str]]:
-    found = [(q or bare, why) for q, bare, why in _BEFORE.findall(line)]
-    found += [(dst or src, why) for why, src, dst in _AFTER.findall(line)]
-    found += [(path, why) for why, path in _NODE.findall(line)]
-    return found
+    found: list[tuple[str, str]] = []
+    for hit in _ANY.finditer(line):
+        part = line[max(0, hit.start() - WINDOW) : hit.end() + WINDOW]
+        found += [(q or bare, why) for q, bare, why in _BEFORE.findall(part)]
+        found += [(dst or src, why) for why, src, dst in _AFTER.findall(part)]
+        found += [(path, why) for why, path in _NODE.findall(part)]
+    return list(dict.fromkeys(found))
 
 
 def _tail(log_path: Path) -> str:
