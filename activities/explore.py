@@ -103,6 +103,7 @@ class ExploreActivities:
             limit_s=1,
             agent_home=agent_home(ws),
             allow_hosts=endpoints(task),
+            hidden=sandbox.hidden_for(ws),
         )
         await sandbox.check_runnable(run)
         missing = await sandbox.missing_programs(run)

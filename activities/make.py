@@ -141,6 +141,7 @@ class MakeActivities:
                 agent_home=agent_home(ws),
                 protected=inp.task.protected_paths(),
                 allow_hosts=endpoints(inp.task),
+                hidden=sandbox.hidden_for(ws),
             )
         )
         if superseded(folder):
@@ -306,7 +307,7 @@ class MakeActivities:
             await _discard(ws, start.start_commit)
             why = f"git could not commit the attempt: {e.message}"
             return made.model_copy(update={"not_committed": why})
-        await publish(ws)
+        await publish(ws, self.settings.locks)
         changed = await changed_files(ws, commit)
         return made.model_copy(
             update={

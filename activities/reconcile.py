@@ -19,7 +19,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.host import sandbox
-from activities.host.worktree import is_ancestor
+from activities.host.worktree import is_ancestor, rev
 from activities.summarize import release_task
 from activities.workspace import MARKER, WorkspaceActivities, read_marker
 from loop.contracts import RemoveInput, Workspace, workflow_id_for
@@ -55,7 +55,8 @@ async def reconcile_worktrees(client: Client, settings: Settings) -> Reconciled:
             found.running.append(ws.task_id)
             continue
         base = f"refs/heads/{ws.base_ref}" if ws.base_is_branch else ws.base_commit
-        if await is_ancestor(ws.repo, f"refs/heads/{ws.branch}", base):
+        tip = await rev(ws.commits, f"refs/heads/{ws.branch}")
+        if tip is not None and await is_ancestor(ws.repo, tip, base):
             removed = await workspaces.remove_workspace(
                 RemoveInput(workspace=ws, delete_branch=True)
             )

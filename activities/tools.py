@@ -133,6 +133,7 @@ class ToolActivities:
                 home=self.settings.home,
                 agent_home=agent_home(inp.workspace),
                 allow_hosts=tuple(sandbox.endpoint_entries(inp.base_url, openai=True)),
+                hidden=tuple(sandbox.hidden_for(inp.workspace)),
             )
         )
         result = ToolStepResult(

@@ -55,7 +55,7 @@ class VerifyActivities:
         checks = [g for g in inp.task.verify if g.kind != "llm_review"]
         elsewhere = checkouts(self.settings, inp.task, ws, log_dir, activity.info().attempt)
         async with artifact.checkout(
-            ws.repo, made.commit, log_dir, activity.info().attempt, self.settings.locks
+            ws.commits, made.commit, log_dir, activity.info().attempt, self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
             judging = gates.Judging(inp.task, ws, made, bench, elsewhere, _changed=changed)
@@ -81,7 +81,7 @@ def checkouts(
 
     async def elsewhere(gate: Gate, commit: str, label: str) -> gates.Ran:
         where = folder / label
-        async with artifact.checkout(ws.repo, commit, where, try_no, settings.locks) as tree:
+        async with artifact.checkout(ws.commits, commit, where, try_no, settings.locks) as tree:
             return await gates.run_command(gate, ws, tree, where, settings.home, task.sandbox)
 
     return elsewhere

@@ -21,14 +21,16 @@ The plain helpers other activities share (make, verify) are in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 
-from activities.host import remote
+from activities.host import clone, remote
 from activities.host.git import GitError, git, git_ok, repo_lock
 from activities.host.worktree import (
     dirty_files,
@@ -195,63 +197,81 @@ class WorkspaceActivities:
         start = base_commit
         if url and moved is not None:
             start = await rev(top, f"{remote.tracking(ws.branch)}^{{commit}}") or base_commit
+        store = clone.store_for(self.settings.stores.resolve(), top)
+        await clone.fill_store(top, store, base_commit, self.settings.locks)
+        ws = ws.model_copy(update={"isolated": True, "store": str(store / "objects")})
         async with repo_lock(self.settings.locks, top):
-            await git(["worktree", "prune"], top)
-            entries = await worktrees(top)
             if exists(path):
-                if find_worktree(entries, path) is None:
-                    raise permanent(f"{path} exists but is not a worktree of {top}; move it away")
                 marker = read_marker(run_dir)
                 if marker.get("owner", marker.get("run_id")) == owner:
                     try:
                         return Workspace.model_validate(marker)
                     except ValueError:
                         pass  # an unreadable marker of our own run: prepare it afresh
+                await self._retire_worktree(top, path, ws.byproducts)
+            if exists(path):
+                if not clone.alternates(str(path / ".git")):
+                    raise permanent(f"{path} exists but is not a task's clone; move it away")
                 if moved is None:
                     dirty = await dirty_files(str(path), ws.byproducts)
                     if dirty:
                         raise permanent(
                             f"worktree {path} has uncommitted changes from an earlier run; "
-                            f"inspect it, then `git worktree remove --force {path}`"
+                            f"inspect it, then remove {path}"
                         )
-                    await self._keep_earlier_work(top, ws.branch, base_commit, delete=False)
+                    await clone.refuse_checked_out(top, ws.branch)
+                    await self._keep_earlier_work(top, ws.branch, base_commit)
+                    await self._keep_clone_work(str(path), top, ws.branch, base_commit)
                 else:  # this task's own earlier state here, superseded by its pushed branch
                     await git(["reset", "-q", "--hard"], path)
+                if await rev(path, f"{start}^{{commit}}") is None:
+                    await git([*clone.ALLOW_LOCAL, "fetch", "-q", "--no-tags", top, start], path)
                 await git(["checkout", "-q", "-B", ws.branch, start], path)
                 await git(["clean", "-q", "-fd"], path)  # byproducts a dirty check ignores
             else:
-                holder = next(
-                    (e for e in entries if e.get("branch") == f"refs/heads/{ws.branch}"), None
-                )
-                if holder is not None:
-                    raise permanent(
-                        f"branch {ws.branch} is checked out in {holder['worktree']}; "
-                        f"remove that worktree or check out another branch there"
-                    )
                 if moved is None:
-                    await self._keep_earlier_work(top, ws.branch, base_commit, delete=True)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                await git(["worktree", "add", "-q", "-B", ws.branch, str(path), start], top)
+                    await clone.refuse_checked_out(top, ws.branch)
+                    await self._keep_earlier_work(top, ws.branch, base_commit)
+                await clone.make(path, store, ws.branch, start, top)
             _write_marker(run_dir, owner, ws)
         return ws
 
-    async def _keep_earlier_work(
-        self, top: str, branch: str, base_commit: str, *, delete: bool
-    ) -> None:
-        """Before the task branch is pointed at base again: save a tip that base does not
+    async def _retire_worktree(self, top: str, path: Path, byproducts: list[str]) -> None:
+        """A clean git worktree at ``path`` (an earlier version's, for this task id) gives
+        way to a clone; its branch is the repository's already, so nothing is lost."""
+        await git(["worktree", "prune"], top)
+        if find_worktree(await worktrees(top), str(path)) is None:
+            return
+        if await dirty_files(str(path), byproducts):
+            raise permanent(
+                f"worktree {path} has uncommitted changes from an earlier run; "
+                f"inspect it, then `git worktree remove --force {path}`"
+            )
+        await git(["clean", "-q", "-fd", "--", *only(byproducts)], path)
+        await git(["worktree", "remove", str(path)], top)
+
+    async def _keep_earlier_work(self, top: str, branch: str, base_commit: str) -> None:
+        """Before the task branch starts from base again: save a tip that base does not
         contain as ``<branch>.prev-<sha>``; drop the branch when it holds nothing new."""
         tip = await rev(top, f"refs/heads/{branch}")
         if tip is None:
             return
         if await is_ancestor(top, tip, base_commit):
-            if delete:
-                await git(["branch", "-q", "-D", branch], top)
+            await git(["branch", "-q", "-D", branch], top)
             return
-        keep = f"{branch}.prev-{tip[:12]}"
-        if delete:
-            await git(["branch", "-q", "-M", branch, keep], top)
-        else:  # checked out in the worktree: copy the ref, the checkout moves the branch
-            await git(["branch", "-q", "-f", keep, tip], top)
+        await git(["branch", "-q", "-M", branch, f"{branch}.prev-{tip[:12]}"], top)
+
+    async def _keep_clone_work(self, path: str, top: str, branch: str, base_commit: str) -> None:
+        """An earlier run's commits in the task's clone, where a person looks for them: the
+        repository's ``<branch>.prev-<sha>`` (the clone is reset to base next)."""
+        tip = await rev(path, f"refs/heads/{branch}")
+        if tip is None or await is_ancestor(path, tip, base_commit):
+            return
+        await git(
+            [*clone.ALLOW_LOCAL, "fetch", "-q", "--no-tags", path,
+             f"+{tip}:refs/heads/{branch}.prev-{tip[:12]}"],
+            top,
+        )  # fmt: skip
 
     @activity.defn(name=COMMIT.name)
     async def commit_branch(self, inp: CommitInput) -> CommitResult:
@@ -274,7 +294,7 @@ class WorkspaceActivities:
             head_tree = await git(["rev-parse", "HEAD^{tree}"], ws.path)
             artifact_tree = await git(["rev-parse", f"{inp.artifact}^{{tree}}"], ws.path)
             if head_tree == artifact_tree:
-                await remote.publish(ws)
+                await self._hand_over_branch(ws)
                 return CommitResult(branch=ws.branch, commit=head)
         message = (inp.message.strip() or f"loop({ws.task_id})") + f"\n\n{trailer}\n"
         await git(["reset", "-q", "--hard", inp.artifact], ws.path)
@@ -284,8 +304,15 @@ class WorkspaceActivities:
              "-m", message],
             ws.path,
         )  # fmt: skip
-        await remote.publish(ws)
+        await self._hand_over_branch(ws)
         return CommitResult(branch=ws.branch, commit=await git(["rev-parse", "HEAD"], ws.path))
+
+    async def _hand_over_branch(self, ws: Workspace) -> None:
+        """The reviewable commit where people and merges find it: the repository's (or the
+        mirror's) ``loop/<id>``, and a URL's remote."""
+        if ws.isolated:
+            await clone.bring(ws.path, ws.repo, ws.branch, self.settings.locks)
+        await remote.publish(ws, self.settings.locks)
 
     @activity.defn(name=MERGE.name)
     async def merge(self, inp: MergeInput) -> MergeResult:
@@ -408,20 +435,31 @@ class WorkspaceActivities:
             return RemoveResult(removed=not exists(path), reason="repository is gone")
         async with repo_lock(self.settings.locks, ws.repo):
             if not exists(path):
-                await git(["worktree", "prune"], ws.repo)
+                if not ws.isolated:
+                    await git(["worktree", "prune"], ws.repo)
                 # A crash between removing the tree and deleting the branch ends here too.
                 await self._drop_branch(ws, inp.delete_branch)
                 return RemoveResult(removed=True, reason="already removed")
-            if find_worktree(await worktrees(ws.repo), path) is None:
+            if ws.isolated:
+                if not clone.alternates(str(Path(path) / ".git")):
+                    return RemoveResult(removed=False, reason=f"{path} is not a task's clone; kept")
+            elif find_worktree(await worktrees(ws.repo), path) is None:
                 return RemoveResult(
                     removed=False, reason=f"{path} is not a worktree of {ws.repo}; kept"
                 )
             if await dirty_files(path, ws.byproducts):
                 return RemoveResult(removed=False, reason="worktree has uncommitted changes; kept")
-            # Byproducts are untracked files too, and `worktree remove` refuses those;
-            # anything else untracked appearing meanwhile still makes it refuse.
-            await git(["clean", "-q", "-fd", "--", *only(ws.byproducts)], path)
-            await git(["worktree", "remove", path], ws.repo)
+            if ws.isolated:
+                # Its branch stays in the repository, where people look; one a person
+                # changed there since the hand-over is theirs, never overwritten.
+                if await rev(ws.repo, f"refs/heads/{ws.branch}") is None:
+                    await clone.bring_locked(path, ws.repo, ws.branch)
+                await asyncio.to_thread(shutil.rmtree, path)
+            else:
+                # Byproducts are untracked files too, and `worktree remove` refuses those;
+                # anything else untracked appearing meanwhile still makes it refuse.
+                await git(["clean", "-q", "-fd", "--", *only(ws.byproducts)], path)
+                await git(["worktree", "remove", path], ws.repo)
             kept = await self._drop_branch(ws, inp.delete_branch)
         return RemoveResult(removed=True, reason=kept)
 

@@ -94,6 +94,11 @@ class Settings(BaseModel):
         return self.home / "worktrees"
 
     @property
+    def stores(self) -> Path:
+        """Stores of base history, one per repository, that tasks' clones borrow from."""
+        return self.home / "stores"
+
+    @property
     def runs(self) -> Path:
         return self.home / "runs"
 

@@ -19,6 +19,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from activities.host import clone
 from activities.host.git import GitError, git, git_ok, repo_lock
 from loop.contracts import Workspace
 
@@ -84,11 +85,14 @@ async def push_branch(path: str, url: str, branch: str) -> None:
         raise RemoteError(f"cannot push {branch} to {url}: {e.message}") from None
 
 
-async def publish(ws: Workspace) -> None:
+async def publish(ws: Workspace, locks: Path) -> None:
     """After each commit on the task branch: the branch on the remote too (a local
-    repository has nothing to publish to). A refused push is retried by the step."""
+    repository has nothing to publish to), through this host's mirror (the task's clone
+    brings it there first). A refused push is retried by the step."""
     if not ws.remote:
         return
+    if ws.isolated:
+        await clone.bring(ws.path, ws.repo, ws.branch, locks)
     try:
         await push_branch(ws.repo, ws.remote, ws.branch)
     except RemoteError as e:

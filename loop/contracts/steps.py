@@ -36,6 +36,17 @@ class Workspace(_Record):
     """Where every step that touches the worktree runs ("": the workflow's own queue)."""
     host_lost_after: float = 0.0
     """Seconds a step may wait for that host before the task asks whether it is alive."""
+    isolated: bool = False
+    """The task works in a clone of its own (``path``) whose objects come from ``store``,
+    a read-only store of base history: no other task's branch or commit is in what its
+    sandbox can read. False in histories from before: a worktree of ``repo``."""
+    store: str = ""
+    """The base store's objects folder (the clone's alternates)."""
+
+    @property
+    def commits(self) -> str:
+        """The repository that holds the task's commits: its clone, or the shared one."""
+        return self.path if self.isolated else self.repo
 
 
 class PrepareInput(_Record):

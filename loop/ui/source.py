@@ -345,6 +345,8 @@ class Source:
         marker = _read_json(self.runs / page.task_id / "workspace.json")
         base = str(marker.get("base_commit") or "")
         repo = str(marker.get("repo") or (page.spec.repo if page.spec else ""))
+        if marker.get("isolated") and Path(str(marker.get("path") or "")).is_dir():
+            repo = str(marker["path"])  # the task's clone holds its attempts' commits
         if not base:
             first = page.result.attempts[0].make if page.result.attempts else None
             base = first.start_commit if first else ""

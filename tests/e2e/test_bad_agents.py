@@ -246,7 +246,7 @@ async def test_agent_deleting_its_worktree_cannot(
         result = await run(client, settings, spec)
         assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
         wt = Path(result.worktree)
-        assert (wt / ".git").is_file() and git(wt, "rev-parse", "--abbrev-ref", "HEAD")
+        assert (wt / ".git").is_dir() and git(wt, "rev-parse", "--abbrev-ref", "HEAD")
         assert (wt / "tests" / "test_slugify.py").is_file()  # protected: kept
         made = result.attempts[0].make
         assert "slugify.py" in made.changed_files  # deleted, and recorded as such
@@ -297,12 +297,13 @@ async def test_agent_using_git_reads_but_never_commits(
     first = result.attempts[0]
     assert first.verdict is not None and not first.verdict.passed
     assert first.make.changed_files == ["slugify.py"]
-    assert "<<<<<<<" in git(demo_repo, "show", f"{first.make.commit}:slugify.py")
+    assert "<<<<<<<" in git(Path(result.worktree), "show", f"{first.make.commit}:slugify.py")
     seen = json.loads(agent_file(settings, spec["id"], 2, "git-2.json").read_text())
     assert seen == {"status": "", "branch": f"loop/{spec['id']}"}
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert [a.verdict.passed for a in result.attempts] == [False, True]
     assert git(demo_repo, "branch", "--list", "side-*") == ""
+    assert git(Path(result.worktree), "branch", "--list", "side-*") == ""
     assert git(demo_repo, "rev-parse", "main") == tip
 
 

@@ -82,7 +82,7 @@ from tests.support.agents import (
 )
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.net import free_port
-from tests.support.repos import ROOT, git
+from tests.support.repos import ROOT, git, task_clones
 from tests.support.tasks import UNITTEST, result_of, task
 from worker import build_worker
 
@@ -226,14 +226,16 @@ def outcome(r: TaskResult) -> dict[str, Any]:
     }
 
 
-def worktrees(repo: Path) -> list[str]:
-    """Paths of the repository's linked worktrees (the main checkout left out)."""
-    lines = git(repo, "worktree", "list", "--porcelain").splitlines()
-    return [ln.split(" ", 1)[1] for ln in lines if ln.startswith("worktree ")][1:]
-
-
-def wip_commits(repo: Path, task_id: str) -> int:
-    return int(git(repo, "rev-list", "--count", f"main..loop/{task_id}"))
+def wip_commits(repo: Path, result: TaskResult) -> int:
+    """Commits on the task branch past its base, counted in the task's clone; where the
+    repository has the branch too (handed over for review), it is the same commit."""
+    worktree, branch = result.worktree, f"loop/{result.task_id}"
+    marker = Path(worktree).parents[1] / "runs" / result.task_id / "workspace.json"
+    base = json.loads(marker.read_text())["base_commit"]
+    tip = git(Path(worktree), "rev-parse", branch)
+    if git(repo, "branch", "--list", branch):
+        assert git(repo, "rev-parse", branch) == tip, f"{branch} differs from the task's clone"
+    return int(git(Path(worktree), "rev-list", "--count", f"{base}..{branch}"))
 
 
 def clean(path: Path | str) -> bool:
@@ -433,7 +435,7 @@ async def test_no_crash_baseline(client: Client, settings: Settings, demo_repo: 
             results = await asyncio.gather(*(result_of(h) for h in handles))
     for case, r in zip(cases, results, strict=True):
         assert outcome(r) == case.expected, (case.kind, r.reason)
-        assert clean(r.worktree) and wip_commits(case.repo, case.spec.id) == 1, case.kind
+        assert clean(r.worktree) and wip_commits(case.repo, r) == 1, case.kind
         if case.model is not None:
             assert len(case.model.requests) == case.script_len, case.kind
         if case.agent:
@@ -565,15 +567,15 @@ async def test_kill_9_inside_every_activity_kind(
             r = results[k]
             assert outcome(r) == case.expected, (k, r.reason)
             assert clean(r.worktree), (k, git(Path(r.worktree), "status", "--porcelain"))
-            assert wip_commits(case.repo, case.spec.id) == 1, k  # no commit made twice
+            assert wip_commits(case.repo, r) == 1, k  # no commit made twice
             if case.orphan is not None:
                 assert not alive(int(case.orphan.read_text())), f"{k}: orphan still runs"
         for k in ("summarize", "prepare"):
             assert outcome(results[k]) == DONE_IN_WORKTREE, (k, results[k].reason)
-            assert clean(results[k].worktree) and wip_commits(repos[k], ids[k]) == 1, k
+            assert clean(results[k].worktree) and wip_commits(repos[k], results[k]) == 1, k
         # No worktree lost, none made twice: one per task left in its worktree.
         for k in [*HEARTBEATING, "summarize", "prepare"]:
-            assert worktrees(repos[k]) == [results[k].worktree], k
+            assert task_clones(settings.home, repos[k]) == [results[k].worktree], k
         for k in ("merge", "escalate", "between"):
             r = results[k]
             assert (r.state, r.final_action) == (
@@ -585,7 +587,7 @@ async def test_kill_9_inside_every_activity_kind(
             assert len(merged_commits(repos[k], ids[k])) == 1, k
             assert "findall" in (repos[k] / "slugify.py").read_text(), k
             assert not Path(r.worktree).exists(), k  # merged and clean: removed
-            assert worktrees(repos[k]) == [], k
+            assert task_clones(settings.home, repos[k]) == [], k
             assert git(repos[k], "branch", "--list", f"loop/{ids[k]}") == "", k
 
         # --- where the worker died, the activity finished on its second try
@@ -719,9 +721,9 @@ async def test_server_restart_mid_attempt_and_while_awaiting_approval(
         server.stop()
 
     for k in "abd":
-        assert worktrees(repos[k]) == [results[k].worktree], k
+        assert task_clones(settings.home, repos[k]) == [results[k].worktree], k
         assert outcome(results[k]) == DONE_IN_WORKTREE, (k, results[k].reason)
-        assert clean(results[k].worktree) and wip_commits(repos[k], specs[k].id) == 1, k
+        assert clean(results[k].worktree) and wip_commits(repos[k], results[k]) == 1, k
         assert trace_ok(results[k]), k
     # The agent is rerun only when its heartbeat timed out during the outage, never more.
     assert 1 <= len(agent_calls(settings, specs["a"].id)) <= 2
@@ -820,12 +822,12 @@ async def test_two_workers_one_killed_during_a_batch_of_20(
             assert not Path(r.worktree).exists(), spec.id
         else:
             assert r.final_action == FinalAction.LEFT_IN_WORKTREE, spec.id
-            assert clean(r.worktree) and wip_commits(demo_repo, spec.id) == 1, spec.id
+            assert clean(r.worktree) and wip_commits(demo_repo, r) == 1, spec.id
     trailers = git(demo_repo, "log", "--format=%H", "--grep=^Loop-Task: ", f"{base}..main")
     assert len(trailers.split()) == 10  # ten merges, none twice
     assert clean(demo_repo) and "findall" in (demo_repo / "slugify.py").read_text()
     # No worktree lost or doubled: the ten report tasks keep theirs, the merged are gone.
     kept = sorted(r.worktree for s, r in zip(specs, results, strict=True) if s.autonomy == "report")
-    assert sorted(worktrees(demo_repo)) == kept
+    assert sorted(task_clones(settings.home, demo_repo)) == kept
     notes = settings.notes.read_text()
     assert all(notes.count(f"<!-- loop:{s.id} -->") == 1 for s in specs)  # no update lost

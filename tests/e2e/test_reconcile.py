@@ -6,6 +6,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from activities.host import clone
 from activities.host.worktree import wip_commit
 from activities.reconcile import reconcile_worktrees
 from activities.workspace import WorkspaceActivities
@@ -27,6 +28,7 @@ async def test_merged_leftovers_go_unmerged_work_stays(
     for ws in (merged, kept):
         Path(ws.path, f"{ws.task_id}.txt").write_text("work")
         await wip_commit(ws, 1)
+        await clone.bring(ws.path, ws.repo, ws.branch, settings.locks)  # as commit_branch does
     # A crash between the merge into base and the worktree's removal:
     git(demo_repo, "merge", "-q", "--ff-only", merged.branch)
 

@@ -29,7 +29,7 @@ from activities.host.sandbox import egress_rules, services
 from loop.contracts import QUERY_STATUS, TaskResult, TaskSpec, TaskState, TaskStatus
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.support.agents import write_agent
+from tests.support.agents import agent_calls, agent_file, write_agent
 from tests.support.host import DEFAULT_SANDBOX, LEVELS
 from tests.support.repos import git
 from tests.support.tasks import result_of, task
@@ -356,7 +356,7 @@ async def test_gates_judge_the_commit_not_the_worktree(
     assert not tests.passed and "failed" in tests.evidence.output_tail, tests.evidence
     assert {".gitignore", "conftest.py"} <= set(verdict.ignored_files), verdict.ignored_files
     assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
-    assert "findall" not in git(demo_repo, "show", f"{result.commit}:slugify.py")
+    assert "findall" not in git(Path(result.worktree), "show", f"{result.commit}:slugify.py")
 
 
 # --------------------------------------------------------------------------- 5. each other
@@ -390,6 +390,94 @@ async def test_tasks_cannot_read_each_other(
     tail = result.attempts[0].make.output_tail
     assert "READ" not in tail and tail.count("refused:") == 5, tail
     assert stat.S_IMODE(settings.home.stat().st_mode) == 0o700
+
+
+WORKING = """
+word = {word!r}
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t  # " + word + "\\n")
+    out.write_text("not yet")
+else:  # the second attempt waits while the other task looks for the first one's work
+    for _ in range(600):
+        if (own / "go").exists():
+            break
+        time.sleep(0.1)
+    pathlib.Path("slugify.py").write_text(COMPLETE + "# " + word + "\\n")
+    out.write_text("done")
+"""
+
+LOOK_ROUND = """
+import subprocess
+word, wip, repo = {drow!r}[::-1], {wip!r}, {repo!r}  # the word itself is in no file of B's
+other = {other!r}[::-1]
+def run(*argv, cwd="."):
+    done = subprocess.run(argv, cwd=cwd, capture_output=True)
+    return done.returncode, (done.stdout + done.stderr).decode("utf-8", "replace")
+found = {{}}
+found["refs"] = run("git", "for-each-ref", "--format=%(refname)")[1]
+found["wip"] = run("git", "cat-file", "-t", wip)[0]
+code, objects = run("git", "cat-file", "--batch-all-objects", "--batch")
+found["objects"] = [code, word in objects, len(objects)]
+found["repo"] = [run("git", "-C", repo, "for-each-ref")[0],
+                 os.listdir(repo) if os.path.isdir(repo) else []]
+seen = []
+places = ["/tmp", os.path.dirname(repo), os.environ["HOME"], os.getcwd()]
+for top, dirs, files in (step for place in places for step in os.walk(place)):
+    for name in files:
+        path = os.path.join(top, name)
+        try:
+            with open(path, "rb") as f:
+                if word.encode() in f.read(1 << 20):
+                    seen.append(path)
+        except OSError:
+            pass
+found["files"] = seen
+found["metadata"] = [  # .git/worktrees/*, gitdir files: nothing names the other task
+    os.path.join(top, name) for top, _, files in os.walk(".git") for name in files
+    if other.encode() in open(os.path.join(top, name), "rb").read()
+] + [d for d in os.listdir(".git") if d == "worktrees"]
+(own / "found.json").write_text(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_tasks_on_one_repository_see_nothing_of_each_other(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str
+) -> None:
+    """A's first attempt is a commit in A's clone only, its reviewable one in the
+    repository; B, on the same repository meanwhile, finds neither: not by ref, not by
+    hash, not among all objects its git can read, not in any file where the two tasks'
+    files are on the host."""
+    word = f"WORK-OF-A-{uuid.uuid4().hex}"
+    victim = task(demo_repo, write_agent(tmp_path, WORKING.format(word=word)),
+                  sandbox={"mode": mode}, autonomy="assisted", approval_timeout=1)  # fmt: skip
+    async with build_worker(client, settings):
+        handle, _ = await start_task(client, TaskSpec.model_validate(victim), settings.task_queue)
+        go = agent_file(settings, victim["id"], 2, "go")
+        for _ in range(600):
+            if any(c["attempt"] == 2 for c in agent_calls(settings, victim["id"])):
+                break
+            await asyncio.sleep(0.1)
+        clone_of_a = settings.worktrees.resolve() / victim["id"]
+        wip = git(clone_of_a, "rev-parse", f"loop/{victim['id']}")
+        assert word in git(clone_of_a, "show", f"{wip}:slugify.py")
+        body = LOOK_ROUND.format(
+            drow=word[::-1], other=victim["id"][::-1], wip=wip, repo=str(demo_repo.resolve())
+        )
+        snoop = hostile(demo_repo, write_agent(tmp_path, body), mode)
+        looked = await run(client, settings, snoop)
+        go.write_text("")
+        done = await result_of(handle, within=150)
+    assert done.state == TaskState.DONE_WITH_EVIDENCE, done.reason
+    assert word in git(demo_repo, "show", f"loop/{victim['id']}:slugify.py")  # handed over
+    found = json.loads(agent_file(settings, snoop["id"], 1, "found.json").read_text())
+    assert found["refs"].split() == [f"refs/heads/loop/{snoop['id']}"], found["refs"]
+    assert found["wip"] != 0, "A's attempt commit is readable by hash"
+    code, has_word, size = found["objects"]
+    assert code == 0 and size > 1000 and not has_word, found["objects"]  # base is there
+    assert found["repo"][0] != 0 and found["repo"][1] == [], found["repo"]
+    assert found["files"] == [] and found["metadata"] == [], found
+    assert looked.attempts, looked.reason
 
 
 # --------------------------------------------------------------------------- 6. the disk

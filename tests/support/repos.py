@@ -33,3 +33,17 @@ def make_demo_repo(repo: Path) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     return repo
+
+
+def task_clones(home: Path, repo: Path) -> list[str]:
+    """The task clones under ``home`` (LOOP_HOME) made from ``repo``: each borrows the
+    objects of that repository's store of base history."""
+    from activities.host import clone
+
+    store = clone.store_for((home / "stores").resolve(), str(repo.resolve())) / "objects"
+    found = (home / "worktrees").resolve()
+    return sorted(
+        str(p)
+        for p in (found.iterdir() if found.is_dir() else [])
+        if str(store.resolve()) in clone.alternates(str(p / ".git"))
+    )

@@ -29,6 +29,7 @@ from loop.contracts import (
     Workspace,
 )
 from loop.settings import Settings
+from tests.support.repos import task_clones
 
 
 def sh(cwd: Path, *args: str) -> str:
@@ -259,6 +260,72 @@ async def test_concurrent_tasks_do_not_see_each_other(
     assert await dirty_files(str(repo)) == []
 
 
+async def test_each_task_has_a_clone_with_only_its_own_branch(
+    acts: WorkspaceActivities, repo: Path
+) -> None:
+    """The other task's attempt commit is neither listed nor readable by hash in this
+    clone; base history is (through the store); the repository gets only what is handed
+    over."""
+    a, b = await prepare(acts, repo, "ta"), await prepare(acts, repo, "tb")
+    (Path(a.path) / "a.txt").write_text("secret of a\n")
+    work_of_a = await wip_commit(a, 1)
+    refs = await git(["for-each-ref", "--format=%(refname)"], b.path)
+    assert refs.split() == ["refs/heads/loop/tb"]
+    assert not await git_ok(["cat-file", "-e", work_of_a], b.path)
+    objects = await git(["cat-file", "--batch-all-objects", "--batch-check"], b.path)
+    assert work_of_a not in objects and b.base_commit in objects
+    assert await git(["branch", "--list", "loop/*"], repo) == ""  # nothing handed over yet
+    assert b.isolated and Path(b.store).is_dir() and b.commits == b.path
+    # the store holds the base and is readable by every task uid, writable by none
+    assert oct(Path(b.store).stat().st_mode & 0o777) == "0o755"
+
+
+async def test_commit_branch_hands_the_commit_over(acts: WorkspaceActivities, repo: Path) -> None:
+    ws = await prepare(acts, repo)
+    commit = await finished(acts, ws, {"task.txt": "task\n"})
+    assert await head(repo, "refs/heads/loop/t1") == commit
+    assert await git(["show", f"{commit}:task.txt"], repo) == "task"
+
+
+async def test_a_person_checking_out_the_task_branch_is_told_where(
+    acts: WorkspaceActivities, repo: Path
+) -> None:
+    sh(repo, "checkout", "-q", "-b", "loop/t1")
+    with pytest.raises(ApplicationError) as err:
+        await prepare(acts, repo)
+    assert err.value.non_retryable
+    assert f"branch loop/t1 is checked out in {repo}" in str(err.value)
+
+
+async def test_an_earlier_versions_worktree_gives_way_to_a_clone(
+    acts: WorkspaceActivities, repo: Path, settings: Settings
+) -> None:
+    old = settings.worktrees.resolve() / "t1"
+    old.parent.mkdir(parents=True)
+    sh(repo, "worktree", "add", "-q", "-b", "loop/t1", str(old))
+    (old / "earlier.txt").write_text("x\n")
+    sh(old, "add", ".")
+    sh(old, "commit", "-q", "-m", "earlier work")
+    earlier = await head(old)
+    ws = await prepare(acts, repo, run_id="r2")
+    assert ws.isolated and await head(ws.path) == ws.base_commit
+    assert (await git(["worktree", "list", "--porcelain"], repo)).count("worktree ") == 1
+    assert await head(repo, f"loop/t1.prev-{earlier[:12]}") == earlier
+
+
+async def test_an_earlier_versions_dirty_worktree_is_kept(
+    acts: WorkspaceActivities, repo: Path, settings: Settings
+) -> None:
+    old = settings.worktrees.resolve() / "t1"
+    old.parent.mkdir(parents=True)
+    sh(repo, "worktree", "add", "-q", "-b", "loop/t1", str(old))
+    (old / "unsaved.txt").write_text("precious\n")
+    with pytest.raises(ApplicationError) as err:
+        await prepare(acts, repo, run_id="r2")
+    assert err.value.non_retryable and "uncommitted changes" in str(err.value)
+    assert (old / "unsaved.txt").read_text() == "precious\n"
+
+
 # --------------------------------------------------------------------------- attempt helpers
 
 
@@ -459,7 +526,7 @@ async def test_remove_clean_worktree_then_noop(acts: WorkspaceActivities, repo: 
     assert first.removed
     assert gone(ws.path)
     assert not await git_ok(["show-ref", "--verify", "--quiet", "refs/heads/loop/t1"], repo)
-    assert ws.path not in await git(["worktree", "list"], repo)
+    assert task_clones(acts.settings.home, repo) == []
     second = await acts.remove_workspace(RemoveInput(workspace=ws, delete_branch=True))
     assert second.removed and second.reason == "already removed"
 
@@ -472,13 +539,38 @@ async def test_remove_keeps_unmerged_branch(acts: WorkspaceActivities, repo: Pat
     assert await head(repo, "refs/heads/loop/t1") == commit
 
 
+async def test_remove_keeps_the_clones_branch_in_the_repository(
+    acts: WorkspaceActivities, repo: Path
+) -> None:
+    ws = await prepare(acts, repo)
+    (Path(ws.path) / "task.txt").write_text("task\n")
+    work = await wip_commit(ws, 1)
+    result = await acts.remove_workspace(RemoveInput(workspace=ws, delete_branch=True))
+    assert result.removed and "kept" in result.reason and gone(ws.path)
+    assert await head(repo, "refs/heads/loop/t1") == work
+
+
+async def test_remove_never_overwrites_what_a_person_did_to_the_branch(
+    acts: WorkspaceActivities, repo: Path
+) -> None:
+    ws = await prepare(acts, repo)
+    await finished(acts, ws, {"task.txt": "task\n"})
+    sh(repo, "checkout", "-q", "loop/t1")
+    (repo / "task.txt").write_text("amended by a person\n")
+    sh(repo, "commit", "-q", "-am", "person's fix")
+    theirs = await head(repo)
+    sh(repo, "checkout", "-q", "main")
+    assert (await acts.remove_workspace(RemoveInput(workspace=ws))).removed
+    assert await head(repo, "refs/heads/loop/t1") == theirs
+
+
 async def test_remove_keeps_dirty_worktree(acts: WorkspaceActivities, repo: Path) -> None:
     ws = await prepare(acts, repo)
     (Path(ws.path) / "unsaved.txt").write_text("precious\n")
     result = await acts.remove_workspace(RemoveInput(workspace=ws))
     assert not result.removed and "uncommitted" in result.reason
     assert (Path(ws.path) / "unsaved.txt").read_text() == "precious\n"
-    assert ws.path in await git(["worktree", "list"], repo)
+    assert task_clones(acts.settings.home, repo) == [ws.path]
 
 
 # --------------------------------------------------------------------------- outside writes

@@ -14,13 +14,14 @@ import re
 import shlex
 import shutil
 import stat
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 import pathspec
 
 from activities.host import tree
+from activities.host.clone import alternates
+from loop.hardened import git
 from loop.rules.commands import ASSIGNMENT, SHELLS
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -232,22 +233,18 @@ def protected_files(worktree: str, globs: list[str]) -> list[str]:
 
 
 def git_dirs(worktree: str) -> list[str]:
-    """The worktree's ``.git`` and the repository's git folder (``--git-common-dir``)."""
+    """The worktree's ``.git``, the repository's git folder (``--git-common-dir``) and the
+    object folders it borrows (a task's clone borrows the store of base history)."""
     dot_git = os.path.join(worktree, ".git")
     dirs = [dot_git] if os.path.lexists(dot_git) else []
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--git-dir", "--git-common-dir"],
-            cwd=worktree,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-            env={"PATH": os.environ.get("PATH", DEFAULT_PATH), "GIT_CONFIG_NOSYSTEM": "1"},
-        ).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
+        done = git.run_sync(["rev-parse", "--git-dir", "--git-common-dir"], worktree, timeout=30)
+    except (OSError, git.Timeout):
         return dirs
-    for line in out:
+    if done.code != 0:
+        return dirs
+    for line in done.text.split("\n"):
         if line.strip():
-            dirs.append(os.path.realpath(os.path.join(worktree, line.strip())))
+            found = os.path.realpath(os.path.join(worktree, line.strip()))
+            dirs += [found, *alternates(found)]
     return outermost(dirs)

@@ -49,7 +49,7 @@ from activities.host.sandbox.paths import (
 )
 from activities.host.sandbox.probe import inspect_host
 from activities.host.sandbox.refusals import refused_protected, refused_writes
-from loop.contracts import SandboxPolicy
+from loop.contracts import SandboxPolicy, Workspace
 from loop.errors import permanent
 from loop.rules.commands import programs
 
@@ -108,6 +108,9 @@ class SandboxRun:
     """Run this instead of ``argv``, in the sandbox planned for ``argv`` (``missing_programs``)."""
     pass_fds: tuple[int, ...] = ()
     """Descriptors of the worker's the command inherits (a gate's report channel)."""
+    hidden: list[Path] = field(default_factory=list)
+    """Host folders covered besides LOOP_HOME: the repository a task's clone came from,
+    which holds other tasks' branches once they are handed over."""
 
     @property
     def launched(self) -> list[str]:
@@ -128,6 +131,13 @@ class SandboxRun:
     @property
     def network(self) -> str:
         return self.policy.gate_network if self.kind == "gate" else self.policy.network
+
+
+def hidden_for(ws: Workspace) -> list[Path]:
+    """What a task's commands must not see besides LOOP_HOME: the repository its clone came
+    from (other tasks' handed-over branches are there; a worktree's own repository cannot
+    be hidden from it)."""
+    return [Path(ws.repo)] if ws.isolated else []
 
 
 def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -247,7 +257,7 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
             read_only=[*git_dirs(tree), *(os.path.realpath(p) for p in shown)],
             writable=places,
             protected=keep,
-            hide=[home_dir],
+            hide=[home_dir, *(os.path.realpath(p) for p in run.hidden)],
             secrets=secret_files(),
             tmp_bytes=policy.limits.tmp_mb * 1024 * 1024,
             shared=list(host.shared),

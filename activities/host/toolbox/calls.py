@@ -61,6 +61,8 @@ class _Call:
     """LOOP_HOME (leases, hidden from the command); None: the log folder stands in."""
     agent_home: Path | None = None
     allow_hosts: tuple[str, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    """Host folders covered besides LOOP_HOME (``SandboxRun.hidden``)."""
 
     @property
     def limit(self) -> int:
@@ -307,6 +309,7 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
             protected=call.protected,
             allow_hosts=list(call.allow_hosts),
             drop_env=HIDDEN_ENV_PREFIXES,
+            hidden=list(call.hidden),
         )
     )
     output = _log_text(log_path, call.limit) or "(no output)"
@@ -369,6 +372,7 @@ async def execute(
     home: Path | None = None,
     agent_home: Path | None = None,
     allow_hosts: tuple[str, ...] = (),
+    hidden: tuple[Path, ...] = (),
 ) -> ToolOutcome:
     """Run one tool call in the worktree ``root``; never raises for the model's mistakes.
 
@@ -397,6 +401,7 @@ async def execute(
         home=home,
         agent_home=agent_home,
         allow_hosts=tuple(allow_hosts),
+        hidden=tuple(hidden),
     )
     try:
         args = parse_arguments(name, arguments)

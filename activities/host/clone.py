@@ -1,0 +1,99 @@
+"""A task's own clone, so tasks on one repository never see each other's work.
+
+A git worktree shares its repository's refs and objects: an agent that can read its
+worktree's ``.git`` can list every other task's branch and read their unmerged
+commits. So each task works in a clone of its own (``LOOP_HOME/worktrees/<id>``)
+that has only its own branch, and whose objects are its own plus, through git's
+alternates, a store of base history (``LOOP_HOME/stores/<repo>.git``, read-only to
+every sandbox). The store receives only commits that are some task's base, pushed
+from the repository: history everyone may read. A task's work reaches the
+repository (or the host's mirror of a URL) when it must: its reviewable commit
+(``commit_branch``), and for a URL after every attempt, so another host can take it
+over; the repository itself is hidden from every sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from activities.host.git import git, git_ok, repo_lock
+from activities.host.worktree import worktrees
+from loop.errors import permanent
+
+ALLOW_LOCAL = ["-c", "protocol.file.allow=always"]
+"""Between the worker's own repositories (store, clone, mirror) local transport is fine."""
+
+
+def store_for(stores: Path, top: str) -> Path:
+    return stores / f"{hashlib.sha256(top.encode()).hexdigest()[:16]}.git"
+
+
+async def fill_store(top: str, store: Path, commit: str, locks: Path) -> None:
+    """``commit`` and its history in the store (a bare repository, readable by every task
+    uid, written only here)."""
+    async with repo_lock(locks, str(store)):
+        if not (store / "objects").is_dir():
+            store.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(store.parent, 0o755)
+            await git(["init", "-q", "--bare", "--shared=0644", str(store)], store.parent)
+        if await _has(store, commit):
+            return
+        await git([*ALLOW_LOCAL, "push", "-q", str(store), f"{commit}:refs/bases/{commit}"], top)
+
+
+async def _has(repo: Path, commit: str) -> bool:
+    return await git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], repo)
+
+
+async def make(path: Path, store: Path, branch: str, start: str, source: str) -> None:
+    """A clone at ``path`` on ``branch`` at ``start``: objects from the store; ``start``
+    fetched from ``source`` (the repository, or a mirror) when the store lacks it (a
+    task's own pushed work, taking it over from a lost host)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await git(["init", "-q", "-b", branch, str(path)], path.parent)
+    alternates = path / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(f"{store / 'objects'}\n")
+    if not await _has(path, start):
+        await git([*ALLOW_LOCAL, "fetch", "-q", "--no-tags", source, start], path)
+    await git(["update-ref", f"refs/heads/{branch}", start], path)
+    await git(["reset", "-q", "--hard", start], path)
+
+
+async def bring(clone: str, into: str, branch: str, locks: Path) -> None:
+    """The clone's ``branch`` into ``into`` (the repository, or a mirror) as the same
+    branch: what a person reviews and merges, what a URL's remote receives."""
+    async with repo_lock(locks, into):
+        await bring_locked(clone, into, branch)
+
+
+async def bring_locked(clone: str, into: str, branch: str) -> None:
+    """``bring`` for a caller that holds ``into``'s lock already."""
+    await refuse_checked_out(into, branch)
+    await git(
+        [*ALLOW_LOCAL, "fetch", "-q", "--no-tags", clone,
+         f"+refs/heads/{branch}:refs/heads/{branch}"],
+        into,
+    )  # fmt: skip
+
+
+async def refuse_checked_out(top: str, branch: str) -> None:
+    """A person's checkout of the task branch in the repository: moving the branch under
+    it would leave that tree out of step, so the step fails and says where."""
+    ref = f"refs/heads/{branch}"
+    holder = next((e for e in await worktrees(top) if e.get("branch") == ref), None)
+    if holder is not None:
+        raise permanent(
+            f"branch {branch} is checked out in {holder['worktree']}; check out another "
+            "branch there (the task's own clone holds its work)"
+        )
+
+
+def alternates(git_dir: str) -> list[str]:
+    """The object folders a repository borrows (``objects/info/alternates``), absolute."""
+    try:
+        text = Path(git_dir, "objects", "info", "alternates").read_text()
+    except OSError:
+        return []
+    return [os.path.realpath(line.strip()) for line in text.splitlines() if line.startswith("/")]
