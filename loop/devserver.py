@@ -17,8 +17,8 @@ It starts with what Loopwork relies on:
   up from the queue; with it a step costs ~10 ms (with SQLite in WAL mode,
   ``synchronous=normal``; an fsync per commit alone costs another ~10 ms).
 
-The HTTP API and metrics ports are left to the binary, which picks free random
-ones, so two servers on different ``--port`` values never collide.
+The HTTP API sits at the gRPC port + 10, as on a stock server, so a client that
+knows one address knows both; the metrics port is left to the binary.
 """
 
 from __future__ import annotations
@@ -169,7 +169,11 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return "(no log)"
-    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    kept = [line for line in text.splitlines() if line.strip()]
+    tail = kept[-lines:]
+    # A Go panic prints its reason first and a long stack after it: name the reason.
+    reasons = [line for line in kept[:-lines] if line.startswith(("panic:", "Error:", "error:"))]
+    tail = reasons[:3] + (["..."] if reasons else []) + tail
     return "\n".join(tail) if tail else "(empty log)"
 
 

@@ -160,3 +160,18 @@ def test_connect_config_reads_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
     monkeypatch.setenv("TEMPORAL_PROFILE", "night")
     assert connect_config() == {"target_host": "b:2", "namespace": "n"}
+
+
+def test_a_panics_reason_is_named_above_its_stack(tmp_path: Path):
+    """A Go panic prints why first and then a stack longer than any tail: the error a
+    user sees must still say why."""
+    log = tmp_path / "temporal-server.log"
+    stack = [f"\tgithub.com/x/y.go:{i} +0x{i:x}" for i in range(40)]
+    log.write_text(
+        "starting\npanic: listen tcp 127.0.0.1:7243: bind: address already in use\n"
+        + "\n".join(stack)
+        + "\n"
+    )
+    tail = devserver._log_tail(log)
+    assert tail.splitlines()[0] == "panic: listen tcp 127.0.0.1:7243: bind: address already in use"
+    assert stack[-1] in tail and "starting" not in tail
