@@ -28,9 +28,10 @@ from loop.contracts import (
     EXPLORE,
     ExploreInput,
     ExploreResult,
-    Gate,
     GateResult,
+    LlmReviewGate,
     MakeResult,
+    RunGate,
     TaskSpec,
     Verdict,
     Workspace,
@@ -114,7 +115,7 @@ class ExploreActivities:
         """Run the command gates once at base, each in a clean checkout of it, and keep
         what their runners reported: every attempt's verdict is judged against it."""
         ws = inp.workspace
-        runnable = [g for g in task.verify if g.kind == "run"]
+        runnable = [g for g in task.verify if isinstance(g, RunGate)]
         if not runnable:
             return Verdict(passed=True, artifact=ws.base_commit)
         at_base = MakeResult(attempt=0, commit=ws.base_commit, start_commit=ws.base_commit)
@@ -158,7 +159,7 @@ async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
     if task.agent.backend == "openai" and task.agent.model:
         wanted[task.agent.base_url] = task.agent.model
     for gate in task.verify:
-        if gate.llm_review is not None:
+        if isinstance(gate, LlmReviewGate):
             model = gate.llm_review.model or task.agent.model
             if model:
                 wanted.setdefault(gate.llm_review.base_url or task.agent.base_url, model)
@@ -223,10 +224,10 @@ def _not_found(missing: list[str]) -> str:
     )
 
 
-def _cannot_start(gate: Gate, result: GateResult, tree: Path) -> bool:
+def _cannot_start(gate: RunGate, result: GateResult, tree: Path) -> bool:
     """126/127: the shell could not execute a program. Not the gate's verdict on the code,
     unless the program is one the agent is to write (a relative path not there yet)."""
-    if result.evidence.exit_code not in (126, 127) or gate.run is None:
+    if result.evidence.exit_code not in (126, 127):
         return False
     wanted = [w for w in programs(["bash", "-c", gate.run])[1:] if "/" in w and w[0] != "/"]
     return all((tree / w).exists() for w in wanted)

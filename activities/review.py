@@ -71,7 +71,6 @@ class ReviewActivities:
     @activity.defn(name=REVIEW.name)
     async def review(self, inp: ReviewInput) -> GateResult:
         gate, task = inp.gate, inp.task
-        assert gate.llm_review is not None
         spec = gate.llm_review
         model = spec.model or task.agent.model
         if not model:
@@ -106,7 +105,7 @@ class ReviewActivities:
             inp.task.goal.strip(),
             "",
             "## Rubric (fixed)",
-            (inp.gate.llm_review.rubric if inp.gate.llm_review else ""),
+            inp.gate.llm_review.rubric,
             "",
             "## Diff against base",
             "```diff",

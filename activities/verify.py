@@ -51,15 +51,13 @@ class VerifyActivities:
         if refused is not None:
             return Verdict(passed=False, artifact=made.commit, gates=[refused])
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
-        # llm_review gates are model calls of their own (the ``review`` activity).
-        checks = [g for g in inp.task.verify if g.kind != "llm_review"]
         elsewhere = checkouts(self.settings, inp.task, ws, log_dir, activity.info().attempt)
         async with artifact.checkout(
             ws.commits, made.commit, log_dir, activity.info().attempt, self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
             judging = gates.Judging(inp.task, ws, made, bench, elsewhere, _changed=changed)
-            results = await gates.evaluate(judging, checks)
+            results = await gates.evaluate(judging)
         for log in log_dir.rglob("gate-*.log"):
             await asyncio.to_thread(redact_file, log)
         for g in results:

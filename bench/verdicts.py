@@ -33,7 +33,7 @@ from common import (
 
 from activities import gates
 from activities.verify import checkouts
-from loop.contracts import Gate, MakeResult, SandboxPolicy, TaskSpec, Workspace
+from loop.contracts import Gate, MakeResult, RunGate, SandboxPolicy, TaskSpec, Workspace
 from loop.settings import Settings
 
 
@@ -90,8 +90,8 @@ async def one_run(gate: Gate, repo: Path, home: Path, policy: SandboxPolicy) -> 
 async def compare(
     label: str, command: str, repo: Path, home: Path, policy: SandboxPolicy, rounds: int
 ) -> list[object]:
-    reporting = Gate(name="reporting", run=command, timeout=600)
-    plain = Gate(name="plain", run=command, timeout=600, report="exit")
+    reporting = RunGate(name="reporting", run=command, timeout=600)
+    plain = RunGate(name="plain", run=command, timeout=600, report="exit")
     await one_run(reporting, repo, home, policy)  # warm: the reporter's folder, caches
     times: dict[str, list[float]] = {"reporting": [], "plain": []}
     tests = 0
@@ -112,7 +112,7 @@ async def base_run(
 ) -> list[object]:
     """Explore's run at base (a checkout of base, the gate, its report kept) next to
     verify's run at the commit (the gate on a checkout, judged against that report)."""
-    gate = Gate(name="tests", run=f"{sys.executable} -m unittest discover -s tests -t .")
+    gate = RunGate(name="tests", run=f"{sys.executable} -m unittest discover -s tests -t .")
     ws = workspace(repo, home / "runs" / "t", base)
     Path(ws.run_dir).mkdir(parents=True, exist_ok=True)
     task = TaskSpec(

@@ -14,8 +14,11 @@ with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         REVIEW,
         VERIFY,
+        LlmReviewGate,
         MakeResult,
+        RegressionTestGate,
         ReviewInput,
+        RunGate,
         TaskSpec,
         Verdict,
         VerifyInput,
@@ -30,8 +33,8 @@ def verify_seconds(spec: TaskSpec) -> int:
     """What verify may take: each command at the commit, once more at base where the run
     folder lost it (a moved task), and once more on base with the attempt's tests when a
     ``regression_test`` gate asks."""
-    runs = 2 + any(g.regression_test for g in spec.verify)
-    return sum(g.timeout * (runs if g.run is not None else 1) for g in spec.verify) + 120
+    runs = 2 + any(isinstance(g, RegressionTestGate) for g in spec.verify)
+    return sum(g.seconds() * (runs if isinstance(g, RunGate) else 1) for g in spec.verify) + 120
 
 
 async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
@@ -42,7 +45,7 @@ async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verd
         seconds=verify_seconds(spec),
         ws=ws,
     )
-    reviews = [g for g in spec.verify if g.kind == "llm_review"]
+    reviews = [g for g in spec.verify if isinstance(g, LlmReviewGate)]
     if not reviews:
         return verdict
     by_name = {g.name: g for g in verdict.gates}

@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules import budget, explain
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
+    from loop.rules.gates import describe_gate
     from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
     from workflows import hosts, period
     from workflows.agent import model_attempt
@@ -163,7 +164,7 @@ class TaskWorkflow(TaskRecord):
                 EXPLORE,
                 ExploreInput(task=self.spec, workspace=self.ws),
                 summary="explore",
-                seconds=sum(g.timeout for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
+                seconds=sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
                 ws=self.ws,
             )
             self.brief = explored.brief
@@ -209,7 +210,7 @@ class TaskWorkflow(TaskRecord):
         prompt = PromptParts(
             goal=self.spec.goal,
             brief=self.brief,
-            gates=[fb.describe_gate(g) for g in self.spec.verify],
+            gates=[describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
             backend=self.spec.agent.backend,

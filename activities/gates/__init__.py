@@ -22,53 +22,46 @@ Rules that hold for every gate:
 The modules: ``judging`` (what a verdict's gates share: runs at the commit and at
 base, the diff scan), ``command`` (a gate's command in the sandbox with its report),
 ``run``, ``scope`` (``diff_scope``), ``kept`` (``no_removed_tests``), ``regression``
-(``regression_test``), ``contains``. ``llm_review`` is a model call of its own
-(``activities.review``).
+(``regression_test``), ``contains``, each registered in ``EVALUATORS``. ``llm_review``
+is a model call of its own (``activities.review``), after the verify step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from activities.gates import contains, kept, regression, run, scope
 from activities.gates.command import Ran, gate_env, gate_extra_env, gate_run, run_command
 from activities.gates.judging import Bench, Elsewhere, Judging
-from loop.contracts import Evidence, Gate, GateResult
+from loop.contracts import Gate, GateResult
+
+Evaluator = Callable[[Any, Judging], Awaitable[GateResult]]
+"""A kind's ``evaluate``: its gate model and the attempt's judging -> the result."""
+
+EVALUATORS: dict[str, Evaluator] = {
+    run.KIND: run.evaluate,
+    scope.KIND: scope.evaluate,
+    kept.KIND: kept.evaluate,
+    regression.KIND: regression.evaluate,
+    contains.KIND: contains.evaluate,
+}
+"""Every kind the verify step judges (``GateSpec.CHECKED_IN_VERIFY``)."""
 
 
 async def evaluate(judging: Judging, gates: list[Gate] | None = None) -> list[GateResult]:
-    """Every gate of ``gates`` (default: the task's, but ``llm_review``) in order."""
+    """Every gate of ``gates`` (default: the task's that verify judges) in order."""
     chosen = gates if gates is not None else judging.task.verify
-    return [await evaluate_gate(gate, judging) for gate in chosen]
-
-
-async def evaluate_gate(gate: Gate, judging: Judging) -> GateResult:
-    match gate.kind:
-        case "run":
-            return await run.evaluate(gate, judging)
-        case "diff_scope":
-            return scope.evaluate(gate, await judging.changed_files())
-        case "no_removed_tests":
-            return await kept.evaluate(gate, judging)
-        case "regression_test":
-            return await regression.evaluate(gate, judging)
-        case "contains":
-            return contains.evaluate(gate, judging.make.claim)
-        case "llm_review":
-            return GateResult(
-                name=gate.name,
-                kind="llm_review",
-                passed=False,
-                requirement="an LLM reviewer accepts the change",
-                evidence=Evidence(detail="llm_review gates run in the review activity"),
-            )
+    return [await EVALUATORS[g.kind](g, judging) for g in chosen if g.CHECKED_IN_VERIFY]
 
 
 __all__ = [
+    "EVALUATORS",
     "Bench",
     "Elsewhere",
     "Judging",
     "Ran",
     "evaluate",
-    "evaluate_gate",
     "gate_env",
     "gate_extra_env",
     "gate_run",

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from activities.host import reporting, sandbox
 from activities.host.proc import ProcResult
-from loop.contracts import Gate, SandboxPolicy, SuiteReport, Workspace
+from loop.contracts import RunGate, SandboxPolicy, SuiteReport, Workspace
 from loop.redact import redact
 
 NO_PYTEST_CACHE = "-p no:cacheprovider"
@@ -52,7 +52,7 @@ def gate_extra_env(policy: SandboxPolicy) -> dict[str, str]:
 
 
 def gate_run(
-    gate: Gate,
+    gate: RunGate,
     ws: Workspace,
     tree: Path,
     state_dir: Path,
@@ -61,7 +61,6 @@ def gate_run(
     reports: reporting.Reporting | None = None,
 ) -> sandbox.SandboxRun:
     """How a ``run`` gate runs: its line under bash, as the task's uid, on ``tree``."""
-    assert gate.run is not None
     env = gate_extra_env(policy)
     if reports is not None and reports.channel is not None:
         env.update(reports.env)
@@ -85,7 +84,7 @@ def gate_run(
 
 
 async def run_command(
-    gate: Gate, ws: Workspace, tree: Path, state_dir: Path, home: Path, policy: SandboxPolicy
+    gate: RunGate, ws: Workspace, tree: Path, state_dir: Path, home: Path, policy: SandboxPolicy
 ) -> Ran:
     """Run ``gate``'s command on ``tree`` and collect what its runner reported."""
     reports = reporting.prepare(gate, policy, home, state_dir)

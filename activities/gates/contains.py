@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from loop.contracts import Evidence, Gate, GateResult
+from activities.gates.judging import Judging
+from loop.contracts import ContainsGate, Evidence, GateResult
+
+KIND = ContainsGate.KIND
 
 CLAIM_EVIDENCE_CHARS = 1_000
 """How much of the agent's final answer a ``contains`` gate shows as evidence."""
 
 
-def evaluate(gate: Gate, claim: str) -> GateResult:
-    wanted = gate.contains or []
-    missing = [s for s in wanted if s not in claim]
+async def evaluate(gate: ContainsGate, judging: Judging) -> GateResult:
+    return judge(gate, judging.make.claim)
+
+
+def judge(gate: ContainsGate, claim: str) -> GateResult:
+    missing = [s for s in gate.contains if s not in claim]
     if not missing:
         detail = "all present"
     elif not claim.strip():
@@ -21,6 +27,6 @@ def evaluate(gate: Gate, claim: str) -> GateResult:
         name=gate.name,
         kind="contains",
         passed=not missing,
-        requirement=f"the final answer contains: {', '.join(s for s in wanted if s)}",
+        requirement=f"the final answer contains: {', '.join(s for s in gate.contains if s)}",
         evidence=Evidence(output_tail=claim[:CLAIM_EVIDENCE_CHARS], detail=detail),
     )

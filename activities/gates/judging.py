@@ -19,10 +19,10 @@ from pathlib import Path
 
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
-from loop.contracts import Gate, MakeResult, TaskSpec, Workspace
+from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
 from loop.rules.tamper import Finding
 
-Elsewhere = Callable[[Gate, str, str], Awaitable[Ran]]
+Elsewhere = Callable[[RunGate, str, str], Awaitable[Ran]]
 """Run a gate's command on a clean checkout of another commit: (gate, commit, label)."""
 
 
@@ -53,7 +53,12 @@ class Judging:
     def commit(self) -> str:
         return self.make.commit or "HEAD"
 
-    async def at_commit(self, gate: Gate) -> Ran:
+    def reporting(self) -> list[RunGate]:
+        """The task's run gates whose verdicts may come from per-test results: what the
+        gates about tests (``no_removed_tests``, ``regression_test``) compare."""
+        return [g for g in self.task.verify if isinstance(g, RunGate) and g.reports]
+
+    async def at_commit(self, gate: RunGate) -> Ran:
         if gate.name not in self._runs:
             self._runs[gate.name] = await run_command(
                 gate,
@@ -65,14 +70,14 @@ class Judging:
             )
         return self._runs[gate.name]
 
-    def base_file(self, gate: Gate) -> Path:
+    def base_file(self, gate: RunGate) -> Path:
         key = hashlib.sha256(
             f"{self.ws.base_commit}\0{gate.model_dump_json()}\0"
             f"{self.task.sandbox.model_dump_json()}".encode()
         ).hexdigest()[:16]
         return Path(self.ws.run_dir) / "base" / f"{gate.name}-{key}.json"
 
-    async def at_base(self, gate: Gate) -> Ran:
+    async def at_base(self, gate: RunGate) -> Ran:
         """The gate's run on base's code: from the run folder, else run now and kept."""
         if gate.name in self._base:
             return self._base[gate.name]
@@ -90,7 +95,7 @@ class Judging:
         self._base[gate.name] = ran
         return ran
 
-    async def overlay(self, gate: Gate, commit: str) -> Ran:
+    async def overlay(self, gate: RunGate, commit: str) -> Ran:
         """The gate's run on ``commit``: base's code with the attempt's test files."""
         if gate.name not in self._overlay:
             self._overlay[gate.name] = await self.elsewhere(gate, commit, "overlay")

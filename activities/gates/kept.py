@@ -18,8 +18,10 @@ from pathlib import PurePosixPath
 
 from activities.gates.judging import Judging
 from activities.host.git import git
-from loop.contracts import Evidence, Gate, GateResult, Workspace
+from loop.contracts import Evidence, GateResult, NoRemovedTestsGate, Workspace
 from loop.rules import verdicts
+
+KIND = NoRemovedTestsGate.KIND
 
 REQUIREMENT = "no test present at base is removed, newly skipped, xfailed or deselected"
 DETAIL_MAX_ITEMS = 20
@@ -41,16 +43,15 @@ def is_test_file(path: str) -> bool:
     return "tests" in p.parts[:-1] and p.name not in ("conftest.py", "__init__.py")
 
 
-async def evaluate(gate: Gate, judging: Judging) -> GateResult:
+async def evaluate(gate: NoRemovedTestsGate, judging: Judging) -> GateResult:
     ws, commit = judging.ws, judging.commit
     removed_files = await removed_test_files(ws, commit)
     parts: list[str] = []
     files: list[str] = list(removed_files)
     if removed_files:
         parts.append(f"test files removed: {listing(removed_files)}")
-    reporting = [g for g in judging.task.verify if g.run is not None and g.report != "exit"]
     compared = 0
-    for run_gate in reporting:
+    for run_gate in judging.reporting():
         base = (await judging.at_base(run_gate)).report
         if base is None:
             continue

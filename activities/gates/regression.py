@@ -12,14 +12,16 @@ from __future__ import annotations
 from activities.gates.judging import Judging
 from activities.gates.run import MESSAGE_CHARS
 from activities.host import overlay
-from loop.contracts import CaseResult, Evidence, Gate, GateResult, SuiteSummary
+from loop.contracts import CaseResult, Evidence, GateResult, RegressionTestGate, SuiteSummary
 from loop.rules import verdicts
 from loop.rules.tamper import is_test_path
+
+KIND = RegressionTestGate.KIND
 
 REQUIREMENT = "a test the attempt added or changed fails on base's code and passes now"
 
 
-async def evaluate(gate: Gate, judging: Judging) -> GateResult:
+async def evaluate(gate: RegressionTestGate, judging: Judging) -> GateResult:
     changed = sorted(f for f in await judging.changed_files() if is_test_path(f))
 
     def result(passed: bool, detail: str, proven: list[CaseResult] | None = None) -> GateResult:
@@ -37,9 +39,8 @@ async def evaluate(gate: Gate, judging: Judging) -> GateResult:
 
     if not changed:
         return result(False, "the attempt added or changed no test file")
-    runners = [g for g in judging.task.verify if g.run is not None and g.report != "exit"]
     looked: list[str] = []
-    for run_gate in runners:
+    for run_gate in judging.reporting():
         now = (await judging.at_commit(run_gate)).report
         if now is None or not now.complete:
             looked.append(f"{run_gate.name}: its run at the commit did not report whole")

@@ -19,14 +19,16 @@ from loop.contracts import (
     FAILURES,
     CaseResult,
     Evidence,
-    Gate,
     GateResult,
+    RunGate,
     SuiteReport,
     SuiteSummary,
 )
 from loop.redact import redact
 from loop.rules import verdicts
 from loop.rules.tamper import allowed
+
+KIND = RunGate.KIND
 
 FAILING_SHOWN = 10
 MESSAGE_CHARS = 600
@@ -39,15 +41,14 @@ def command_in_words(command: str, limit: int = 200) -> str:
     return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
 
 
-def requirement(gate: Gate, per_test: bool) -> str:
-    assert gate.run is not None
+def requirement(gate: RunGate, per_test: bool) -> str:
     command = f"`{command_in_words(gate.run)}`"
     if not per_test:
         return f"{command} exits 0"
     return f"{command}: every test passing at base still passes, {_fail_to_pass(gate)}, none fails"
 
 
-def _fail_to_pass(gate: Gate) -> str:
+def _fail_to_pass(gate: RunGate) -> str:
     if gate.fail_to_pass == "auto":
         return "every test failing at base now passes"
     return f"these pass: {', '.join(gate.fail_to_pass)}"
@@ -80,8 +81,7 @@ def protected_ids(judging: Judging, base: SuiteReport | None) -> set[str]:
     return {i for i, f in base.present().items() if f and spec.match_file(f)}
 
 
-async def evaluate(gate: Gate, judging: Judging) -> GateResult:
-    assert gate.run is not None
+async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
     now = await judging.at_commit(gate)
     base: Ran | None = await judging.at_base(gate) if gate.report != "exit" else None
     proc = now.proc
@@ -124,7 +124,7 @@ async def evaluate(gate: Gate, judging: Judging) -> GateResult:
     return result
 
 
-def at_base(gate: Gate, ran: Ran) -> GateResult:
+def at_base(gate: RunGate, ran: Ran) -> GateResult:
     """The gate's run on base's code, as the reproducer shows it: what fails there."""
     proc, report = ran.proc, ran.report
     evidence = Evidence(

@@ -12,8 +12,11 @@ from collections.abc import Iterable
 
 import pathspec
 
+from activities.gates.judging import Judging
 from activities.gates.kept import listing
-from loop.contracts import Evidence, Gate, GateResult
+from loop.contracts import DiffScopeGate, Evidence, GateResult
+
+KIND = DiffScopeGate.KIND
 
 FILES_SHOWN = 100
 """Files a verdict names (the detail says how many there are)."""
@@ -29,10 +32,13 @@ def _normalise_path(path: str) -> str:
     return path
 
 
-def evaluate(gate: Gate, changed_files: list[str]) -> GateResult:
+async def evaluate(gate: DiffScopeGate, judging: Judging) -> GateResult:
     """Allowed and protected globs (gitignore semantics) against the agent's changed files."""
+    return judge(gate, await judging.changed_files())
+
+
+def judge(gate: DiffScopeGate, changed_files: list[str]) -> GateResult:
     scope = gate.diff_scope
-    assert scope is not None
     changed = sorted({_normalise_path(f) for f in changed_files if f})
     requirement = f"changes stay within {', '.join(scope.allow)}"
     if scope.protect:

@@ -24,6 +24,16 @@ def branch_for(task_id: str) -> str:
     return f"loop/{task_id}"
 
 
+def relative_globs(globs: list[str]) -> list[str]:
+    """Globs of paths in the worktree: not empty, not absolute, never out of it."""
+    for g in globs:
+        if not g.strip():
+            raise ValueError("globs must not be empty strings")
+        if g.startswith("/") or ".." in g.split("/"):
+            raise ValueError(f"glob {g!r} must be relative to the repository root")
+    return globs
+
+
 class _TaskFileModel(BaseModel):
     """Base of the task-file models: unknown keys are errors."""
 

@@ -8,9 +8,10 @@ from pydantic import Field
 
 from loop.contracts.base import _Record
 from loop.contracts.evidence import GateResult
+from loop.contracts.gates import LlmReviewGate
 from loop.contracts.results import Usage
 from loop.contracts.steps import Workspace
-from loop.contracts.task import Gate, SandboxPolicy, TaskSpec, ToolPolicy
+from loop.contracts.task import SandboxPolicy, TaskSpec, ToolPolicy
 
 
 class AgentLimits(_Record):
@@ -118,7 +119,7 @@ class ReviewInput(_Record):
     task: TaskSpec
     workspace: Workspace
     attempt: int
-    gate: Gate
+    gate: LlmReviewGate
     artifact: str
     """The commit under review."""
     evidence: list[GateResult] = Field(default_factory=list)

@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from loop.contracts.base import GATE_NAME_PATTERN, MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel
+from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel, relative_globs
+from loop.contracts.gates import DiffScopeGate, Gate, RegressionTestGate, RunGate
 
 
 class Autonomy(StrEnum):
@@ -31,16 +32,6 @@ class ToolPolicy(_TaskFileModel):
     """Seconds one ``run`` tool call may take."""
     output_limit: int = Field(default=16_384, ge=256, le=1_000_000)
     """Characters of a tool's output shown to the model; the rest is cut, with a note."""
-
-
-def relative_globs(globs: list[str]) -> list[str]:
-    """Globs of paths in the worktree: not empty, not absolute, never out of it."""
-    for g in globs:
-        if not g.strip():
-            raise ValueError("globs must not be empty strings")
-        if g.startswith("/") or ".." in g.split("/"):
-            raise ValueError(f"glob {g!r} must be relative to the repository root")
-    return globs
 
 
 AGENT_BYPRODUCTS = (".aider*", ".claude", ".codex")
@@ -85,124 +76,6 @@ class AgentSpec(_TaskFileModel):
         if self.backend == "openai" and not self.model:
             raise ValueError("the openai backend needs 'model' (e.g. gpt-4o-mini)")
         return self
-
-
-class DiffScope(_TaskFileModel):
-    allow: list[str] = Field(default_factory=lambda: ["**"])
-    """Globs (gitignore style) the agent may change; others are a recoverable failure."""
-    protect: list[str] = Field(default_factory=list)
-    """Globs the agent must not change; touching one is a policy violation (BLOCKED)."""
-
-    @field_validator("allow", "protect")
-    @classmethod
-    def _relative(cls, globs: list[str]) -> list[str]:
-        return relative_globs(globs)
-
-
-class LlmReview(_TaskFileModel):
-    """A checker in a fresh context: goal, rubric, diff and the other gates' evidence."""
-
-    rubric: str = Field(min_length=1)
-    model: str | None = None
-    """Default: the agent's model."""
-    base_url: str | None = None
-    """Default: the agent's endpoint, else OPENAI_BASE_URL."""
-
-
-class JunitReport(_TaskFileModel):
-    """A runner that writes JUnit XML: where, in the folder the worker makes for each run."""
-
-    junit: str = Field(min_length=1)
-    """File name or glob under ``$LOOP_REPORT_DIR`` (e.g. ``junit.xml``, ``*.xml``): the
-    command writes its report there; the worker reads it after the run."""
-
-    @field_validator("junit")
-    @classmethod
-    def _inside(cls, name: str) -> str:
-        if name.startswith("/") or "/" in name.strip("/") or name in (".", ".."):
-            raise ValueError(
-                f"report.junit {name!r} must be a file name or glob in $LOOP_REPORT_DIR "
-                "(e.g. junit.xml), not a path"
-            )
-        return name
-
-
-Report = Literal["auto", "exit"] | JunitReport
-"""How a ``run`` gate's verdict is made: ``auto`` (per-test results from Loopwork's
-reporter, for pytest and ``python -m unittest``), a JUnit file, or ``exit`` (the exit
-code alone, labelled so in the evidence)."""
-
-GATE_KINDS = (
-    "run", "diff_scope", "no_removed_tests", "regression_test", "contains", "llm_review",
-)  # fmt: skip
-GateKind = Literal[
-    "run", "diff_scope", "no_removed_tests", "regression_test", "contains", "llm_review"
-]
-RUN_ONLY = ("report", "fail_to_pass", "allow_constructs")
-"""Fields that only a ``run`` gate takes."""
-
-
-class Gate(_TaskFileModel):
-    """One check in the task's ``verify`` list; exactly one kind per gate."""
-
-    name: str = Field(pattern=GATE_NAME_PATTERN)
-    run: str | None = None
-    """Shell command, run on a clean checkout of the attempt's commit. Where its runner
-    reports tests (``report``), it passes when every required test passes (see
-    ``fail_to_pass``) and no test fails; otherwise on exit 0."""
-    timeout: int = Field(default=300, ge=1, le=86_400)
-    """Seconds a ``run`` gate may take."""
-    diff_scope: DiffScope | None = None
-    no_removed_tests: bool | None = None
-    """Fails if a test present at base is missing, newly skipped, xfailed or deselected:
-    by the runner's own report at base and at the commit where a ``run`` gate has one,
-    else by reading the test files."""
-    regression_test: bool | None = None
-    """Fails unless a test the attempt added or changed fails on base's code and passes at
-    the commit (run by overlaying the attempt's test files onto base)."""
-    contains: list[str] | None = None
-    """Strings the agent's final answer must contain."""
-    llm_review: LlmReview | None = None
-    report: Report = "auto"
-    """``run`` gates: where per-test results come from (``auto``, ``{junit: file}``, ``exit``)."""
-    fail_to_pass: Literal["auto"] | list[str] = "auto"
-    """``run`` gates with per-test results: ``auto`` requires every test failing at base to
-    pass; a list of test ids or globs requires those (others failing at base may still
-    fail). Tests passing at base must pass either way."""
-    allow_constructs: list[str] = Field(default_factory=list)
-    """Constructs the attempt may add although they can end or steer a test process
-    (``sys.exit``, ``atexit.register``, ...): the diff scan does not ask a person about these."""
-
-    @model_validator(mode="after")
-    def _exactly_one_kind(self) -> Gate:
-        kinds = [k for k in GATE_KINDS if getattr(self, k) not in (None, False)]
-        if len(kinds) != 1:
-            found = ", ".join(kinds) or "none"
-            raise ValueError(
-                f"a gate needs exactly one of {', '.join(GATE_KINDS)} (found: {found})"
-            )
-        if self.run is not None and not self.run.strip():
-            raise ValueError("'run' must be a non-empty shell command")
-        if self.contains is not None and not [s for s in self.contains if s]:
-            raise ValueError("'contains' needs at least one non-empty string")
-        # By value, not by what was written: a spec dumped and read back (a workflow's
-        # input) holds every field at its default.
-        if self.run is None:
-            given = [f for f in RUN_ONLY if getattr(self, f) not in ("auto", [])]
-            if given:
-                raise ValueError(f"{', '.join(given)} apply to run gates only")
-        if self.report == "exit" and self.fail_to_pass != "auto":
-            raise ValueError("fail_to_pass needs per-test results; report: exit has none")
-        if isinstance(self.fail_to_pass, list) and not [t for t in self.fail_to_pass if t.strip()]:
-            raise ValueError("fail_to_pass needs at least one test id or glob (or auto)")
-        return self
-
-    @property
-    def kind(self) -> GateKind:
-        for k in GATE_KINDS:
-            if getattr(self, k) not in (None, False):
-                return k  # type: ignore[return-value]
-        return "llm_review"
 
 
 class Budget(_TaskFileModel):
@@ -394,8 +267,8 @@ class TaskSpec(_TaskFileModel):
             if g.name in seen:
                 raise ValueError(f"gate name {g.name!r} appears twice")
             seen.add(g.name)
-        if any(g.regression_test for g in gates) and not any(
-            g.run is not None and g.report != "exit" for g in gates
+        if any(isinstance(g, RegressionTestGate) for g in gates) and not any(
+            isinstance(g, RunGate) and g.reports for g in gates
         ):
             raise ValueError(
                 "regression_test runs the tests of a run gate with per-test results; add one "
@@ -404,4 +277,5 @@ class TaskSpec(_TaskFileModel):
         return gates
 
     def protected_paths(self) -> list[str]:
-        return [p for g in self.verify if g.diff_scope for p in g.diff_scope.protect]
+        scopes = [g.diff_scope for g in self.verify if isinstance(g, DiffScopeGate)]
+        return [p for scope in scopes for p in scope.protect]

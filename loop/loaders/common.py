@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from loop.contracts import GATE_KINDS as KINDS
 from loop.errors import TaskFileError
 
 M = TypeVar("M", bound=BaseModel)
@@ -48,10 +49,16 @@ def validated(model: type[M], data: dict[str, Any], where: str) -> M:
         raise TaskFileError(f"{where}: {describe(e)}") from None
 
 
+def _without_kind_tags(loc: tuple[int | str, ...]) -> list[int | str]:
+    """pydantic names the variant of a tagged union in the path (``verify.0.run.timeout``);
+    the file has no such level (``verify.0.timeout``)."""
+    return [p for i, p in enumerate(loc) if not (i and isinstance(loc[i - 1], int) and p in KINDS)]
+
+
 def describe(e: ValidationError) -> str:
     """The first error, as ``field.path: what is wrong``, on one line."""
     err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = ".".join(str(p) for p in _without_kind_tags(err["loc"])) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         msg = "unknown key (check the spelling; see the task file reference in README.md)"

@@ -9,68 +9,11 @@ from __future__ import annotations
 
 import json
 
-from loop.contracts import (
-    FailedRequirement,
-    Feedback,
-    Gate,
-    GateResult,
-    MakeResult,
-    PromptParts,
-    Verdict,
-)
-from loop.rules.verdicts import expects_report, headline
+from loop.contracts import FailedRequirement, Feedback, MakeResult, PromptParts, Verdict
+from loop.rules.gates import required_correction
+from loop.rules.verdicts import headline
 
 _PREVIOUS_OUTPUT_CHARS = 1_500
-
-
-def required_correction(g: GateResult) -> str:
-    """What the agent must change, per gate kind, in words it can act on."""
-    files = ", ".join(g.evidence.files)
-    match g.kind:
-        case "run":
-            return _run_correction(g)
-        case "diff_scope":
-            return f"revert your changes to files outside the allowed scope: {files}"
-        case "no_removed_tests":
-            return f"restore the removed, skipped or deselected tests: {files}"
-        case "regression_test":
-            return (
-                "add (or change) a test in a test file that fails on base's code and passes with "
-                f"your change; what was checked: {g.evidence.detail}"
-            )
-        case "contains":
-            missing = g.evidence.detail.removeprefix("missing: ")
-            return f"write a final answer to LOOP_OUTPUT_FILE that includes: {missing}"
-        case _:
-            return g.evidence.detail or "satisfy the gate"
-
-
-def _run_correction(g: GateResult) -> str:
-    detail, tests = g.evidence.detail, g.evidence.tests
-    if g.uncertain:
-        return (
-            "remove what ends or steers the test process (quoted below): while it is there the "
-            "verdict cannot be trusted and a person is asked"
-        )
-    if detail.startswith("timed out"):
-        return f"make the command finish in time ({detail}); do not hang"
-    if "ended before it reported" in detail:
-        return (
-            "let the test run finish and report every test: do not end the process early, and "
-            "do not skip, deselect or hide tests"
-        )
-    if tests is not None and tests.failing:
-        names = ", ".join(c.id for c in tests.failing[:5])
-        more = tests.more_failing + max(0, len(tests.failing) - 5)
-        return (
-            f"change the code so that these tests pass: {names}"
-            + (f" (and {more} more)" if more else "")
-            + "; each one's assertion is listed under its name"
-        )
-    return (
-        f"change the code so that the command exits 0 (it exited {g.evidence.exit_code});"
-        " read the output tail for the failing check"
-    )
 
 
 def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) -> Feedback:
@@ -91,43 +34,6 @@ def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) ->
         passing=[g.name for g in verdict.gates if g.passed],
         human_feedback=list(human),
     )
-
-
-def describe_gate(g: Gate) -> str:
-    """The gates are shown to the agent, so it knows the bar; it cannot change them."""
-    match g.kind:
-        case "run":
-            if not expects_report(g):
-                return f"{g.name}: `{g.run}` must exit 0 (timeout {g.timeout} s)"
-            return (
-                f"{g.name}: `{g.run}` (timeout {g.timeout} s), judged test by test against base: "
-                "every test passing at base must still pass, "
-                + (
-                    "every test failing at base must pass"
-                    if g.fail_to_pass == "auto"
-                    else f"these must pass: {', '.join(g.fail_to_pass)}"
-                )
-                + ", no test may fail; ending the test process early fails it"
-            )
-        case "regression_test":
-            return (
-                f"{g.name}: add or change a test that fails on base's code and passes with "
-                "your change"
-            )
-        case "diff_scope":
-            scope = g.diff_scope
-            assert scope is not None
-            text = f"{g.name}: change only {', '.join(scope.allow)}"
-            if scope.protect:
-                text += f"; never touch {', '.join(scope.protect)} (that blocks the task)"
-            return text
-        case "no_removed_tests":
-            return f"{g.name}: do not remove, skip, xfail or deselect any existing test"
-        case "contains":
-            assert g.contains is not None
-            return f"{g.name}: your final answer must contain: {', '.join(g.contains)}"
-        case _:
-            return g.name
 
 
 def render_prompt(parts: PromptParts, attempt: int) -> str:

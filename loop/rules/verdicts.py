@@ -24,7 +24,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from loop.contracts import FAILURES, CaseResult, Gate, SuiteReport
+from loop.contracts import FAILURES, CaseResult, Gate, RunGate, SuiteReport
 from loop.rules.commands import programs
 
 SHOWN = 10
@@ -44,7 +44,7 @@ def expects_report(gate: Gate) -> bool:
     """Whether the gate's runner must report: a JUnit file is named, or the command runs
     pytest (as a program, or ``-m pytest``) or ``python -m unittest``, which Loopwork's
     reporter covers."""
-    if gate.run is None or gate.report == "exit":
+    if not isinstance(gate, RunGate) or not gate.reports:
         return False
     if not isinstance(gate.report, str):
         return True
@@ -129,7 +129,7 @@ def incomplete(now: SuiteReport | None, base: SuiteReport | None, exit_code: int
 
 
 def judge(
-    gate: Gate,
+    gate: RunGate,
     now: SuiteReport | None,
     base: SuiteReport | None,
     exit_code: int | None,

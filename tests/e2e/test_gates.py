@@ -13,7 +13,15 @@ import pytest
 
 from activities.gates import evaluate
 from activities.gates import run as run_gates
-from loop.contracts import DiffScope, Gate, GateResult
+from loop.contracts import (
+    ContainsGate,
+    DiffScope,
+    DiffScopeGate,
+    Gate,
+    GateResult,
+    NoRemovedTestsGate,
+    RunGate,
+)
 from loop.rules.fingerprint import fingerprint
 from tests.support.gates import APP, GateRepo
 from tests.support.repos import git
@@ -35,7 +43,7 @@ async def run_gate(gate: Gate, repo: GateRepo) -> GateResult:
 
 
 async def test_run_gate_passes_with_evidence(repo: GateRepo) -> None:
-    result = await run_gate(Gate(name="ok", run="echo hello; exit 0"), repo)
+    result = await run_gate(RunGate(name="ok", run="echo hello; exit 0"), repo)
     assert result.passed
     assert result.kind == "run"
     assert result.evidence.exit_code == 0
@@ -46,7 +54,7 @@ async def test_run_gate_passes_with_evidence(repo: GateRepo) -> None:
 
 
 async def test_run_gate_fails_with_exit_code_and_tail(repo: GateRepo) -> None:
-    gate = Gate(name="bad", run="echo first; echo 'it broke' >&2; exit 3")
+    gate = RunGate(name="bad", run="echo first; echo 'it broke' >&2; exit 3")
     result = await run_gate(gate, repo)
     assert not result.passed
     assert not result.policy_violation
@@ -56,13 +64,13 @@ async def test_run_gate_fails_with_exit_code_and_tail(repo: GateRepo) -> None:
 
 
 async def test_run_gate_runs_in_the_worktree(repo: GateRepo) -> None:
-    result = await run_gate(Gate(name="cwd", run="test -f src/app.py && pwd"), repo)
+    result = await run_gate(RunGate(name="cwd", run="test -f src/app.py && pwd"), repo)
     assert result.passed
     assert result.evidence.output_tail.strip() == str(repo.path)
 
 
 async def test_run_gate_times_out(repo: GateRepo) -> None:
-    result = await run_gate(Gate(name="slow", run="sleep 5", timeout=1), repo)
+    result = await run_gate(RunGate(name="slow", run="sleep 5", timeout=1), repo)
     assert not result.passed
     assert result.evidence.exit_code is None
     assert result.evidence.detail == "timed out after 1 s"
@@ -75,7 +83,7 @@ async def test_pytest_gate_leaves_no_byproducts(
     # The gate itself must switch bytecode and pytest's cache off, whatever the worker has.
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q tests")
+    gate = RunGate(name="tests", run=f"{PYTHON} -m pytest -q tests")
     result = await run_gate(gate, repo)
     assert result.passed, result.evidence.output_tail
     assert "2 passed" in result.evidence.output_tail
@@ -94,11 +102,11 @@ async def test_evaluate_runs_every_gate_in_order(repo: GateRepo) -> None:
     )
     judging = repo.judging(
         make,
-        Gate(name="first", run="echo boom; exit 2"),
-        Gate(name="scope", diff_scope=DiffScope(allow=["src/**"])),
-        Gate(name="answer", contains=["Flask"]),
-        Gate(name="keep-tests", no_removed_tests=True),
-        Gate(name="last", run="echo reached"),
+        RunGate(name="first", run="echo boom; exit 2"),
+        DiffScopeGate(name="scope", diff_scope=DiffScope(allow=["src/**"])),
+        ContainsGate(name="answer", contains=["Flask"]),
+        NoRemovedTestsGate(name="keep-tests", no_removed_tests=True),
+        RunGate(name="last", run="echo reached"),
     )
     judging.bench.log_dir = repo.run_dir / "logs"
     judging.bench.log_dir.mkdir()
@@ -121,7 +129,7 @@ async def test_fingerprint_same_for_reruns_of_a_real_failure(tmp_path: Path) -> 
     for n in (1, 2):
         repo = GateRepo(tmp_path / f"r{n}")
         make = repo.agent_commit({"src/app.py": "def add(a, b):\n    return a - b\n"})
-        gate = Gate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests")
+        gate = RunGate(name="tests", run=f"{PYTHON} -m pytest -q -p no:randomly tests")
         results = await evaluate(repo.judging(make, gate))
         assert not results[0].passed
         assert "2 failed" in results[0].evidence.output_tail

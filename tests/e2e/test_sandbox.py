@@ -31,7 +31,7 @@ from activities.host.proc import ProcResult
 from activities.host.sandbox import SandboxRun, kill_leftovers, run_sandboxed
 from activities.host.sandbox import uids as leases
 from activities.host.toolbox import execute
-from loop.contracts import Gate, SandboxPolicy, ToolPolicy, Workspace
+from loop.contracts import Gate, RunGate, SandboxPolicy, ToolPolicy, Workspace
 from loop.errors import PERMANENT
 from tests.support.host import HOST, LEVELS, needs
 from tests.support.net import free_port
@@ -528,14 +528,16 @@ async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
     async def run_gate(gate: Gate) -> ProcResult:
         return (await run_command(gate, ws, tree.wt, tree.attempt, tree.home, policy)).proc
 
-    writes = await run_gate(Gate(name="writes", run="cat app.py && touch made.txt && echo wrote"))
+    writes = await run_gate(
+        RunGate(name="writes", run="cat app.py && touch made.txt && echo wrote")
+    )
     assert writes.exit_code != 0 and "x = 1" in writes.output_tail
     assert "wrote" not in writes.output_tail and not (tree.wt / "made.txt").exists()
     home = await run_gate(
-        Gate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new")
+        RunGate(name="home", run="echo $HOME $TMPDIR $PYTHONNOUSERSITE; test -e $HOME || echo new")
     )
     assert home.output_tail.split() == ["/tmp/home", "/tmp", "1", "new"], home
-    reads = await run_gate(Gate(name="reads", run=f"{sys.executable} app.py"))
+    reads = await run_gate(RunGate(name="reads", run=f"{sys.executable} app.py"))
     assert reads.exit_code == 0, reads.output_tail
 
 

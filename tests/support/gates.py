@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from activities.gates import Bench, Judging, Ran, run_command
-from loop.contracts import AgentSpec, Gate, MakeResult, SandboxPolicy, TaskSpec, Workspace
+from loop.contracts import AgentSpec, Gate, MakeResult, RunGate, SandboxPolicy, TaskSpec, Workspace
 from tests.support.repos import git
 
 APP = "def add(a, b):\n    return a + b\n"
@@ -72,7 +72,7 @@ class GateRepo:
             goal="make it so",
             repo=str(self.path),
             agent=AgentSpec(command=["true"]),
-            verify=list(gates) or [Gate(name="noop", run="true")],
+            verify=list(gates) or [RunGate(name="noop", run="true")],
             sandbox=sandbox or SandboxPolicy(),
         )
 

@@ -8,24 +8,24 @@ import pytest
 
 from loop.contracts import (
     CaseResult,
+    ContainsGate,
     DiffScope,
+    DiffScopeGate,
     Evidence,
     Feedback,
-    Gate,
     GateResult,
     LlmReview,
+    LlmReviewGate,
     MakeResult,
+    NoRemovedTestsGate,
     PromptParts,
+    RegressionTestGate,
+    RunGate,
     SuiteSummary,
     Verdict,
 )
-from loop.rules.feedback import (
-    build,
-    describe_gate,
-    feedback_json,
-    render_prompt,
-    required_correction,
-)
+from loop.rules.feedback import build, feedback_json, render_prompt
+from loop.rules.gates import describe_gate, required_correction
 
 TAIL = "FAIL: test_punctuation (tests.test_slugify.SlugifyTest)\nAssertionError: 'hello, world!'"
 
@@ -182,27 +182,29 @@ def test_correction_for_unknown_kind_falls_back_to_detail() -> None:
         name="review", kind="llm_review", passed=False, evidence=Evidence(detail="not evaluated")
     )
     assert required_correction(g) == "not evaluated"
-    assert required_correction(g.model_copy(update={"evidence": Evidence()})) == "satisfy the gate"
+    assert required_correction(g.model_copy(update={"evidence": Evidence()})) == (
+        "satisfy the reviewer's rubric"
+    )
 
 
 # --------------------------------------------------------------------------- describe_gate
 
 
 def test_describe_run_gate() -> None:
-    text = describe_gate(Gate(name="tests", run="make check", timeout=60, report="exit"))
+    text = describe_gate(RunGate(name="tests", run="make check", timeout=60, report="exit"))
     assert text == "tests: `make check` must exit 0 (timeout 60 s)"
 
 
 def test_describe_run_gate_with_per_test_results() -> None:
-    text = describe_gate(Gate(name="tests", run="pytest -q", timeout=60))
+    text = describe_gate(RunGate(name="tests", run="pytest -q", timeout=60))
     assert text.startswith("tests: `pytest -q` (timeout 60 s), judged test by test against base")
     assert "every test failing at base must pass" in text and "ending the test process" in text
-    named = describe_gate(Gate(name="tests", run="pytest", fail_to_pass=["tests/t.py::test_a"]))
+    named = describe_gate(RunGate(name="tests", run="pytest", fail_to_pass=["tests/t.py::test_a"]))
     assert "these must pass: tests/t.py::test_a" in named
 
 
 def test_describe_regression_test_gate() -> None:
-    text = describe_gate(Gate(name="new-test", regression_test=True))
+    text = describe_gate(RegressionTestGate(name="new-test", regression_test=True))
     assert text.startswith("new-test: ") and "fails on base's code" in text
 
 
@@ -246,47 +248,38 @@ def test_a_run_that_did_not_report_asks_for_a_whole_run(make) -> None:
 
 
 def test_describe_diff_scope_gate() -> None:
-    g = Gate(
+    g = DiffScopeGate(
         name="scope",
         diff_scope=DiffScope(allow=["src/**", "tests/**"], protect=["tests/test_x.py"]),
     )
     text = describe_gate(g)
     assert text.startswith("scope: change only src/**, tests/**")
     assert "never touch tests/test_x.py" in text and "blocks" in text
-    plain = describe_gate(Gate(name="scope", diff_scope=DiffScope(allow=["src/**"])))
+    plain = describe_gate(DiffScopeGate(name="scope", diff_scope=DiffScope(allow=["src/**"])))
     assert plain == "scope: change only src/**"
 
 
 def test_describe_no_removed_tests_gate() -> None:
-    text = describe_gate(Gate(name="keep", no_removed_tests=True))
+    text = describe_gate(NoRemovedTestsGate(name="keep", no_removed_tests=True))
     assert text.startswith("keep: ") and "remove, skip, xfail or deselect" in text
 
 
 def test_describe_contains_gate() -> None:
-    text = describe_gate(Gate(name="answer", contains=["Flask", "Django"]))
+    text = describe_gate(ContainsGate(name="answer", contains=["Flask", "Django"]))
     assert text.startswith("answer: ") and "Flask, Django" in text
 
 
-def test_describe_llm_review_gate_falls_back_to_its_name() -> None:
-    # llm_review gates are refused by the task file in this version; build one anyway.
-    g = Gate.model_construct(
-        name="review",
-        llm_review=LlmReview(rubric="cite evidence"),
-        run=None,
-        diff_scope=None,
-        no_removed_tests=None,
-        contains=None,
-        timeout=300,
-    )
+def test_describe_llm_review_gate_shows_its_rubric() -> None:
+    g = LlmReviewGate(name="review", llm_review=LlmReview(rubric="cite evidence"))
     assert g.kind == "llm_review"
-    assert describe_gate(g) == "review"
+    assert describe_gate(g).startswith("review: a reviewer") and "cite evidence" in describe_gate(g)
 
 
 # --------------------------------------------------------------------------- render_prompt
 
 GATES = [
-    describe_gate(Gate(name="tests", run="python -m unittest", timeout=60)),
-    describe_gate(Gate(name="scope", diff_scope=DiffScope(allow=["slugify.py"]))),
+    describe_gate(RunGate(name="tests", run="python -m unittest", timeout=60)),
+    describe_gate(DiffScopeGate(name="scope", diff_scope=DiffScope(allow=["slugify.py"]))),
 ]
 GOAL = 'slugify("Hello, World!") must return "hello-world".'
 

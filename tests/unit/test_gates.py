@@ -11,10 +11,18 @@ import pytest
 
 from activities.gates import gate_env
 from activities.gates import kept as kept_gate
-from activities.gates.contains import evaluate as contains_gate
+from activities.gates.contains import judge as contains_gate
 from activities.gates.kept import is_test_file, parse_tests
-from activities.gates.scope import evaluate as diff_scope_gate
-from loop.contracts import DiffScope, Evidence, Gate, GateResult
+from activities.gates.scope import judge as diff_scope_gate
+from loop.contracts import (
+    ContainsGate,
+    DiffScope,
+    DiffScopeGate,
+    Evidence,
+    Gate,
+    GateResult,
+    NoRemovedTestsGate,
+)
 from loop.rules.fingerprint import fingerprint, normalise
 from tests.support.gates import APP, TESTS, GateRepo
 from tests.support.repos import git
@@ -41,7 +49,7 @@ def test_gate_env_keeps_existing_pytest_addopts() -> None:
 
 def scope_gate(allow: list[str] | None = None, protect: list[str] | None = None) -> Gate:
     scope = DiffScope(allow=allow or ["**"], protect=protect or [])
-    return Gate(name="scope", diff_scope=scope)
+    return DiffScopeGate(name="scope", diff_scope=scope)
 
 
 def test_diff_scope_inside_allow_passes(repo: GateRepo) -> None:
@@ -91,7 +99,7 @@ def test_diff_scope_glob_semantics() -> None:
 
 # --------------------------------------------------------------------------- no_removed_tests
 
-KEEP = Gate(name="keep-tests", no_removed_tests=True)
+KEEP = NoRemovedTestsGate(name="keep-tests", no_removed_tests=True)
 
 
 async def keep_tests(repo: GateRepo, files: dict[str, str | None]) -> GateResult:
@@ -240,7 +248,7 @@ def test_is_test_file() -> None:
 
 
 def test_contains_passes_when_all_present() -> None:
-    gate = Gate(name="answer", contains=["Flask", "Django"])
+    gate = ContainsGate(name="answer", contains=["Flask", "Django"])
     result = contains_gate(gate, "Use Flask or Django.")
     assert result.passed
     assert result.requirement == "the final answer contains: Flask, Django"
@@ -248,7 +256,7 @@ def test_contains_passes_when_all_present() -> None:
 
 
 def test_contains_reports_missing_case_sensitively() -> None:
-    gate = Gate(name="answer", contains=["Flask", "Django", "FastAPI"])
+    gate = ContainsGate(name="answer", contains=["Flask", "Django", "FastAPI"])
     claim = "flask and Django " + "x" * 2000
     result = contains_gate(gate, claim)
     assert not result.passed

@@ -20,7 +20,7 @@ import pytest
 from activities.host import reporting
 from activities.host.reporting import junit
 from activities.host.reporting.channel import Assembler, Channel
-from loop.contracts import Gate, SandboxPolicy, SuiteReport
+from loop.contracts import RunGate, SandboxPolicy, SuiteReport
 
 TESTS = """\
 import unittest
@@ -46,7 +46,7 @@ class T(unittest.TestCase):
 
 async def run(folder: Path, argv: list[str], home: Path) -> SuiteReport | None:
     """``argv`` in ``folder`` with a gate's reporting around it (no sandbox)."""
-    setup = reporting.prepare(Gate(name="t", run="x"), SandboxPolicy(mode="off"), home, folder)
+    setup = reporting.prepare(RunGate(name="t", run="x"), SandboxPolicy(mode="off"), home, folder)
     env = dict(os.environ, **setup.env, PYTEST_ADDOPTS=reporting.pytest_options())
     setup.start()
     try:

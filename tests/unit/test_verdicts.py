@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loop.contracts import CaseResult, Gate, SuiteReport
+from loop.contracts import CaseResult, RunGate, SuiteReport
 from loop.rules import verdicts
 
 
@@ -22,7 +22,7 @@ def report(outcomes: dict[str, str], *, finished: bool = True, **extra: object) 
 
 
 BASE = report({"t.py::a": "passed", "t.py::b": "passed", "t.py::c": "failed"})
-GATE = Gate(name="tests", run="pytest -q")
+GATE = RunGate(name="tests", run="pytest -q")
 
 
 def test_a_fix_that_keeps_every_test_passes() -> None:
@@ -81,7 +81,7 @@ def test_fail_to_pass_auto_requires_every_base_failure_to_pass() -> None:
 
 def test_fail_to_pass_named_tolerates_other_known_failures() -> None:
     base = report({"t.py::a": "passed", "t.py::c": "failed", "t.py::flaky": "failed"})
-    gate = Gate(name="tests", run="pytest", fail_to_pass=["t.py::c"])
+    gate = RunGate(name="tests", run="pytest", fail_to_pass=["t.py::c"])
     now = report({"t.py::a": "passed", "t.py::c": "passed", "t.py::flaky": "failed"})
     judged = verdicts.judge(gate, now, base, 1)
     assert judged.passed, judged.detail
@@ -95,7 +95,7 @@ def test_fail_to_pass_named_tolerates_other_known_failures() -> None:
 
 
 def test_a_glob_that_names_no_test_fails() -> None:
-    gate = Gate(name="tests", run="pytest", fail_to_pass=["t.py::nothing*"])
+    gate = RunGate(name="tests", run="pytest", fail_to_pass=["t.py::nothing*"])
     now = report({"t.py::a": "passed", "t.py::b": "passed", "t.py::c": "passed"})
     judged = verdicts.judge(gate, now, BASE, 0)
     assert not judged.passed and "fail_to_pass names no test: t.py::nothing*" in judged.detail
@@ -158,11 +158,11 @@ def test_regressions_are_tests_of_the_attempts_files_that_fail_on_base() -> None
 def test_expects_report_for_the_runners_loopwork_reports() -> None:
     for line in ("pytest -q", "python3 -m pytest tests", "cd x && .venv/bin/pytest",
                  "python -m unittest discover -s tests"):  # fmt: skip
-        assert verdicts.expects_report(Gate(name="t", run=line)), line
+        assert verdicts.expects_report(RunGate(name="t", run=line)), line
     for line in ("make test", "ruff check .", "echo pytest"):
-        assert not verdicts.expects_report(Gate(name="t", run=line)), line
-    assert not verdicts.expects_report(Gate(name="t", run="pytest", report="exit"))
-    assert verdicts.expects_report(Gate(name="t", run="go test", report={"junit": "j.xml"}))
+        assert not verdicts.expects_report(RunGate(name="t", run=line)), line
+    assert not verdicts.expects_report(RunGate(name="t", run="pytest", report="exit"))
+    assert verdicts.expects_report(RunGate(name="t", run="go test", report={"junit": "j.xml"}))
 
 
 def test_headline_is_the_assertion() -> None:

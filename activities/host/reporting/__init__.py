@@ -28,7 +28,7 @@ from pathlib import Path
 from activities.host.files import write_atomic
 from activities.host.reporting import junit
 from activities.host.reporting.channel import Channel
-from loop.contracts import Gate, JunitReport, SandboxPolicy, SuiteReport
+from loop.contracts import JunitReport, RunGate, SandboxPolicy, SuiteReport
 
 SITE = Path(__file__).with_name("site")
 FD_VARIABLE = "LOOP_REPORT_FD"
@@ -106,7 +106,7 @@ class Reporting:
             self.channel = None
 
 
-def prepare(gate: Gate, policy: SandboxPolicy, home: Path, folder: Path) -> Reporting:
+def prepare(gate: RunGate, policy: SandboxPolicy, home: Path, folder: Path) -> Reporting:
     """The reporting of one run of ``gate`` (``folder``: the worker's, for this run)."""
     if gate.report == "exit":
         return Reporting()
