@@ -13,10 +13,11 @@ import functools
 import logging
 import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from loop.hardened.files import open_untrusted
 
 MASK = "[redacted]"
 LINE_LIMIT = 1 << 20
@@ -71,15 +72,13 @@ def redact_file(path: Path) -> None:
     in its place is not followed.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_untrusted(path)
     except OSError:
         return
     changed = False
     tmp = path.with_name(f".{path.name}.redacting")
     try:
         with os.fdopen(fd, "rb") as src:
-            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-                return
             with tmp.open("wb") as out:
                 while raw := src.readline(LINE_LIMIT):
                     line = raw.decode("utf-8", "surrogateescape")

@@ -17,6 +17,7 @@ from pathlib import Path
 from activities.host.git import GitError, git, git_ok
 from loop.contracts import Workspace
 from loop.errors import permanent
+from loop.hardened.files import open_untrusted
 
 # Byproducts of running Python and pytest in a tree: never the agent's work.
 BYPRODUCT_GLOBS = ("**/__pycache__", "**/*.pyc", "**/.pytest_cache")
@@ -181,8 +182,7 @@ def _fingerprint(path: Path) -> str:
         if not stat.S_ISREG(st.st_mode):
             return f"special:{stat.S_IFMT(st.st_mode):o}:{st.st_ino}"
         digest = hashlib.sha256()
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(open_untrusted(path), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
         return digest.hexdigest()

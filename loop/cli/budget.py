@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +24,7 @@ from loop.contracts import (
     ledger_id_for,
 )
 from loop.errors import LoopError
+from loop.hardened import git
 from loop.rules import budget
 from loop.settings import Settings
 
@@ -103,16 +103,10 @@ def budget_show(
 def _repo_top(repo: Path) -> str:
     if not repo.is_dir():
         console.fail(f"{repo} is not a folder inside a git repository")
-    found = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if found.returncode != 0:
+    found = git.run_sync(["rev-parse", "--show-toplevel"], repo)
+    if found.code != 0:
         console.fail(f"{repo} is not a folder inside a git repository")
-    return str(Path(found.stdout.strip()).resolve())
+    return str(Path(found.text.strip()).resolve())
 
 
 def _print_ledger(st: LedgerState) -> None:

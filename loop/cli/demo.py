@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from loop.client import connect, ensure_search_attributes, ui_url
 from loop.contracts import TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
-from loop.hardened import answers
+from loop.hardened import answers, git
 from loop.loaders import load_task
 from loop.settings import Settings
 from loop.tasks import follow, has_worker, start_task
@@ -81,18 +80,15 @@ def make_repo(home: Path, sandbox: dict[str, object]) -> Path:
     shutil.rmtree(home / "runs" / TASK_ID, ignore_errors=True)
     repo = folder / "repo"
     shutil.copytree(EXAMPLES / "repo", repo)
-    git = [
-        "git",
-        "-c",
-        "user.name=Loopwork demo",
-        "-c",
-        "user.email=demo@localhost",
-        "-c",
-        "commit.gpgsign=false",
-    ]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "slugify with a bug"], cwd=repo, check=True)
+    identity = ("-c", "user.name=Loopwork demo", "-c", "user.email=demo@localhost")
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "slugify with a bug"],
+    ):
+        done = git.run_sync(args, repo, config=identity)
+        if done.code != 0:
+            raise LoopError(f"git {args[0]} in {repo} failed: {done.err.strip()}")
     task_file = folder / "task.yaml"
     task = demo_task(repo, EXAMPLES / "agent.py", sandbox)
     task_file.write_text(yaml.safe_dump(task, sort_keys=False))

@@ -17,22 +17,38 @@ from pathlib import Path
 FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
+class NotRegular(OSError):
+    """The path names something other than a regular file (a FIFO, a device, a folder)."""
+
+
+def open_untrusted(path: Path | str) -> int:
+    """A descriptor for reading ``path`` under the rules above (the caller closes it).
+
+    Raises ``OSError`` when it cannot be opened (a link among them) and ``NotRegular``
+    when it is not a regular file (its descriptor closed already)."""
+    fd = os.open(path, FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegular(f"{Path(path).name} is not a regular file; not read")
+    return fd
+
+
 def read_untrusted(path: Path, limit: int, *, tail: bool = False) -> tuple[bytes, str]:
     """At most ``limit`` bytes of ``path`` and what was wrong with it ("" when nothing):
     ``missing``, a link, not a regular file, larger than ``limit`` (then its head, or
     its tail)."""
     try:
-        fd = os.open(path, FLAGS)
+        fd = open_untrusted(path)
     except FileNotFoundError:
         return b"", "missing"
+    except NotRegular as e:
+        return b"", str(e)
     except OSError as e:
         if os.path.islink(path):
             return b"", f"{path.name} is a symbolic link; not followed"
         return b"", f"{path.name} cannot be opened: {e.strerror}"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return b"", f"{path.name} is not a regular file; not read"
         start = max(0, st.st_size - limit) if tail else 0
         if start:
             os.lseek(fd, start, os.SEEK_SET)

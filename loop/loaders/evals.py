@@ -7,13 +7,12 @@ always yields the same commit and the suite hash means the same code everywhere.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from loop.contracts import Harness, Suite, TaskSpec
 from loop.errors import TaskFileError
+from loop.hardened import git
 from loop.loaders.common import read, validated
 from loop.loaders.task import resolve
 
@@ -70,31 +69,27 @@ def load_suite(path: Path, home: Path) -> Suite:
     return suite.model_copy(update={"cases": cases})
 
 
+def _git(repo: Path, *args: str) -> str:
+    done = git.run_sync(list(args), repo, allow=PINNED)
+    if done.code != 0:
+        raise TaskFileError(f"git {args[0]} in {repo} failed: {done.err.strip()}")
+    return done.text.strip()
+
+
 def snapshot(source: Path, repo: Path) -> tuple[str, str]:
     """A repository holding exactly ``source``, at a commit that depends only on its files."""
     if not source.is_dir():
         raise TaskFileError(f"case source {source} is not a folder")
-    env = {**os.environ, **PINNED}
     if not (repo / ".git").exists():
         repo.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, env=env)
+        _git(repo, "init", "-q", "-b", "main")
     for item in repo.iterdir():
         if item.name != ".git":
             shutil.rmtree(item) if item.is_dir() else item.unlink()
     shutil.copytree(source, repo, dirs_exist_ok=True)
-    git = ["git", "-c", "commit.gpgsign=false"]
-    subprocess.run([*git, "add", "-A"], cwd=repo, check=True, env=env)
-    tree = subprocess.run(
-        [*git, "write-tree"], cwd=repo, check=True, env=env, capture_output=True, text=True
-    ).stdout.strip()
-    commit = subprocess.run(
-        [*git, "commit-tree", tree, "-m", f"eval case {source.name}"],
-        cwd=repo,
-        check=True,
-        env=env,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    subprocess.run([*git, "update-ref", f"refs/eval/{commit}", commit], cwd=repo, check=True)
-    subprocess.run([*git, "reset", "-q", "--hard", commit], cwd=repo, check=True, env=env)
+    _git(repo, "add", "-A")
+    tree = _git(repo, "write-tree")
+    commit = _git(repo, "commit-tree", tree, "-m", f"eval case {source.name}")
+    _git(repo, "update-ref", f"refs/eval/{commit}", commit)
+    _git(repo, "reset", "-q", "--hard", commit)
     return str(repo.resolve()), commit

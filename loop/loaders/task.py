@@ -9,13 +9,12 @@ command (can be found).
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from loop.contracts import TaskSpec, is_remote
 from loop.errors import TaskFileError
+from loop.hardened import git
 from loop.loaders.common import read, validated
 from loop.rules.commands import programs, usage_source
 
@@ -26,15 +25,8 @@ def load_task(path: str | Path) -> TaskSpec:
     return resolve(validated(TaskSpec, data, str(file)), file.resolve().parent, str(file))
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
-    )
+def _git(repo: Path, *args: str) -> git.Result:
+    return git.run_sync(list(args), repo)
 
 
 REMOTE_CHECK_S = 30
@@ -44,22 +36,19 @@ def _remote(spec: TaskSpec, source: str) -> TaskSpec:
     """A repository at a URL: it answers, and the base is one of its branches (or a commit
     name, which only the host's fetch can check)."""
     url = spec.repo
-    allow = ["-c", "protocol.file.allow=always"] if url.startswith("file:") else []
+    allow = ("-c", "protocol.file.allow=always") if url.startswith("file:") else ()
     try:
-        found = subprocess.run(
-            ["git", *allow, "ls-remote", "--symref", url, "HEAD", "refs/heads/*"],
-            capture_output=True,
-            text=True,
-            check=False,
+        found = git.run_sync(
+            ["ls-remote", "--symref", url, "HEAD", "refs/heads/*"],
             timeout=REMOTE_CHECK_S,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+            config=allow,
         )
-    except subprocess.TimeoutExpired:
+    except git.Timeout:
         raise TaskFileError(f"{source}: repo: {url} did not answer in {REMOTE_CHECK_S} s") from None
-    if found.returncode != 0:
-        why = (found.stderr.strip().splitlines() or ["git ls-remote failed"])[-1]
+    if found.code != 0:
+        why = (found.err.strip().splitlines() or ["git ls-remote failed"])[-1]
         raise TaskFileError(f"{source}: repo: cannot reach {url}: {why}")
-    lines = found.stdout.splitlines()
+    lines = found.text.splitlines()
     branches = {ln.split()[1].removeprefix("refs/heads/") for ln in lines if "\trefs/heads/" in ln}
     base = spec.base
     if base is None:
@@ -86,20 +75,20 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
     if not repo.is_dir():
         raise TaskFileError(f"{source}: repo: {repo} does not exist")
     bare = _git(repo, "rev-parse", "--is-bare-repository")
-    if bare.returncode != 0:
+    if bare.code != 0:
         raise TaskFileError(f"{source}: repo: {repo} is not a git repository (run `git init`)")
-    if bare.stdout.strip() == "true":
+    if bare.text.strip() == "true":
         raise TaskFileError(f"{source}: repo: {repo} is a bare repository; point at a clone")
-    top = Path(_git(repo, "rev-parse", "--show-toplevel").stdout.strip())
-    if _git(top, "rev-parse", "--verify", "-q", "HEAD").returncode != 0:
+    top = Path(_git(repo, "rev-parse", "--show-toplevel").text.strip())
+    if _git(top, "rev-parse", "--verify", "-q", "HEAD").code != 0:
         raise TaskFileError(f"{source}: repo: {top} has no commits yet; commit first")
     base = spec.base
     if base is None:
         branch = _git(top, "symbolic-ref", "--short", "-q", "HEAD")
-        base = branch.stdout.strip() if branch.returncode == 0 else None
+        base = branch.text.strip() if branch.code == 0 else None
         if base is None:
-            base = _git(top, "rev-parse", "--verify", "HEAD").stdout.strip()
-    if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").returncode != 0:
+            base = _git(top, "rev-parse", "--verify", "HEAD").text.strip()
+    if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").code != 0:
         raise TaskFileError(f"{source}: base: {base!r} is not a branch or commit in {top}")
     _findable(spec, [top, folder], source)
     return spec.model_copy(update={"repo": str(top), "base": base})

@@ -120,3 +120,73 @@ def test_the_walk_sees_the_imports_it_judges() -> None:
     assert "loop.contracts" in edges["workflows.task"]
     assert "worker" in edges["loop.cli.server"]
     assert "activities.host.sandbox" in edges["activities.make"]
+
+
+SPAWNERS = {
+    "run", "Popen", "check_output", "check_call", "call", "create_subprocess_exec",
+    "create_subprocess_shell", "execv", "execvp", "execvpe", "spawnv", "spawnvp", "system",
+}  # fmt: skip
+"""Calls that start a process, as ``subprocess.*``, ``asyncio.*``, ``os.*`` or imported
+from there by name."""
+
+
+def _spawns(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                if f.value.id in {"subprocess", "asyncio", "os"} and f.attr in SPAWNERS:
+                    return True
+            elif isinstance(f, ast.Name) and f.id in SPAWNERS - {"run", "call", "system"}:
+                return True
+    return False
+
+
+def _names_git(tree: ast.AST) -> list[int]:
+    """Lines where a command is spelled starting with ``git``: a list or tuple whose first
+    element is the string, or a call whose first argument is."""
+    lines = []
+    for node in ast.walk(tree):
+        first = None
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+        elif isinstance(node, ast.Call) and node.args:
+            first = node.args[0]
+        if isinstance(first, ast.Constant) and first.value == "git":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_git_call_goes_through_the_hardened_runner():
+    """A repository is hostile: a git call that skips ``loop.hardened.git`` runs with the
+    repository's hooks, fsmonitor, external diff and the caller's ``GIT_*``. Only that
+    module may start git; elsewhere a command starting with ``git`` may be spelled only
+    where no process is started (an error message naming the command), and gitpython,
+    which reads the same configuration, is not imported."""
+    runner = ROOT / "loop" / "hardened" / "git.py"
+    offenders = []
+    for path in modules().values():
+        if path == runner:
+            continue
+        tree = ast.parse(path.read_text())
+        if _spawns(tree) and (lines := _names_git(tree)):
+            offenders.append(f"{path.relative_to(ROOT)}:{lines[0]} starts git itself")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name == "git" for a in node.names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports gitpython")
+            if isinstance(node, ast.ImportFrom) and node.module == "git" and not node.level:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports gitpython")
+    assert offenders == []
+
+
+def test_the_git_rule_catches_the_cheapest_bypass():
+    """The rule above, tried on the three ways a copy would be written."""
+    for source in (
+        'import subprocess\nsubprocess.run(["git", "log"], cwd=".")\n',
+        'import asyncio\nasync def f():\n    await asyncio.create_subprocess_exec("git", "log")\n',
+        'import subprocess\ncmd = ("git", "-c", "x=y")\nsubprocess.check_output([*cmd, "log"])\n',
+    ):
+        tree = ast.parse(source)
+        assert _spawns(tree) and _names_git(tree), source
+    for quiet in ('raise ValueError(["git", "log"])\n', 'await hardened.run(["log"], ".")\n'):
+        assert not _spawns(ast.parse(quiet)), quiet
