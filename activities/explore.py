@@ -38,7 +38,8 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.rules import memory
-from loop.rules.commands import CLI_ENDPOINTS, CliEndpoint, programs, usage_source
+from loop.rules.clis import BY_NAME, CliEndpoint, usage_source
+from loop.rules.commands import programs
 from loop.rules.verdicts import headline
 from loop.settings import Settings
 
@@ -152,9 +153,9 @@ async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
     """Every model endpoint the task calls answers and takes the key: from the worker
     (the openai backend, llm_review gates), or from the sandbox (a known agent CLI)."""
     if task.agent.backend == "command":
-        cli = CLI_ENDPOINTS.get(usage_source(task.agent.command or [], task.agent.usage))
+        cli = BY_NAME.get(usage_source(task.agent.command or [], task.agent.usage))
         if cli is not None:
-            await _cli_endpoint_answers(task, cli, wait_s)
+            await _cli_endpoint_answers(task, cli.endpoint, wait_s)
     wanted: dict[str | None, str] = {}
     if task.agent.backend == "openai" and task.agent.model:
         wanted[task.agent.base_url] = task.agent.model

@@ -27,7 +27,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.host import artifact, sandbox, usage
+from activities.host import artifact, sandbox
 from activities.host.git import GitError, git
 from activities.host.proc import tail_of
 from activities.host.remote import publish
@@ -56,7 +56,8 @@ from loop.logs import log_for
 from loop.pricing import cost, load_prices
 from loop.redact import redact, redact_file
 from loop.rules import feedback as fb
-from loop.rules.commands import usage_source
+from loop.rules import usage
+from loop.rules.clis import usage_source
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000

@@ -35,8 +35,11 @@ class ToolPolicy(_TaskFileModel):
 
 
 AGENT_BYPRODUCTS = (".aider*", ".claude", ".codex")
+"""What the known agent CLIs leave in the worktree (history, caches, settings): never
+committed. The CLIs' modules in ``loop.rules.clis`` say what; a test keeps this equal."""
 UsageSource = Literal["auto", "file", "claude-code", "aider", "codex", "none"]
-"""What agent CLIs leave in the worktree (history, caches, settings): never committed."""
+"""Where a command agent's usage is read: a known CLI's name (``loop.rules.clis``), the
+usage file, or nowhere."""
 
 
 class AgentSpec(_TaskFileModel):

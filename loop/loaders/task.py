@@ -16,7 +16,8 @@ from loop.contracts import TaskSpec, is_remote
 from loop.errors import TaskFileError
 from loop.hardened import git
 from loop.loaders.common import read, validated
-from loop.rules.commands import programs, usage_source
+from loop.rules.clis import usage_source
+from loop.rules.commands import programs
 
 
 def load_task(path: str | Path) -> TaskSpec:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -65,37 +64,3 @@ def programs(argv: list[str]) -> list[str]:
             if token not in _BUILTINS and not any(c in token for c in "$`*?[]{}<>~"):
                 found.append(token)
     return list(dict.fromkeys(found))
-
-
-USAGE_BY_PROGRAM = {"claude": "claude-code", "aider": "aider", "codex": "codex"}
-"""Agent CLIs whose own output says what they spent (``activities.host.usage``)."""
-
-
-def usage_source(command: list[str], declared: str) -> str:
-    """Where a command agent's usage is read: what the task declares, or for ``auto`` the
-    known CLI its command runs ("none" when it runs none)."""
-    if declared != "auto":
-        return declared
-    for word in programs(command) if command else []:
-        found = USAGE_BY_PROGRAM.get(os.path.basename(word))
-        if found:
-            return found
-    return "none"
-
-
-@dataclass(frozen=True)
-class CliEndpoint:
-    """Where a known agent CLI sends its model calls, and the key it sends."""
-
-    url_variable: str
-    default_url: str
-    key_variable: str
-
-
-CLI_ENDPOINTS = {
-    "claude-code": CliEndpoint(
-        "ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"
-    ),
-    "aider": CliEndpoint("OPENAI_API_BASE", "https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "codex": CliEndpoint("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
-}

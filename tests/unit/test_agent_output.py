@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from activities.host import usage
 from loop.contracts import BudgetFigures, MakeResult, TaskSpec, Usage
-from loop.rules import budget, explain
-from loop.rules.commands import programs, usage_source
+from loop.rules import budget, explain, usage
+from loop.rules.clis import usage_source
+from loop.rules.commands import programs
 
 CLAUDE_RESULT = (
     '{"type":"result","subtype":"success","is_error":false,"num_turns":4,'
