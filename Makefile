@@ -23,6 +23,8 @@ test: $(STAMP)        ## every test: unit, time-skipping, real dev server, crash
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/vulture
 
 format: $(STAMP)
 	$(BIN)/ruff format .

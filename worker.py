@@ -178,7 +178,7 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Hos
     here = {**common, "task_queue": settings.host_queue, "activities": host_activities(settings)}
     ping = PingActivities(settings).ping_host
     answers = {"task_queue": ping_queue(settings.host_queue), "activities": [ping]}
-    workers = [Worker(client, **shared), Worker(client, **here), Worker(client, **answers)]  # type: ignore[arg-type]
+    workers = [Worker(client, **shared), Worker(client, **here), Worker(client, **answers)]  # type: ignore[arg-type]  # kwargs dicts
     return HostWorkers(workers, lease)
 
 

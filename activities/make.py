@@ -174,28 +174,34 @@ class MakeActivities:
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
         refused = [f"refused by the sandbox: {r}" for r in ran.refused]
-        return closed.model_copy(
-            update={
-                "outside_writes": closed.outside_writes + refused,
-                "sandbox_level": ran.sandbox,
-                "exit_code": ran.exit_code,
-                "timed_out": ran.timed_out,
-                "output_tail": tail,
-                "claim": claim,
-                "claim_path": claim_path,
-                "duration_s": ran.duration_s,
-                "log_path": ran.log_path,
-                "network_refused": ran.network_refused,
-                "not_started": ran.not_started,
-                "removed": ran.removed + closed.removed,
-                "tries": activity.info().attempt,
-                "tokens": spent.tokens_in + spent.tokens_out,
-                "cost_usd": spent.cost_usd or 0.0,
-                "usage_reported": spent.found,
-                "agent_error": redact(spent.error),
-                "agent_error_fatal": spent.fatal,
-                "protected_writes": ran.refused_protected,
-            }
+        return MakeResult(
+            attempt=closed.attempt,
+            start_commit=closed.start_commit,
+            commit=closed.commit,
+            changed_files=closed.changed_files,
+            changed_count=closed.changed_count,
+            ignored_files=closed.ignored_files,
+            disk_exceeded=closed.disk_exceeded,
+            not_committed=closed.not_committed,
+            outside_writes=closed.outside_writes + refused,
+            removed=ran.removed + closed.removed,
+            sandbox_level=ran.sandbox,
+            exit_code=ran.exit_code,
+            timed_out=ran.timed_out,
+            output_tail=tail,
+            claim=claim,
+            claim_path=claim_path,
+            duration_s=ran.duration_s,
+            log_path=ran.log_path,
+            network_refused=ran.network_refused,
+            not_started=ran.not_started,
+            tries=activity.info().attempt,
+            tokens=spent.tokens_in + spent.tokens_out,
+            cost_usd=spent.cost_usd or 0.0,
+            usage_reported=spent.found,
+            agent_error=redact(spent.error),
+            agent_error_fatal=spent.fatal,
+            protected_writes=ran.refused_protected,
         )
 
     async def _usage(self, task: TaskSpec, log: Path, usage_file: Path) -> usage.Reported:
@@ -226,17 +232,25 @@ class MakeActivities:
         agent = inp.agent
         (folder / "answer.md").write_text(agent.answer)
         level = (await asyncio.to_thread(sandbox.inspect_host)).level
-        return closed.model_copy(
-            update={
-                "sandbox_level": f"{inp.task.sandbox.mode} (run tool); host={level}",
-                "output_tail": f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
-                "claim": redact(agent.answer[:CLAIM_CHARS]),
-                "claim_path": str(folder / "answer.md"),
-                "timed_out": agent.ended == "timeout",
-                "tokens": agent.usage.tokens,
-                "cost_usd": agent.usage.cost_usd,
-                "tool_calls": agent.usage.tool_calls,
-            }
+        return MakeResult(
+            attempt=closed.attempt,
+            start_commit=closed.start_commit,
+            commit=closed.commit,
+            changed_files=closed.changed_files,
+            changed_count=closed.changed_count,
+            ignored_files=closed.ignored_files,
+            disk_exceeded=closed.disk_exceeded,
+            not_committed=closed.not_committed,
+            outside_writes=closed.outside_writes,
+            removed=closed.removed,
+            sandbox_level=f"{inp.task.sandbox.mode} (run tool); host={level}",
+            output_tail=f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
+            claim=redact(agent.answer[:CLAIM_CHARS]),
+            claim_path=str(folder / "answer.md"),
+            timed_out=agent.ended == "timeout",
+            tokens=agent.usage.tokens,
+            cost_usd=agent.usage.cost_usd,
+            tool_calls=agent.usage.tool_calls,
         )
 
     def _folder(self, ws: Workspace, attempt: int) -> Path:

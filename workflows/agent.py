@@ -153,13 +153,14 @@ async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult
 
     async def loop() -> AgentResult:
         try:
-            return await workflow.execute_child_workflow(
+            done: AgentResult = await workflow.execute_child_workflow(
                 AGENT_WORKFLOW,
                 child,
                 id=f"{workflow.info().workflow_id}-attempt-{n}",
                 result_type=AgentResult,
                 static_summary=f"model loop, attempt {n}",
             )
+            return done
         except ChildWorkflowError as e:
             if isinstance(e.cause, CancelledError):
                 raise asyncio.CancelledError from e  # the task's own timeout or cancel request

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -25,13 +26,13 @@ class WallClock:
     def __init__(self, limit: float | None) -> None:
         self.limit = limit
         self.used = 0.0
-        self._started: Any = None
+        self._started: datetime | None = None
 
     def seconds(self) -> float:
         """Active seconds so far, the running segment included."""
         if self._started is None:
             return self.used
-        return self.used + (workflow.now() - self._started).total_seconds()
+        return self.used + float((workflow.now() - self._started).total_seconds())
 
     async def run(self, segment: Coroutine[Any, Any, T]) -> T:
         """Run ``segment`` within what is left; ``OutOfTime`` when the timer fires first."""

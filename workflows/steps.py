@@ -118,7 +118,8 @@ async def on_host(
         options["schedule_to_start_timeout"] = timedelta(seconds=ws.host_lost_after)
     while True:
         try:
-            return await workflow.execute_activity(d.name, inp, **options)
+            done: Out = await workflow.execute_activity(d.name, inp, **options)
+            return done
         except ActivityError as e:
             if not queue or not _never_started(e):
                 raise

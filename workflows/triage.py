@@ -109,17 +109,18 @@ class TriageWorkflow:
 
     async def _discover(self, source: Source) -> DiscoverResult | str:
         """One source's items, or why it could not be read (the others go on)."""
-        is_ci = isinstance(source, CiSource)
+        ci_s = source.timeout + 120 if isinstance(source, CiSource) else None
         try:
-            return await workflow.execute_activity(
+            found: DiscoverResult = await workflow.execute_activity(
                 DISCOVER.name,
                 DiscoverInput(source=source),
                 result_type=DISCOVER.output,
-                start_to_close_timeout=timedelta(seconds=source.timeout + 120) if is_ci else SHORT,
+                start_to_close_timeout=SHORT if ci_s is None else timedelta(seconds=ci_s),
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=STEP_RETRY,
                 summary=f"discover: {source.name} ({source.kind})",
             )
+            return found
         except ActivityError as e:
             return _cause(e)
 

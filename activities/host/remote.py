@@ -16,11 +16,10 @@ again, never overwritten.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from activities.host import clone
-from activities.host.git import GitError, git, git_ok, repo_lock
+from activities.host.git import GitError, git, repo_lock
 from loop.contracts import Workspace
 
 ORIGIN = "origin"
@@ -115,14 +114,6 @@ async def push_base(path: str, url: str, commit: str, base: str) -> bool:
             return False
         raise RemoteError(f"cannot push {base} to {url}: {e.message}") from None
     return True
-
-
-async def has_commit(path: str, commit: str) -> bool:
-    return await git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], path)
-
-
-def is_mirror(path: str, repos: Path) -> bool:
-    return os.path.dirname(os.path.realpath(path)) == str(Path(repos).resolve())
 
 
 class RemoteError(Exception):

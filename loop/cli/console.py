@@ -83,7 +83,7 @@ connection = Connection()
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     """Run one command; Loopwork's own errors become a one-line message and exit 2."""
     try:
-        return asyncio.run(coro_fn())  # type: ignore[arg-type]
+        return asyncio.run(coro_fn())  # type: ignore[arg-type]  # any awaitable: a coroutine here
     except LoopError as e:
         fail(str(e))
 

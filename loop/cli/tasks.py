@@ -245,7 +245,7 @@ def approve(
 
 def reject(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
-    reason: Annotated[str, typer.Option(help="why (recorded in the trace)")] = ...,  # type: ignore[assignment]
+    reason: Annotated[str, typer.Option(help="why (recorded in the trace)")] = ...,  # type: ignore[assignment]  # typer: required
 ) -> None:
     """Reject a task waiting for a person: it ends REJECTED, nothing is merged."""
     _answer(task_id, "reject", SIGNAL_REJECT, RejectSignal(reason=reason), f"rejected {task_id}")
@@ -358,7 +358,7 @@ def trace(
             if desc.status == WorkflowExecutionStatus.RUNNING:
                 result = await handle.query(QUERY_TRACE, result_type=TaskResult)
             else:
-                result = await console.status_of(handle, desc)  # type: ignore[assignment]
+                result = await console.status_of(handle, desc)  # type: ignore[assignment]  # checked below
         assert isinstance(result, TaskResult)
         if as_json:
             console.print_json(result.model_dump(mode="json"))

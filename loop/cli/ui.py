@@ -13,6 +13,7 @@ from loop.cli import console
 from loop.errors import LoopError
 from loop.settings import Settings
 from loop.tasks import local_user
+from loop.ui.config import DEFAULT_BIND
 
 
 def ui(
@@ -22,7 +23,7 @@ def ui(
             metavar="HOST:PORT",
             help="where to listen; anything but loopback needs LOOP_UI_TOKEN (NAME:SECRET)",
         ),
-    ] = "127.0.0.1:8300",
+    ] = DEFAULT_BIND,
 ) -> None:
     """Serve the review page: tasks, evidence, diffs, budgets, eval, and the answers."""
     from loop.ui.config import ui_config

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _Record, _TaskFileModel
+from loop.contracts.gates import Gate
 from loop.contracts.states import TaskState
-from loop.contracts.task import AgentSpec, Budget, Gate
+from loop.contracts.task import AgentSpec, Budget
 
 HARNESS_FORBIDDEN = ("verify", "gates", "rubric", "llm_review", "cases", "goal", "repo")
 

@@ -120,9 +120,6 @@ class Verdict(_Record):
     gates: list[GateResult] = Field(default_factory=list)
     artifact: str = ""
     """The commit the gates ran on (the latest state of the worktree)."""
-    gates_changed_worktree: list[str] = Field(default_factory=list)
-    """Files the gates themselves changed; reset before the next attempt. (Gates now run on
-    a checkout of their own, so this stays empty; kept so old histories decode.)"""
     ignored_files: list[str] = Field(default_factory=list)
     """Files the agent made that git ignores: never part of the artifact the gates judged."""
 

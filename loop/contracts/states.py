@@ -16,10 +16,6 @@ class TaskState(StrEnum):
     CANCELLED = "CANCELLED"
 
     @property
-    def terminal(self) -> bool:
-        return self not in (TaskState.RUNNING, TaskState.AWAITING_APPROVAL)
-
-    @property
     def waiting(self) -> bool:
         return self in (TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN)
 

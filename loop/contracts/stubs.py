@@ -7,7 +7,7 @@ each (a test checks that none is missing).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -131,7 +131,7 @@ CHECK_ANSWER = ActivityDef("check_answer", CheckAnswerInput, CheckAnswerResult)
 DISCOVER = ActivityDef("discover", DiscoverInput, DiscoverResult)
 LOOKUP_TASKS = ActivityDef("lookup_tasks", LookupInput, LookupResult)
 
-ALL_ACTIVITIES: tuple[ActivityDef, ...] = (
+ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
     EXPLORE,
     MAKE,

@@ -19,6 +19,7 @@ import ast
 import fnmatch
 import re
 import sys
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -100,6 +101,8 @@ def _dotted(node: ast.AST, aliases: dict[str, str] | None = None) -> str:
         func = _dotted(node.func, aliases)
         args = node.args
         if func == "getattr" and len(args) >= 2 and isinstance(args[1], ast.Constant):
+            if not isinstance(args[1].value, str):
+                return func
             return f"{_dotted(args[0], aliases)}.{args[1].value}"
         return func
     if isinstance(node, ast.Attribute):
@@ -329,7 +332,7 @@ def shadows(path: str) -> Finding | None:
 
 
 def scan(
-    files: dict[str, tuple[bytes | str, set[int]]], new: set[str], links: set[str] = frozenset()
+    files: dict[str, tuple[bytes | str, set[int]]], new: set[str], links: Set[str] = frozenset()
 ) -> list[Finding]:
     """Findings over ``files`` (path -> new content, added line numbers); ``new``: the
     paths the attempt added (checked against the names that shadow the runner);

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from loop.contracts import FAILURES, CaseResult, Gate, RunGate, SuiteReport
 from loop.rules.commands import programs
 
-SHOWN = 10
-"""Tests named in a one-line detail before "and N more"."""
 MESSAGE_CHARS = 400
 
 
@@ -160,15 +158,15 @@ def judge(
 
     not_passing: list[CaseResult] = []
     for case_id in sorted(required):
-        case = now.tests.get(case_id)
+        ran = now.tests.get(case_id)
         at_base = base_tests[case_id].outcome if case_id in base_tests else ""
-        if case is None:
+        if ran is None:
             why = "deselected" if case_id in now.deselected else "not collected or not run"
             not_passing.append(
                 CaseResult(id=case_id, outcome="missing", message=why, at_base=at_base)
             )
-        elif case.outcome != "passed":
-            not_passing.append(case.model_copy(update={"at_base": at_base}))
+        elif ran.outcome != "passed":
+            not_passing.append(ran.model_copy(update={"at_base": at_base}))
     failures = [
         c.model_copy(update={"at_base": base_tests[c.id].outcome if c.id in base_tests else ""})
         for c in sorted(now.tests.values(), key=lambda c: c.id)

@@ -28,7 +28,6 @@ from pygments.util import ClassNotFound
 
 from loop.hardened.text import visible_html
 
-MAX_LINES_PER_FILE = 4000
 CSS_SCOPE = ".hl"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
@@ -53,7 +52,6 @@ class DiffFile:
     lines: list[Line] = field(default_factory=list)
     additions: int = 0
     deletions: int = 0
-    truncated: bool = False
     unfaithful: str = ""
     """Why the page cannot show this file as git has it (the patch did not add up to git's
     own counts, or was cut): the reader is told to look at git instead."""

@@ -202,7 +202,7 @@ def _case(record: dict[str, Any], outcome: str) -> CaseResult:
         outcome = "error"
     return CaseResult(
         id=str(record.get("id", ""))[:1_000],
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,  # type: ignore[arg-type]  # one of _WORST, checked above
         file=str(record.get("f", ""))[:1_000],
         message=str(record.get("m", ""))[-TEXT_CHARS:],
         output=str(record.get("out", ""))[-TEXT_CHARS:],

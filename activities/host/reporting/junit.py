@@ -79,7 +79,7 @@ def _case(case: junitparser.TestCase, file: str) -> CaseResult:
     name = case.name or ""
     return CaseResult(
         id=f"{classname}::{name}" if classname else name,
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,  # type: ignore[arg-type]  # one of the Literal's, mapped above
         file=file[:1_000],
         message=message[-TEXT_CHARS:],
         output=((case.system_out or "") + (case.system_err or ""))[-TEXT_CHARS:],

@@ -121,7 +121,7 @@ def plan_view(
     hide: list[str],
     secrets: list[str],
     tmp_bytes: int,
-    shared: list[str] = (),  # type: ignore[assignment]
+    shared: list[str] = (),  # type: ignore[assignment]  # a tuple: never mutated
 ) -> View:
     """The view of one run.
 

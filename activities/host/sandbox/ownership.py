@@ -24,7 +24,7 @@ from typing import Any
 from activities.host import tree
 
 
-def record(path: str, keep: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def record(path: str, keep: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]  # read only
     """What to restore: the folder's mode and owner, and the modes of the folders above the
     ``keep`` files (they stay the worker's while the tree is lent, see ``lend_tree``)."""
     st = os.lstat(path)

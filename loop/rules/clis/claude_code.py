@@ -19,7 +19,7 @@ def read_usage(log: str) -> Reported:
     for event in json_lines(log):
         if event.get("type") != "result":
             continue
-        usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
+        usage = event["usage"] if isinstance(event.get("usage"), dict) else {}
         counted = [count(usage.get(k, 0)) for k in _INPUT]
         out = count(usage.get("output_tokens", 0))
         if all(c is not None for c in counted) and out is not None:

@@ -22,7 +22,7 @@ def read_usage(log: str) -> Reported:
             if None not in (tokens_in, tokens_out, reasoning):
                 got.add(tokens_in or 0, (tokens_out or 0) + (reasoning or 0))
         elif kind == "turn.failed":
-            error = event.get("error") if isinstance(event.get("error"), dict) else {}
+            error = event["error"] if isinstance(event.get("error"), dict) else {}
             text = str(error.get("message") or "turn failed")[:300]
             got.error = f"codex: {text}"
             got.fatal = any(f"status {c}" in text for c in (401, 403, 404))
