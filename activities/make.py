@@ -57,7 +57,7 @@ from loop.pricing import cost, load_prices
 from loop.redact import redact, redact_file
 from loop.rules import feedback as fb
 from loop.rules import usage
-from loop.rules.clis import usage_source
+from loop.rules.clis import BY_NAME, usage_source
 from loop.settings import Settings
 
 CLAIM_CHARS = 16_000
@@ -160,8 +160,17 @@ class MakeActivities:
         )
         # What the agent printed or claimed leaves this activity without secrets.
         await asyncio.to_thread(redact_file, Path(ran.log_path))
+        source = usage_source(inp.task.agent.command or [], inp.task.agent.usage)
+        cli = BY_NAME.get(source)
+        said = await asyncio.to_thread(tail_of, Path(ran.log_path), USAGE_LOG_CHARS)
+        # The claim is what the agent said last to a person: a known CLI's final message
+        # (its transcript stays in agent.log), else its output file, else its log's tail.
         data, problem = await asyncio.to_thread(read_untrusted, output_file, CLAIM_BYTES)
-        if problem == "missing":
+        final = cli.read_claim(said).strip() if cli is not None else ""
+        if final:
+            claim, claim_path = final[:CLAIM_CHARS], str(folder / "claim.md")
+            (folder / "claim.md").write_text(redact(claim))
+        elif problem == "missing":
             claim, claim_path = ran.output_tail, ran.log_path
         else:
             text = data.decode("utf-8", errors="replace")[:CLAIM_CHARS]
@@ -169,7 +178,7 @@ class MakeActivities:
             claim_path = str(folder / "claim.md")
             (folder / "claim.md").write_text(redact(claim))
         claim, tail = redact(claim), redact(ran.output_tail)
-        spent = await self._usage(inp.task, Path(ran.log_path), usage_file)
+        spent = await self._usage(inp.task, source, said, usage_file)
         closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
@@ -204,11 +213,11 @@ class MakeActivities:
             protected_writes=ran.refused_protected,
         )
 
-    async def _usage(self, task: TaskSpec, log: Path, usage_file: Path) -> usage.Reported:
+    async def _usage(
+        self, task: TaskSpec, source: str, text: str, usage_file: Path
+    ) -> usage.Reported:
         """What the agent says it spent and what went wrong, from its log (the worker's
         own file, its tail) and LOOP_USAGE_FILE (the agent's, read as hostile)."""
-        source = usage_source(task.agent.command or [], task.agent.usage)
-        text = await asyncio.to_thread(tail_of, log, USAGE_LOG_CHARS)
         data, problem = await asyncio.to_thread(read_untrusted, usage_file, USAGE_FILE_BYTES)
         spent = usage.read(source, text, None if problem else data)
         if spent.found and spent.cost_usd is None:

@@ -140,6 +140,8 @@ async def test_claude_code_example(
     assert '"type":"result"' in log and '"name":"Write"' in log
     assert r.tokens == sum(model.usage_sent) == 6 * 1050
     assert r.cost_usd > 0 and all(a.usage.cost_usd > 0 for a in r.attempts)
+    # The claim a person reads is Claude Code's final answer, not its stream-json.
+    assert [a.make.claim for a in r.attempts if a.make] == ["slugify is fixed."] * 2
 
 
 @needs_cli("claude")
@@ -190,6 +192,10 @@ async def test_aider_example(
     # aider counts streamed tokens itself and prices them (gpt-4o-mini is in its table).
     assert all(a.usage.tokens > 0 and a.usage.cost_usd > 0 for a in r.attempts)
     assert "Tokens:" in attempt_log(settings, r, 1)
+    # The claim is aider's reply, without its banner, file listing or token lines.
+    for a in r.attempts:
+        assert a.make is not None and a.make.claim.startswith("Here it is."), a.make
+        assert "Tokens:" not in a.make.claim and "Aider v" not in a.make.claim
 
 
 # --------------------------------------------------------------------------- Codex
@@ -233,6 +239,8 @@ async def test_codex_example(
     # Codex reports tokens only; agent.model (gpt-5) prices them.
     assert r.tokens == sum(model.usage_sent) == 6 * 1050
     assert r.cost_usd == pytest.approx(6 * (1000 * 1.25 + 50 * 10) / 1e6)
+    # The claim is Codex's last agent message, not its JSON events.
+    assert [a.make.claim for a in r.attempts if a.make] == ["slugify is fixed."] * 2
 
 
 # --------------------------------------------------------------------------- failures

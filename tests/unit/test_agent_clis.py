@@ -58,6 +58,8 @@ def test_each_cli_is_found_by_its_program_and_reads_its_own_sample(name: str) ->
     for program in cli.programs:
         assert usage_source([program, "--flag"], "auto") == name
         assert usage_source(["sh", "-c", f"cd src && /usr/local/bin/{program} -x"], "auto") == name
+    assert cli.read_claim(cli.sample) == "Fixed.", "its final message is its claim"
+    assert cli.read_claim("") == ""
     got = usage.read(name, cli.sample, None)
     assert got.found and got.tokens_in > 0 and got.error == ""
     assert not usage.read(name, "", None).found, "a reader that finds usage in nothing"

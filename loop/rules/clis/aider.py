@@ -50,11 +50,44 @@ def read_usage(log: str) -> Reported:
     return got
 
 
+_OWN = ("Aider v", "Model:", "Git repo:", "Repo-map:", "Added ", "Tokens:", "Applied edit")
+"""Lines aider prints itself around a reply."""
+
+
+_LISTED = re.compile(r"^[\w./-]*(/|\.[A-Za-z0-9]+)$")
+
+
+def _own_listing(line: str) -> bool:
+    """A blank line or a file name aider lists before the reply (``README.md``,
+    ``tests/__init__.py``)."""
+    word = line.strip()
+    return not word or bool(_LISTED.match(word))
+
+
+def read_claim(log: str) -> str:
+    """The last reply: the lines before aider's last ``Tokens:`` line, after what aider
+    printed itself (its banner, the files it added and listed)."""
+    lines = log.splitlines()
+    ends = [i for i, line in enumerate(lines) if line.startswith("Tokens:")]
+    if not ends:
+        return ""
+    block = lines[: ends[-1]]
+    own = [i for i, line in enumerate(block) if line.startswith(_OWN)]
+    block = block[own[-1] + 1 :] if own else block
+    while block and _own_listing(block[0]):
+        block = block[1:]
+    return "\n".join(block).strip()
+
+
 CLI = AgentCli(
     name="aider",
     programs=("aider",),
     byproducts=(".aider*",),
     endpoint=CliEndpoint("OPENAI_API_BASE", "https://api.openai.com/v1", "OPENAI_API_KEY"),
     read_usage=read_usage,
-    sample="Tokens: 719 sent, 17 received. Cost: $0.0024 message, $0.0024 session.\n",
+    read_claim=read_claim,
+    sample=(
+        "Aider v0.86.2\nAdded slug.py to the chat.\n\nREADME.md\nFixed.\n\n"
+        "Tokens: 719 sent, 17 received. Cost: $0.0024 message, $0.0024 session.\n"
+    ),
 )

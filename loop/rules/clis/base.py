@@ -57,8 +57,12 @@ class AgentCli:
     endpoint: CliEndpoint
     read_usage: Callable[[str], Reported]
     """Its usage and fatal errors, from the log of one run."""
+    read_claim: Callable[[str], str]
+    """Its final message to the person, from the log of one run ("" when it has none):
+    what the review page and ``loop status`` show as the agent's claim."""
     sample: str
-    """A log of one run that reports usage, as the CLI prints it (docs and tests)."""
+    """A log of one run that reports usage and ends with a message, as the CLI prints it
+    (docs and tests)."""
 
 
 def count(value: Any) -> int | None:

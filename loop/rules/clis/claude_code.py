@@ -36,12 +36,21 @@ def read_usage(log: str) -> Reported:
     return got
 
 
+def read_claim(log: str) -> str:
+    """The text of the last ``result`` event: the answer Claude Code gives at the end."""
+    for event in reversed(json_lines(log)):
+        if event.get("type") == "result" and isinstance(event.get("result"), str):
+            return str(event["result"])
+    return ""
+
+
 CLI = AgentCli(
     name="claude-code",
     programs=("claude",),
     byproducts=(".claude",),
     endpoint=CliEndpoint("ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
     read_usage=read_usage,
+    read_claim=read_claim,
     sample=(
         '{"type":"result","subtype":"success","is_error":false,"result":"Fixed.",'
         '"total_cost_usd":0.0021,"usage":{"input_tokens":1200,"output_tokens":80}}'

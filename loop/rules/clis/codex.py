@@ -32,11 +32,25 @@ def read_usage(log: str) -> Reported:
     return got
 
 
+def read_claim(log: str) -> str:
+    """The last ``agent_message`` item: what Codex said when it was done."""
+    for event in reversed(json_lines(log)):
+        item = event.get("item")
+        if event.get("type") == "item.completed" and isinstance(item, dict):
+            if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
+                return str(item["text"])
+    return ""
+
+
 CLI = AgentCli(
     name="codex",
     programs=("codex",),
     byproducts=(".codex",),
     endpoint=CliEndpoint("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
     read_usage=read_usage,
-    sample='{"type":"turn.completed","usage":{"input_tokens":3200,"output_tokens":310}}\n',
+    read_claim=read_claim,
+    sample=(
+        '{"type":"item.completed","item":{"type":"agent_message","text":"Fixed."}}\n'
+        '{"type":"turn.completed","usage":{"input_tokens":3200,"output_tokens":310}}\n'
+    ),
 )
