@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import annotated_types
+import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -109,6 +110,9 @@ def type_text(annotation: Any, anchors: dict[type[BaseModel], str]) -> str:
     if origin is typing.Literal:
         return " \\| ".join(_literal(a) for a in args)
     if origin in (typing.Union, types.UnionType):
+        kinds = [m for m in _models_in(annotation) if isinstance(m.__dict__.get("KIND"), str)]
+        if kinds and len(kinds) == len(args):
+            return "gates: " + ", ".join(f"[`{m.KIND}`](#{anchors[m]})" for m in kinds)  # type: ignore[attr-defined]
         return " or ".join(type_text(a, anchors) for a in args)
     if origin is list:
         return f"list of {type_text(args[0], anchors)}"
@@ -134,7 +138,7 @@ def constraints_text(field: FieldInfo) -> str:
             (annotated_types.Lt, "<"),
         ):
             if isinstance(m, kind):
-                said.append(f"{word} {next(iter(vars(m).values()))}")
+                said.append(f"{word} {getattr(m, kind.__name__.lower())}")
         if isinstance(m, annotated_types.MinLen) and m.min_length:
             said.append(f"at least {m.min_length} long")
         if isinstance(m, annotated_types.MaxLen):
@@ -176,7 +180,10 @@ def sections(root: type[BaseModel], title: str) -> list[tuple[str, type[BaseMode
                 seen.add(sub)
                 kind = sub.model_fields.get("kind")
                 sub_key = key
-                if len(models) > 1 and kind is not None:
+                if len(models) > 1 and isinstance(sub.__dict__.get("KIND"), str):
+                    # A gate kind: named by the one key it gives, not by a ``kind:``.
+                    sub_key = f"{key} ({sub.__dict__['KIND']})"
+                elif len(models) > 1 and kind is not None:
                     sub_key = f"{key} kind: {typing.get_args(kind.annotation)[0]}"
                 found.append((sub_key, sub))
                 queue.append((sub_key, sub))
@@ -190,7 +197,11 @@ def field_rows(model: type[BaseModel]) -> Iterator[tuple[str, FieldInfo, str]]:
     for name, field in model.model_fields.items():
         doc = docs.get(name, "")
         values = typing.get_args(field.annotation)
-        if not doc and field.is_required() and typing.get_origin(field.annotation) is typing.Literal:
+        if (
+            not doc
+            and field.is_required()
+            and typing.get_origin(field.annotation) is typing.Literal
+        ):
             if len(values) == 1:
                 doc = f"Always `{values[0]}`: selects this kind."
         yield name, field, doc
@@ -211,11 +222,22 @@ def model_reference(root: type[BaseModel], title: str) -> str:
     found = sections(root, title)
     anchors = {model: _anchor(path) for path, model in found}
     out = []
+    grouped: set[str] = set()
     for path, model in found:
+        kind = model.__dict__.get("KIND")
+        if isinstance(kind, str) and path.split(" (")[0] not in grouped:
+            out.append(gate_kinds(path.split(" (")[0], found, anchors))
+            grouped.add(path.split(" (")[0])
         out.append(f"## `{path}` {{#{anchors[model]}}}\n")
         intro = model.__dict__.get("__doc__")
+        if isinstance(model.__dict__.get("KIND"), str):
+            intro = inspect.getmodule(model).__doc__  # type: ignore[union-attr]
         if intro:
-            out.append(markdown_text(inspect.cleandoc(intro)) + "\n")
+            out.append(markdown_text(inspect.cleandoc(intro).split("\n\n")[0]) + "\n")
+        example = model.__dict__.get("EXAMPLE")
+        if isinstance(example, dict):
+            written = yaml.safe_dump({"verify": [example]}, sort_keys=False, width=88)
+            out.append(f"```yaml\n{written}```\n")
         out.append("| key | type | default | meaning |")
         out.append("| --- | --- | --- | --- |")
         for name, field, doc in field_rows(model):
@@ -227,6 +249,33 @@ def model_reference(root: type[BaseModel], title: str) -> str:
             out.append(f"| `{name}` | {kind} | {default_text(field)} | {markdown_text(doc)} |")
         out.append("")
     return "\n".join(out)
+
+
+def gate_kinds(
+    key: str, found: list[tuple[str, type[BaseModel]]], anchors: dict[type[BaseModel], str]
+) -> str:
+    """The section above the gate kinds: which kinds there are, each named by the one key
+    a gate gives, with the modules that make it (``loop.contracts.gates.KINDS``)."""
+    from loop.contracts.gates import KINDS
+
+    listed = {m for _, m in found}
+    missing = [k.KIND for k in KINDS if k not in listed]
+    if missing:
+        raise DocsError(f"gate kinds in KINDS but not under verify: {missing}")
+    out = [
+        f"## `{key}` {{#{_anchor(key)}}}\n",
+        "Each gate is one of these kinds, named by the one key it gives besides `name` "
+        "(a gate with none of them, or two, is refused):\n",
+        "| kind | model | checked by |",
+        "| --- | --- | --- |",
+    ]
+    for kind in KINDS:
+        module = kind.__module__.rsplit(".", 1)[-1]
+        where = f"`activities/gates/{module}.py`" if kind.CHECKED_IN_VERIFY else "the review step"
+        out.append(
+            f"| [`{kind.KIND}`](#{anchors[kind]}) | `{kind.__module__}.{kind.__name__}` | {where} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def task_file() -> str:
@@ -278,6 +327,7 @@ def cli() -> str:
         if cmd.help:
             out.append(inspect.cleandoc(cmd.help).replace("\n", " ") + "\n")
         usage = cmd.get_usage(ctx).removeprefix("Usage: ")
+        usage = re.sub(r"\{(\w+)\}", lambda m: m.group(1).upper(), usage)
         if path == "loop":
             usage = "loop [--address ADDRESS] [--namespace NAMESPACE] COMMAND [ARGS]..."
         out.append(f"```\n{usage}\n```\n")
@@ -474,7 +524,9 @@ ENVIRONMENT_SET = {
     "LOOP_TASK_ID": "The task id (agent protocol).",
     "LOOP_ATTEMPT": "The attempt number, from 1 (agent protocol).",
     "LOOP_PROMPT_FILE": "The attempt's prompt, Markdown (agent protocol).",
-    "LOOP_FEEDBACK_FILE": "The previous failed verdict as JSON; unset on attempt 1 (agent protocol).",
+    "LOOP_FEEDBACK_FILE": (
+        "The previous failed verdict as JSON; unset on attempt 1 (agent protocol)."
+    ),
     "LOOP_OUTPUT_FILE": "Where the agent may write its final answer (agent protocol).",
     "LOOP_USAGE_FILE": "Where the agent may write what it spent (agent protocol).",
     "LOOP_REPORT_FD": (
@@ -632,45 +684,110 @@ def _imported_constants(tree: ast.Module) -> dict[str, str]:
 
 LOOP_HOME = {
     "temporal.db": [
-        ("temporal.db", "the embedded server's SQLite store (0600; with its `-wal` and `-shm` files)"),
+        (
+            "temporal.db",
+            "the embedded server's SQLite store (0600; with its `-wal` and `-shm` files)",
+        ),
         ("temporal.db.lock", "held by the server that owns the database: one server per database"),
     ],
     "temporal-server.log": [
-        ("temporal-server.log", "the embedded server's log (`loop dev`, `worker --dev`, `loop demo`)"),
+        (
+            "temporal-server.log",
+            "the embedded server's log (`loop dev`, `worker --dev`, `loop demo`)",
+        ),
     ],
     "answer.key": [
-        ("answer.key", "the key answers are signed with, unless `LOOP_ANSWER_KEY_FILE` names another "
-         "(made by `loop dev` and `loop demo`; no sandbox can read it)"),
+        (
+            "answer.key",
+            "the key answers are signed with, unless `LOOP_ANSWER_KEY_FILE` names another "
+            "(made by `loop dev` and `loop demo`; no sandbox can read it)",
+        ),
     ],
-    "locks": [("locks/", "one lock file per repository: worktree, merge and checkout changes take it")],
+    "locks": [
+        ("locks/", "one lock file per repository: worktree, merge and checkout changes take it")
+    ],
     "repos": [("repos/<hash>.git", "this host's bare mirror of a repository at a URL")],
-    "workers": [("workers/<pid>.json", "each worker process's lease: the steps it runs, failed at "
-                 "once by the next worker of the host if it dies")],
-    "stores": [("stores/<hash>.git", "a repository's store of base history: every task's base "
-                "commit, nothing else; each task's clone borrows its objects (read-only to sandboxes)")],
-    "worktrees": [("worktrees/<id>/", "the task's worktree: a clone of its own with one branch, "
-                   "`loop/<id>`, handed over to the repository when committed; a dirty worktree is "
-                   "never deleted")],
-    "runs": [
-        ("runs/<id>.json", "the trace: state, attempts (verdict per gate with evidence, agent claim, "
-         "usage), final evidence, branch, commit, timings, escalations, `final_action`, `spec_hash`"),
-        ("runs/<id>/", "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and "
-         "state files, the base's test report (`base/`), `workspace.json`; model and tool steps "
-         "(the worker's)"),
-        ("runs/<id>/attempt-N/agent/", "the agent's own folder: its output and usage files (its task uid's)"),
-        ("runs/<id>/home/", "the agent's HOME while its task runs (its task uid's; removed when the task ends)"),
+    "workers": [
+        (
+            "workers/<pid>.json",
+            "each worker process's lease: the steps it runs, failed at "
+            "once by the next worker of the host if it dies",
+        )
     ],
-    "notes.md": [("notes.md", "the progress file: per task, what was done, failed approaches, test "
-                  "results, limitations, last stable commit (replaced under `notes.md.lock`)")],
-    "inbox.jsonl": [("inbox.jsonl", "one JSON line per escalation (appended under `inbox.jsonl.lock`)")],
-    "memory.json": [("memory.json", "what tasks learned per repository: commands, facts, failure "
-                     "patterns (replaced under `memory.json.lock`)")],
-    "prices.json": [("prices.json", "your model prices (USD per 1M tokens) over the built-in table: "
-                     '`{"my-model": {"input": 0.5, "output": 1.5}}`')],
-    "services": [("services/", "where the review page and the codec server say they listen, so the "
-                  "egress proxy refuses those ports")],
-    "reporter": [("reporter/<hash>/", "the test reporter put on a `run` gate's `PYTHONPATH`, "
-                  "shown read-only to sandboxes")],
+    "stores": [
+        (
+            "stores/<hash>.git",
+            "a repository's store of base history: every task's base "
+            "commit, nothing else; each task's clone borrows its objects (read-only to sandboxes)",
+        )
+    ],
+    "worktrees": [
+        (
+            "worktrees/<id>/",
+            "the task's worktree: a clone of its own with one branch, "
+            "`loop/<id>`, handed over to the repository when committed; a dirty worktree is "
+            "never deleted",
+        )
+    ],
+    "runs": [
+        (
+            "runs/<id>.json",
+            "the trace: state, attempts (verdict per gate with evidence, agent claim, "
+            "usage), final evidence, branch, commit, timings, escalations, `final_action`, "
+            "`spec_hash`",
+        ),
+        (
+            "runs/<id>/",
+            "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and "
+            "state files, the base's test report (`base/`), `workspace.json`; model and tool steps "
+            "(the worker's)",
+        ),
+        (
+            "runs/<id>/attempt-N/agent/",
+            "the agent's own folder: its output and usage files (its task uid's)",
+        ),
+        (
+            "runs/<id>/home/",
+            "the agent's HOME while its task runs (its task uid's; removed when the task ends)",
+        ),
+    ],
+    "notes.md": [
+        (
+            "notes.md",
+            "the progress file: per task, what was done, failed approaches, test "
+            "results, limitations, last stable commit (replaced under `notes.md.lock`)",
+        )
+    ],
+    "inbox.jsonl": [
+        ("inbox.jsonl", "one JSON line per escalation (appended under `inbox.jsonl.lock`)")
+    ],
+    "memory.json": [
+        (
+            "memory.json",
+            "what tasks learned per repository: commands, facts, failure "
+            "patterns (replaced under `memory.json.lock`)",
+        )
+    ],
+    "prices.json": [
+        (
+            "prices.json",
+            "your model prices (USD per 1M tokens) over the built-in table: "
+            '`{"my-model": {"input": 0.5, "output": 1.5}}`',
+        )
+    ],
+    "services": [
+        (
+            "services/",
+            "where the review page and the codec server say they listen, so the "
+            "egress proxy refuses those ports",
+        )
+    ],
+    "reporter": [
+        (
+            "reporter/<hash>/",
+            "the test reporter put on a `run` gate's `PYTHONPATH`, shown read-only to sandboxes",
+        )
+    ],
     "demo": [("demo/", "`loop demo`'s repository and scripted agent")],
     "eval-results.json": [("eval-results.json", "the latest harness comparisons (`loop eval`)")],
     "eval": [("eval/<suite>/<case>/", "repositories snapshotted from eval case sources")],
@@ -687,7 +804,9 @@ def loop_home() -> str:
         raise DocsError(f"LOOP_HOME entries the code makes without a meaning: {where}")
     stale = sorted(set(LOOP_HOME) - set(found))
     if stale:
-        raise DocsError(f"docs/hooks/reference.py explains LOOP_HOME entries the code lacks: {stale}")
+        raise DocsError(
+            f"docs/hooks/reference.py explains LOOP_HOME entries the code lacks: {stale}"
+        )
     out = ["| path | what | named in |", "| --- | --- | --- |"]
     for entry in sorted(LOOP_HOME, key=lambda e: (e.startswith(("eval", "demo", "triage")), e)):
         where = ", ".join(f"`{p}`" for p in sorted(found[entry]))
