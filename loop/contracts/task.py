@@ -155,7 +155,7 @@ def _allow_entry(entry: str) -> str:
 
 
 class SandboxPolicy(_TaskFileModel):
-    """How agents, the ``run`` tool and ``run`` gates are confined (README, "Sandbox")."""
+    """How agents, the ``run`` tool and ``run`` gates are confined."""
 
     mode: Literal["strict", "basic", "off"] = "basic"
     """``strict``: bubblewrap, read-only host; ``basic``: the task's own uid, network and
