@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format dev worker clean
+.PHONY: demo test test-all lint docs format dev worker clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -20,11 +20,14 @@ demo: $(STAMP)        ## the offline demo: a real bug fixed after one round of f
 test: $(STAMP)        ## every test: unit, time-skipping, real dev server, crash
 	$(BIN)/python -m pytest -q -rs
 
-lint: $(STAMP)
+lint: $(STAMP) docs  ## ruff, mypy, vulture, and the documentation site built strictly
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/vulture
+
+docs: $(STAMP)        ## the documentation site into site/: a broken link or a reference that disagrees with the code fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -37,4 +40,4 @@ worker: $(STAMP)
 	$(BIN)/loop worker
 
 clean:
-	rm -rf $(VENV) .loop .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .loop .pytest_cache .ruff_cache *.egg-info site

@@ -24,6 +24,7 @@ class Settings(BaseModel):
     home: Path
     """LOOP_HOME: worktrees, runs, notes, the embedded server's database."""
     task_queue: str = "loop"
+    """The task queue workers serve and tasks are started on."""
     webhook_url: str | None = None
     """Escalations are POSTed here as JSON (Slack-compatible ``text`` included)."""
     max_activities: int = 20
@@ -41,7 +42,8 @@ class Settings(BaseModel):
     endpoint_wait: float = 60.0
     """Seconds explore waits for a model endpoint that does not answer (at most 60)."""
     answer_key_file: Path | None = None
-    """LOOP_ANSWER_KEY_FILE: the key answers are signed with (``loop.hardened.answers``)."""
+    """LOOP_ANSWER_KEY_FILE: the key answers are signed with (``loop.hardened.answers``);
+    unset, ``LOOP_HOME/answer.key`` if it exists (``loop dev`` and ``loop demo`` make it)."""
 
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:

@@ -1,7 +1,7 @@
 """``loop doctor``: what this host can confine, what each level guarantees, and why.
 
 Prints the strongest sandbox level the host supports (``strict``, ``basic`` or
-``off``; README, "Sandbox") with the guarantees a task gets at that level, and
+``off``; docs/concepts/trust-boundary.md) with the guarantees a task gets at that level, and
 the facts it rests on: bubblewrap and its version (and whether a trial sandbox
 starts), the worker's uid, whether a task uid gets network and mount namespaces
 of its own, setpriv, user namespaces, the seccomp filter and cgroups. A task
@@ -34,8 +34,8 @@ def print_doctor() -> None:
 
 
 def print_protected() -> None:
-    """The ports no sandbox may reach here, whatever a task lists (README, "The egress
-    proxy"): every port of the Temporal server's process, Loopwork's own servers."""
+    """The ports no sandbox may reach here, whatever a task lists (docs/security.md, "The
+    egress proxy"): every port of the Temporal server's process, Loopwork's own servers."""
     from activities.host.sandbox.egress import local_addresses
     from activities.host.sandbox.services import Protected
     from loop.cli import console

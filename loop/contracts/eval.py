@@ -16,8 +16,11 @@ class Harness(_TaskFileModel):
     """What an eval compares: model, prompt additions, agent and budgets; never the checks."""
 
     name: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the harness in the comparison and in its cases' task ids."""
     agent: AgentSpec
+    """The agent its cases run, as in a task file."""
     budget: Budget = Field(default_factory=Budget)
+    """The budget of each case's task."""
     instructions: str = ""
     """Prompt additions, shown to the agent after the goal."""
 
@@ -38,13 +41,17 @@ class EvalCase(_TaskFileModel):
     """A repository at a commit, a goal and fixed gates."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the case in the comparison and in its task ids."""
     goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
+    """What must be true when done, as in a task file."""
     repo: str | None = None
     """A git repository (relative to the suite file); with ``commit``."""
     commit: str | None = None
+    """The commit the case starts from (with ``repo``)."""
     source: str | None = None
     """A plain folder snapshotted into a repository with a deterministic commit."""
     verify: list[Gate] = Field(min_length=1)
+    """The case's gates, fixed: no harness can change them."""
 
     @model_validator(mode="after")
     def _one_origin(self) -> EvalCase:
@@ -57,8 +64,11 @@ class EvalCase(_TaskFileModel):
 
 class Suite(_TaskFileModel):
     name: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the suite in the results and under ``LOOP_HOME/eval/``."""
     cases: list[EvalCase] = Field(min_length=1)
+    """The regression set."""
     max_parallel: int = Field(default=4, ge=1, le=64)
+    """Cases that run at once."""
     approval_timeout: int = Field(default=1, ge=1)
     """How long an escalated case waits before it counts as not accepted."""
 

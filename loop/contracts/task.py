@@ -57,6 +57,7 @@ class AgentSpec(_TaskFileModel):
     base_url: str | None = None
     """OpenAI-compatible endpoint (openai backend); default OPENAI_BASE_URL, else OpenAI."""
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
+    """What the model loop's tools may do (openai backend)."""
     max_tokens_per_call: int = Field(default=4_096, ge=16, le=1_000_000)
     """Upper bound of one model call's output tokens (lowered to what the budget has left)."""
     usage: UsageSource = "auto"
@@ -85,11 +86,15 @@ class Budget(_TaskFileModel):
     """Limits enforced by workflow code, never by the prompt."""
 
     max_attempts: int = Field(default=3, ge=1, le=1_000)
+    """Attempts before the task escalates to a person (NEEDS_HUMAN)."""
     max_seconds: int | None = Field(default=None, ge=1)
     """Wall clock for the task, excluding time spent waiting on a person."""
     max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens across attempts (None: no limit); the agent must report usage."""
     max_cost_usd: float | None = Field(default=None, gt=0)
+    """Dollars across attempts (None: no limit), priced from reported usage."""
     max_tool_calls: int | None = Field(default=None, ge=1)
+    """Tool calls of the model loop across attempts (None: no limit; openai backend)."""
     max_stalled_attempts: int = Field(default=2, ge=1, le=1_000)
     """Consecutive attempts with the same failure fingerprint before escalating."""
 
@@ -106,6 +111,7 @@ class SandboxLimits(_TaskFileModel):
     file_size_mb: int = Field(default=1_024, ge=1, le=1_048_576)
     """Largest file a process may write."""
     open_files: int = Field(default=4_096, ge=16, le=1_048_576)
+    """Open files per process."""
     tmp_mb: int = Field(default=1_024, ge=1, le=1_048_576)
     """Size of the private /tmp."""
     disk_mb: int = Field(default=1_024, ge=1, le=1_048_576)
@@ -149,7 +155,7 @@ def _allow_entry(entry: str) -> str:
 
 
 class SandboxPolicy(_TaskFileModel):
-    """How agents, the ``run`` tool and ``run`` gates are confined (README, "Sandbox")."""
+    """How agents, the ``run`` tool and ``run`` gates are confined."""
 
     mode: Literal["strict", "basic", "off"] = "basic"
     """``strict``: bubblewrap, read-only host; ``basic``: the task's own uid, network and
@@ -168,7 +174,9 @@ class SandboxPolicy(_TaskFileModel):
     readonly: list[str] = Field(default_factory=list)
     """Host paths made visible read-only (toolchains under a home folder)."""
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """Resource limits of everything the sandbox runs."""
     allow_unsafe_off: bool = False
+    """Consent to ``mode: off`` with an autonomy other than ``report``."""
     allow_unsafe_host_network: bool = False
     """``network: host`` shares the worker's network: its loopback services (the Temporal
     frontend, UI, codec server, metrics) become reachable from the sandbox."""
@@ -228,14 +236,23 @@ class TaskSpec(_TaskFileModel):
     git URL (each host keeps a mirror of it)."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
+    """Names the task; its workflow id is ``task-<id>``, its branch ``loop/<id>``."""
     goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
+    """What must be true when done, for the agent and for reviewers."""
     repo: str = Field(min_length=1)
+    """A git repository (a path, relative to the task file's folder) or a git URL
+    (``file://``, ``ssh://``, ``https://``, ``git@host:path``)."""
     base: str | None = None
     """Branch or commit to start from; the CLI fills in the repo's current branch."""
     agent: AgentSpec
+    """Who does the work: an external agent CLI, or a model Loopwork drives."""
     verify: list[Gate] = Field(min_length=1)
+    """The gates, in order; all must pass, and the agent cannot change them."""
     budget: Budget = Field(default_factory=Budget)
+    """Limits the workflow enforces."""
     autonomy: Autonomy = Autonomy.REPORT
+    """What a verified result may do: ``report`` (stays in the worktree), ``assisted``
+    (a commit on ``loop/<id>``, waiting for approval) or ``unattended`` (merged)."""
     approval_timeout: int = Field(default=86_400, ge=1)
     """Seconds a task waiting on a person waits for a signal."""
     instructions: str = Field(default="", max_length=MAX_GOAL_CHARS)
@@ -243,6 +260,7 @@ class TaskSpec(_TaskFileModel):
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     """How the agent, the ``run`` tool and ``run`` gates are confined."""
     finalize: Finalize = Field(default_factory=Finalize)
+    """Hand the verified change over as a pull request instead of merging."""
 
     @model_validator(mode="after")
     def _off_needs_consent(self) -> TaskSpec:

@@ -50,6 +50,7 @@ class _SourceBase(_TaskFileModel):
     autonomy: Autonomy = Autonomy.REPORT
     """The autonomy its items get, and the most any item of it may have."""
     labels: LabelFilter = Field(default_factory=LabelFilter)
+    """Which labels an item needs, and which rule it out."""
     template: dict[str, object] = Field(default_factory=dict)
     """Task-file fields of its items, over the file's ``template``; repo and agent at least.
     Once loaded: complete, with an absolute repo and a concrete base."""
@@ -85,6 +86,7 @@ class CiSource(_SourceBase):
     run: str = Field(min_length=1)
     """Shell command, run in a temporary worktree of the template's base."""
     timeout: int = Field(default=600, ge=1, le=86_400)
+    """Seconds the command may take; one that times out counts as failing."""
 
     @field_validator("run")
     @classmethod
@@ -102,6 +104,7 @@ class TodoSource(_SourceBase):
     """Python regular expression searched in the marker's text (from the marker to the end
     of its line), e.g. ``TODO\\(loop\\)``."""
     markers: list[str] = Field(default_factory=lambda: ["TODO", "FIXME"], min_length=1)
+    """The words that start a marker."""
     paths: list[str] = Field(default_factory=list)
     """Globs (``**`` allowed) of the files to scan; empty: every tracked text file."""
 
@@ -148,7 +151,9 @@ class TriageSources(_TaskFileModel):
     template: dict[str, object] = Field(default_factory=dict)
     """Task-file fields shared by every source (each source's template goes over it)."""
     policy: TriagePolicy = Field(default_factory=TriagePolicy)
+    """What is worth starting, across sources."""
     sources: list[Source] = Field(min_length=1)
+    """Where work is found; each has a ``kind`` and a unique ``name``."""
 
     @field_validator("template")
     @classmethod

@@ -61,7 +61,7 @@ def describe(e: ValidationError) -> str:
     loc = ".".join(str(p) for p in _without_kind_tags(err["loc"])) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
-        msg = "unknown key (check the spelling; see the task file reference in README.md)"
+        msg = "unknown key (check the spelling; see docs/reference/task-file.md)"
     elif kind == "missing":
         msg = "required field is missing"
     else:

@@ -317,7 +317,7 @@ async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
 async def test_an_agent_that_is_not_installed_blocks_before_any_attempt(
     client: Client, settings: Settings, demo_repo: Path
 ) -> None:
-    """As the README's sh -c form: `sh` runs, the agent it names is nowhere."""
+    """As the agent guides' sh -c form: `sh` runs, the agent it names is nowhere."""
     spec = TaskSpec.model_validate(
         {**yaml.safe_load((EXAMPLES / "claude-code.yaml").read_text()),
          "repo": str(demo_repo), "budget": {"max_attempts": 3},

@@ -1,7 +1,9 @@
-"""The README's shell blocks marked ``<!-- tested: tests/e2e/test_readme.py … -->`` run as
-written, line by line, against a private server, worker and LOOP_HOME, in a copy of
-``examples/``; and the sample output the README shows for the triage dry run is what
-the command prints. So the README cannot drift from the code unnoticed.
+"""The shell blocks of the README and the documentation pages marked
+``<!-- tested: tests/e2e/test_readme.py … -->`` run as written, line by line, against a
+private server, worker and LOOP_HOME, in a copy of ``examples/``; and the sample output
+the triage guide shows for its dry run is what the command prints. So the pages cannot
+drift from the code unnoticed. A marked block follows its page: moving one to another
+page keeps it tested.
 
 The other blocks need what a test here cannot give (an API key and a real agent CLI's
 provider, Docker, a second terminal); the commands they show are covered by the
@@ -27,24 +29,27 @@ from worker import build_worker
 
 pytestmark = pytest.mark.timeout(300)
 MARK = "<!-- tested: tests/e2e/test_readme.py"
-README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+TRIAGE_GUIDE = ROOT / "docs" / "guides" / "triage.md"
 
 
-def marked_blocks() -> list[tuple[int, list[str]]]:
-    """(line number, commands) of every marked ``sh`` block; comments dropped."""
+def marked_blocks() -> list[tuple[str, list[str]]]:
+    """(page:line, commands) of every marked ``sh`` block of every page; comments dropped."""
     found = []
-    lines = README.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith(MARK) and lines[i + 1] == "```sh":
-            end = lines.index("```", i + 2)
-            commands = [re.sub(r"\s+#\s.*$", "", c).strip() for c in lines[i + 2 : end]]
-            found.append((i + 2, [c for c in commands if c]))
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(MARK) and lines[i + 1] == "```sh":
+                end = lines.index("```", i + 2)
+                commands = [re.sub(r"\s+#\s.*$", "", c).strip() for c in lines[i + 2 : end]]
+                where = f"{page.relative_to(ROOT)}:{i + 2}"
+                found.append((where, [c for c in commands if c]))
     return found
 
 
-def sample_after(first_command: str) -> list[str]:
-    """The output block the README shows after the block that starts with a command."""
-    lines = README.splitlines()
+def sample_after(page: Path, first_command: str) -> list[str]:
+    """The output block ``page`` shows after the block that starts with a command."""
+    lines = page.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(first_command))
     opened = lines.index("```", lines.index("```", start) + 1)
     closed = lines.index("```", opened + 1)
@@ -80,7 +85,7 @@ async def run_blocks(client: Client, settings: Settings, tmp_path: Path) -> None
     }
     outputs: dict[str, str] = {}
     async with build_worker(client, settings):
-        for line, commands in marked_blocks():
+        for where, commands in marked_blocks():
             for command in commands:
                 proc = await asyncio.create_subprocess_exec(
                     "bash", "-c", command, cwd=tmp_path, env=env,
@@ -88,10 +93,10 @@ async def run_blocks(client: Client, settings: Settings, tmp_path: Path) -> None
                 )  # fmt: skip
                 out, _ = await asyncio.wait_for(proc.communicate(), 180)
                 text = out.decode(errors="replace")
-                assert proc.returncode == 0, f"README line {line}: `{command}` failed:\n{text}"
+                assert proc.returncode == 0, f"{where}: `{command}` failed:\n{text}"
                 outputs[command] = text
 
-    shown = sample_after("sh examples/triage/make-repo.sh")
+    shown = sample_after(TRIAGE_GUIDE, "sh examples/triage/make-repo.sh")
     printed = outputs["loop triage examples/triage/sources.yaml --dry-run"].splitlines()
     assert rows(shown) == rows(printed)
     summary = [ln for ln in printed if ln.startswith("dry run:")]

@@ -5,7 +5,7 @@ answer signed with the worker's key is taken: an unsigned approve, one with a na
 its sender chose, one signed for another task, a replayed one and a stale one are
 each ignored with an event saying why, and the task keeps waiting. The CLI's own
 answer, signed, is taken and credited to the local user; so is the payload `loop
-sign` prints, sent through the Temporal CLI as the README shows.
+sign` prints, sent through the Temporal CLI as docs/guides/answering.md shows.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ async def test_only_signed_answers_are_taken(
         st = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
         assert st.state == TaskState.AWAITING_APPROVAL  # none of them approved it
 
-        # `loop sign` and the Temporal CLI, as the README shows them.
+        # `loop sign` and the Temporal CLI, as docs/guides/answering.md shows them.
         printed = await cli("sign", "approve", task_id, "--note", "shipped")
         assert printed.code == 0, printed.err
         proc = await asyncio.create_subprocess_exec(

@@ -1,4 +1,5 @@
-"""The README's `temporal workflow ...` commands, run with the real binary against a real server."""
+"""The `temporal workflow ...` commands of docs/guides/answering.md, run with the real
+binary against a real server."""
 
 from __future__ import annotations
 

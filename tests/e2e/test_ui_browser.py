@@ -3,8 +3,8 @@ subprocess, and headless Chromium (Debian's ``chromium``) driven by Playwright.
 
 Where no browser is installed the browser tests skip with the reason, unless
 ``LOOP_BROWSER_REQUIRED=1`` (``.ci/run`` sets it): then they fail. Screenshots of the
-tasks page and a task page are saved in the test's temporary folder; the README says
-how to make them.
+tasks page and a task page are saved in the test's temporary folder; docs/guides/review-page.md
+says how to make them.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def test_agent_command_not_findable(tmp_path: Path, repo: Path) -> None:
 
 
 def test_agent_command_checks_each_program_of_a_shell_line(tmp_path: Path, repo: Path) -> None:
-    """The README's `sh -c "claude …"` form: `sh` exists, the agent it runs may not."""
+    """The agent guides' `sh -c "claude …"` form: `sh` exists, the agent it runs may not."""
     line = 'cd . && no-such-agent-cli-4712 -p "$(cat "$LOOP_PROMPT_FILE")" > /dev/null'
     data = spec_dict(repo, agent={"command": ["sh", "-c", line]})
     msg = load_error(write(tmp_path, data))

@@ -3,8 +3,8 @@
 
 ``run_sandboxed(SandboxRun(...))`` is the only way such a command starts. The
 levels (``strict``, ``basic``, ``off``), what each guarantees and what it does not,
-are the README's "Sandbox" section and docs/architecture.md ("The trust
-boundary"); ``probe`` finds which ones this host can give. The modules, one concern
+are docs/concepts/trust-boundary.md ("The levels") and docs/architecture.md ("The
+trust boundary"); ``probe`` finds which ones this host can give. The modules, one concern
 each: ``paths`` (what a command needs to see), ``mounts`` (the view), ``launch``
 and ``launcher`` (the first process of a run and how the worker talks to it),
 ``egress*`` (the proxy), ``uids`` (leases), ``cgroups``, ``seccomp``,

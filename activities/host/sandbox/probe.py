@@ -132,7 +132,7 @@ GUARANTEES: dict[str, list[str]] = {
         "(minus LOOP_*); only for trusted agents (autonomy: report, or allow_unsafe_off)",
     ],
 }
-"""What each level promises on a host that supports it (README, "Sandbox")."""
+"""What each level promises on a host that supports it (docs/concepts/trust-boundary.md)."""
 
 
 def _trial(mode: Level, bwrap: str, setpriv: str) -> str:

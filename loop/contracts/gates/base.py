@@ -43,6 +43,7 @@ class GateSpec(_TaskFileModel):
     """False for a kind that another step judges (``llm_review``: the review step)."""
 
     name: str = Field(pattern=GATE_NAME_PATTERN)
+    """Names the gate in verdicts, feedback and the trace; unique within a task."""
 
     @property
     def kind(self) -> str:

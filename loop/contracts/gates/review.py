@@ -14,6 +14,7 @@ class LlmReview(_TaskFileModel):
     """A checker in a fresh context: goal, rubric, diff and the other gates' evidence."""
 
     rubric: str = Field(min_length=1)
+    """The fixed checklist the reviewer judges the attempt by; it must cite evidence."""
     model: str | None = None
     """Default: the agent's model."""
     base_url: str | None = None
@@ -29,3 +30,5 @@ class LlmReviewGate(GateSpec):
     CHECKED_IN_VERIFY: ClassVar[bool] = False
 
     llm_review: LlmReview
+    """A reviewer model in a fresh context; an answer that does not validate makes the
+    gate uncertain, and the task asks a person."""

@@ -11,6 +11,8 @@ from loop.contracts.gates.base import GateSpec
 
 
 class DiffScope(_TaskFileModel):
+    """The files an attempt's commit may change, and the ones it must leave alone."""
+
     allow: list[str] = Field(default_factory=lambda: ["**"])
     """Globs (gitignore style) the agent may change; others are a recoverable failure."""
     protect: list[str] = Field(default_factory=list)
@@ -30,3 +32,5 @@ class DiffScopeGate(GateSpec):
     }
 
     diff_scope: DiffScope
+    """Which files the attempt may change (its commit against base), and which it must
+    not touch."""
