@@ -24,6 +24,7 @@ from activities import gates
 from activities.host import artifact
 from activities.host.worktree import changed_files
 from loop.contracts import (
+    REFUSALS,
     VERIFY,
     Evidence,
     Gate,
@@ -108,6 +109,7 @@ def _refused(inp: VerifyInput, changed: list[str]) -> GateResult | None:
 
 
 def _failed(name: str, requirement: str, detail: str) -> GateResult:
+    assert name in REFUSALS, name
     return GateResult(
         name=name,
         kind=name,

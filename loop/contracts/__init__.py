@@ -30,6 +30,7 @@ from loop.contracts.eval import (
 )
 from loop.contracts.evidence import (
     FAILURES,
+    REFUSALS,
     CaseResult,
     Evidence,
     FailedRequirement,
@@ -271,6 +272,7 @@ __all__ = [
     "QUERY_LEDGER",
     "QUERY_STATUS",
     "QUERY_TRACE",
+    "REFUSALS",
     "REMOVE_WORKSPACE",
     "REPORT_USAGE",
     "RESERVED_ENV_PREFIXES",

@@ -115,6 +115,11 @@ class GateResult(_Record):
     """The checker could not decide (an LLM review that did not validate): escalate."""
 
 
+REFUSALS = ("disk", "commit", "attributes")
+"""Kinds of the results that end a verdict before any gate runs (``activities/verify.py``):
+an attempt past its disk limit, one git cannot store, one that changes git attributes."""
+
+
 class Verdict(_Record):
     passed: bool
     gates: list[GateResult] = Field(default_factory=list)

@@ -14,7 +14,16 @@ from typing import get_args
 import pytest
 
 from activities.gates import EVALUATORS
-from loop.contracts import GATE_KINDS, GateKind, GateResult, LlmReviewGate, TaskSpec, gate
+from loop.contracts import (
+    GATE_KINDS,
+    REFUSALS,
+    Evidence,
+    GateKind,
+    GateResult,
+    LlmReviewGate,
+    TaskSpec,
+    gate,
+)
 from loop.contracts.gates import KINDS
 from loop.rules.gates import RULES, describe_gate, required_correction
 from tests.support.repos import ROOT
@@ -104,3 +113,21 @@ def test_a_gate_of_no_kind_or_two_or_with_anothers_fields_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=words):
         gate(data)
+
+
+@pytest.mark.parametrize("kind", REFUSALS)
+def test_a_verdict_refused_before_any_gate_is_corrected_in_its_own_words(kind: str) -> None:
+    """The results that end a verdict before the gates (an attempt past its disk limit,
+    one git cannot store) have kinds of their own: the next attempt's feedback names the
+    requirement and what broke it, and building it must not fail the workflow task."""
+    g = GateResult(
+        name=kind, kind=kind, passed=False, requirement="stay within 5 MB",
+        evidence=Evidence(detail="the worktree grew by 9 MB"),
+    )  # fmt: skip
+    assert required_correction(g) == "stay within 5 MB: the worktree grew by 9 MB"
+    assert kind not in GATE_KINDS
+
+
+def test_a_result_of_a_kind_this_worker_does_not_know_still_gets_feedback() -> None:
+    g = GateResult(name="future", kind="future", passed=False, evidence=Evidence(detail="x"))
+    assert required_correction(g) == "x"

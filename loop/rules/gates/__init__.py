@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loop.contracts import Gate, GateResult
+from loop.contracts import REFUSALS, Gate, GateResult
 from loop.rules.gates import contains, kept, regression, review, run, scope
 
 
@@ -36,4 +36,10 @@ def describe_gate(g: Gate) -> str:
 
 def required_correction(g: GateResult) -> str:
     """What the agent must change, per gate kind, in words it can act on."""
-    return RULES[g.kind].correction(g)
+    rules = RULES.get(g.kind)
+    if rules is not None:
+        return rules.correction(g)
+    if g.kind in REFUSALS:
+        return f"{g.requirement}: {g.evidence.detail}" if g.evidence.detail else g.requirement
+    # A kind this worker does not know (recorded by another version): its own words.
+    return g.evidence.detail or g.requirement or f"pass the {g.name} check"
