@@ -204,6 +204,7 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await asyncio.to_thread(sandbox.check_credentials)  # before anything starts
     server = await ensure_running(settings, address) if dev else None
     try:
         client = await connect(address, runtime=metrics_runtime(settings))

@@ -103,8 +103,10 @@ async def run_demo(
     settings: Settings, address: str | None, out: Console, *, keep: bool = False
 ) -> int:
     import worker as worker_module  # the composition root; imported only when needed
+    from activities.host.sandbox import check_credentials
 
     started_at = time.monotonic()
+    check_credentials()  # its worker's sandboxes must keep them out, as any worker's
     if settings.answer_key_file is None and answers.create_key(settings.home / answers.KEY_NAME):
         out.print(f"answer key made: {settings.home / answers.KEY_NAME}", markup=False)
     sandbox, why = demo_sandbox()

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
 from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.host.sandbox.credentials import secret_files
 from activities.host.sandbox.mounts import View, plan_view
 from activities.host.sandbox.paths import (
     DEFAULT_PATH,
@@ -57,14 +58,6 @@ Kind = Literal["agent", "tool", "gate"]
 
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
-SECRET_FILE_VARS = (
-    "LOOP_CODEC_KEY_FILE",
-    "LOOP_ANSWER_KEY_FILE",
-    "TEMPORAL_CONFIG_FILE",
-    "TEMPORAL_TLS_CLIENT_KEY_PATH",
-    "TEMPORAL_TLS_CLIENT_CERT_PATH",
-)
-"""Variables of the worker that name files with its secrets: covered in every sandbox."""
 SCRATCH = "/tmp"
 """TMPDIR of every run: a private tmpfs, fresh per run."""
 FRESH_HOME = "/tmp/home"
@@ -166,14 +159,6 @@ def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> d
     env["PATH"] = sandbox_path(env["PATH"], dict(os.environ))
     env.update(extra)
     return env
-
-
-def secret_files() -> list[str]:
-    """Files that hold the worker's credentials: its Temporal client config, TLS key and
-    certificate, the payload codec key."""
-    found = [os.environ[v] for v in SECRET_FILE_VARS if os.environ.get(v)]
-    found.append(os.path.expanduser("~/.config/temporalio/temporal.toml"))
-    return [os.path.realpath(p) for p in found]
 
 
 def _rlimits(policy: SandboxPolicy, memory_cgroup: bool) -> dict[str, int]:
