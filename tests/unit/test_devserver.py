@@ -142,7 +142,7 @@ def test_connect_config_follows_temporal_env(
     for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
-    assert connect_config()["target_host"] == "localhost:7233"
+    assert connect_config()["target_host"] == "127.0.0.1:7233"
     assert connect_config()["namespace"] == "default"
     monkeypatch.setenv("TEMPORAL_ADDRESS", "example:7000")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "loops")
