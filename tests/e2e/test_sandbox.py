@@ -348,6 +348,22 @@ async def test_a_key_file_anywhere_stays_out_and_the_run_starts(
 
 
 @pytest.mark.parametrize("mode", LEVELS)
+async def test_a_key_given_a_second_name_after_the_worker_started_stops_the_run(
+    tree: Tree, mode: str, key_folders: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hard link to the codec key made while the worker runs would show the key through
+    a name no cover knows: the run does not start, and says why and what to do."""
+    folder = key_folders("etc")
+    key = folder / "codec.key"
+    key.write_text("SECRET-linked")
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
+    os.link(key, folder / "second-name")
+    with pytest.raises(Exception, match="cannot keep the worker's credentials out: ") as info:
+        await tree.run("cat /etc/hostname", SandboxPolicy(mode=mode))
+    assert "has 2 names (hard links)" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", LEVELS)
 async def test_no_secret_on_a_command_line(
     tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

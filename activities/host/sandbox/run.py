@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
 from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.credentials import secret_files
 from activities.host.sandbox.mounts import View, plan_view
 from activities.host.sandbox.paths import (
@@ -208,6 +209,10 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
     missing = host.unavailable(policy.mode)
     if missing:
         raise permanent(missing)
+    # Checked at worker start too; a key given a second name since then is caught here.
+    leak = await asyncio.to_thread(credential_refusal)
+    if leak:
+        raise permanent(f"the sandbox cannot keep the worker's credentials out: {leak}")
     uid = gid = await asyncio.to_thread(uids.lease, run.home, run.task_id)
     tree = os.path.realpath(run.tree)
     writes_tree = run.kind != "gate"
