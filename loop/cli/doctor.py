@@ -42,9 +42,11 @@ def print_credentials() -> None:
     from activities.host.sandbox import credential_files, credential_refusal
 
     print("credential files no sandbox shows (covered, or absent where the view is fresh):")
-    for what, path in credential_files():
-        if os.path.lexists(path):
-            print(f"  {what}: {path}")
+    found = [(what, path) for what, path in credential_files() if os.path.lexists(path)]
+    for what, path in found:
+        print(f"  {what}: {path}")
+    if not found:
+        print("  none here (LOOP_CODEC_KEY_FILE, LOOP_ANSWER_KEY_FILE, TEMPORAL_* TLS files)")
     refused = credential_refusal()
     if refused:
         print(f"  the worker refuses to start: {refused}")
