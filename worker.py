@@ -191,7 +191,13 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
     )
 
 
-async def serve(settings: Settings, *, address: str | None = None, dev: bool = False) -> None:
+async def serve(
+    settings: Settings,
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+    dev: bool = False,
+) -> None:
     """Serve the task queue until SIGINT/SIGTERM, then drain in-flight activities."""
     log = structlog.get_logger("loop.worker")
     # Every sandbox's connections through the egress proxy cost the worker descriptors:
@@ -204,9 +210,10 @@ async def serve(settings: Settings, *, address: str | None = None, dev: bool = F
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    server = await ensure_running(settings, address) if dev else None
+    await asyncio.to_thread(sandbox.check_credentials)  # before anything starts
+    server = await ensure_running(settings, address, namespace) if dev else None
     try:
-        client = await connect(address, runtime=metrics_runtime(settings))
+        client = await connect(address, namespace, runtime=metrics_runtime(settings))
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes", names=added)

@@ -5,7 +5,8 @@ the ``temporal`` CLI reads them: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``,
 ``TEMPORAL_PROFILE`` and the profiles in the config file
 (``TEMPORAL_CONFIG_FILE``, default ``~/.config/temporalio/temporal.toml``).
 Explicit arguments (``--address``, ``--namespace``) override them; with nothing
-configured the client goes to ``localhost:7233``, namespace ``default``.
+configured the client goes to ``127.0.0.1:7233`` (where ``loop dev`` listens),
+namespace ``default``.
 
 Every client uses the pydantic data converter, so the contracts in
 ``loop.contracts`` travel as they are. Connecting fails fast with
@@ -39,7 +40,7 @@ from loop.errors import ServerUnavailable
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
 
 CONNECT_TIMEOUT_S = 5.0
@@ -161,11 +162,13 @@ async def ensure_search_attributes(client: Client) -> list[str]:
 
 
 def ui_url(client: Client, workflow_id: str | None = None) -> str:
-    """The Temporal UI for this connection: ``LOOP_UI_URL``, else the frontend's port + 1000."""
+    """The Temporal UI for this connection: ``LOOP_UI_URL``, else the frontend's port + 1000
+    on its host (``127.0.0.1`` for a local one: what ``loop dev`` binds, where ``localhost``
+    may resolve to ``::1`` first)."""
     base = os.environ.get("LOOP_UI_URL")
     if not base:
         host, _, port = client.service_client.config.target_host.rpartition(":")
-        host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "") else host
+        host = "127.0.0.1" if host in ("localhost", "0.0.0.0", "") else host
         base = f"http://{host}:{int(port or 7233) + 1000}"
     url = f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows"
     return f"{url}/{workflow_id}" if workflow_id else url

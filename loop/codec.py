@@ -42,7 +42,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from loop.errors import BadInput
+from loop.errors import BadInput, Sealed
 
 ENCODING = b"binary/encrypted"
 KEY_ENV = "LOOP_CODEC_KEY_FILE"
@@ -97,7 +97,7 @@ class EncryptionCodec(PayloadCodec):
         if p.metadata.get("encoding") != ENCODING:
             return p  # written before encryption was switched on
         if p.metadata.get("encryption-key-id") != self.key_id:
-            raise BadInput(
+            raise Sealed(
                 f"the payloads were encrypted with another key: set {KEY_ENV} to the key "
                 "file the worker uses"
             )
@@ -116,7 +116,7 @@ class NoKeyCodec(PayloadCodec):
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         if any(p.metadata.get("encoding") == ENCODING for p in payloads):
-            raise BadInput(
+            raise Sealed(
                 f"the payloads are encrypted: set {KEY_ENV} to the key file the worker uses"
             )
         return list(payloads)

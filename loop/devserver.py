@@ -109,8 +109,10 @@ def server_args(
     ip: str = DEFAULT_IP,
     headless: bool = False,
     ui_codec_endpoint: str | None = None,
+    namespace: str = NAMESPACE,
 ) -> list[str]:
-    """Arguments after the binary: ``server start-dev`` with Loopwork's settings."""
+    """Arguments after the binary: ``server start-dev`` with Loopwork's settings (the
+    ``default`` namespace, and ``namespace`` when the clients use another)."""
     args = [
         "server",
         "start-dev",
@@ -127,6 +129,7 @@ def server_args(
         str(port + HTTP_PORT_OFFSET),
         "--namespace",
         NAMESPACE,
+        *(["--namespace", namespace] if namespace != NAMESPACE else []),
         "--log-level",
         "warn",
     ]
@@ -202,6 +205,7 @@ class DevServer:
         log_file: Path | None = None,
         ip: str = DEFAULT_IP,
         ui_codec_endpoint: str | None = None,
+        namespace: str = NAMESPACE,
     ) -> DevServer:
         """Start the server in its own session; call :meth:`wait_ready` before using it."""
         binary = temporal_binary()
@@ -219,6 +223,7 @@ class DevServer:
                 ip=ip,
                 headless=headless,
                 ui_codec_endpoint=ui_codec_endpoint,
+                namespace=namespace,
             )
             return cls._launch(binary, args, home, ip, port, ui, log_file, lock)
         finally:
@@ -387,7 +392,25 @@ def _split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def ensure_running(settings: Settings, address: str | None = None) -> DevServer | None:
+def local_port(address: str | None = None) -> int:
+    """The port a dev server on this machine takes so that clients configured with
+    ``address`` (else ``TEMPORAL_ADDRESS``, the profile, the default) reach it; a
+    ``DevServerError`` when that address is not this machine's loopback."""
+    from loop.client import connect_config
+
+    target = address or connect_config()["target_host"]
+    host, port = _split_address(target)
+    if host not in _LOCAL_HOSTS:
+        raise DevServerError(
+            f"the Temporal address is {target}: a dev server can only be started on this "
+            "machine (127.0.0.1)"
+        )
+    return port
+
+
+async def ensure_running(
+    settings: Settings, address: str | None = None, namespace: str | None = None
+) -> DevServer | None:
     """For ``worker --dev`` and ``loop demo``: a server at ``address``, started if needed.
 
     Returns None when one already answers (not ours to stop); otherwise starts
@@ -396,9 +419,10 @@ async def ensure_running(settings: Settings, address: str | None = None) -> DevS
     """
     from loop.client import connect, connect_config
 
-    address = address or connect_config()["target_host"]
+    config = connect_config(address, namespace)
+    address, namespace = config["target_host"], config["namespace"]
     try:
-        await connect(address)
+        await connect(address, namespace)
         return None
     except ServerUnavailable:
         pass
@@ -408,7 +432,7 @@ async def ensure_running(settings: Settings, address: str | None = None) -> DevS
             f"no Temporal server at {address}, and a dev server can only be started "
             "on this machine (127.0.0.1)"
         )
-    server = DevServer.start(home=settings.home, port=port, ip=DEFAULT_IP)
+    server = DevServer.start(home=settings.home, port=port, ip=DEFAULT_IP, namespace=namespace)
     try:
         await server.wait_ready()
     except BaseException:

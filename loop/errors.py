@@ -3,7 +3,8 @@
     LoopError                      base of everything Loopwork raises on purpose
     ├── BadInput                   the user's input is wrong: CLI exits 2, nothing started
     │   ├── TaskFileError          a task file that does not validate (names the field)
-    │   └── UnknownTask            no workflow for that task id
+    │   ├── UnknownTask            no workflow for that task id
+    │   └── Sealed                 payloads encrypted, and no key here (or another one)
     ├── ServerUnavailable          no Temporal server answers at the address
     └── DevServerError             the embedded server cannot start (busy port, no binary)
 
@@ -33,6 +34,11 @@ class TaskFileError(BadInput):
 
 class UnknownTask(BadInput):
     pass
+
+
+class Sealed(BadInput):
+    """Encrypted payloads that this process cannot open: it has no codec key, or another
+    one; the message names LOOP_CODEC_KEY_FILE."""
 
 
 class ServerUnavailable(LoopError):

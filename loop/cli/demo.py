@@ -95,12 +95,35 @@ def make_repo(home: Path, sandbox: dict[str, object]) -> Path:
     return task_file
 
 
+def review_page(home: Path, task_id: str) -> str:
+    """Where the review page shows the task: at the address a running ``loop ui`` of this
+    LOOP_HOME bound (it registers it), else how to start one."""
+    from loop.services import registered
+    from loop.ui.config import Bind
+
+    pages = sorted(s.address for s in registered(home) if s.kind == "ui")
+    if pages:
+        host, _, port = pages[0].rpartition(":")
+        return f"Review page: {Bind(host, int(port)).url()}tasks/{task_id}"
+    return (
+        "Review page: start `loop ui` (same LOOP_HOME and Temporal address) and open "
+        f"/tasks/{task_id} at the address it prints"
+    )
+
+
 async def run_demo(
-    settings: Settings, address: str | None, out: Console, *, keep: bool = False
+    settings: Settings,
+    address: str | None,
+    out: Console,
+    *,
+    keep: bool = False,
+    namespace: str | None = None,
 ) -> int:
     import worker as worker_module  # the composition root; imported only when needed
+    from activities.host.sandbox import check_credentials
 
     started_at = time.monotonic()
+    check_credentials()  # its worker's sandboxes must keep them out, as any worker's
     if settings.answer_key_file is None and answers.create_key(settings.home / answers.KEY_NAME):
         out.print(f"answer key made: {settings.home / answers.KEY_NAME}", markup=False)
     sandbox, why = demo_sandbox()
@@ -109,11 +132,11 @@ async def run_demo(
     out.print(f"demo repository: {spec.repo} (task file {task_file})", markup=False)
     if why:
         out.print(f"{why}: the demo's scripted agent runs unconfined (sandbox: off)", markup=False)
-    server = await ensure_running(settings, address)
+    server = await ensure_running(settings, address, namespace)
     if server is not None:
         out.print(f"started the embedded Temporal server at {server.address}")
     try:
-        client = await connect(server.address if server else address)
+        client = await connect(server.address if server else address, namespace)
         await ensure_search_attributes(client)
         async with contextlib.AsyncExitStack() as stack:
             if not await has_worker(client, settings.task_queue):
@@ -130,8 +153,8 @@ async def run_demo(
         print_result(out, result)
         out.print(f"\nTemporal UI: {ui_url(client, handle.id)}", markup=False)
         out.print(
-            f"Review page: `loop ui` (same LOOP_HOME), then http://127.0.0.1:8300/tasks/{spec.id} "
-            "shows the attempts, each gate's evidence and the diff, and answers waiting tasks",
+            f"{review_page(settings.home, spec.id)} (the attempts, each gate's evidence, "
+            "the diff; it answers waiting tasks)",
             markup=False,
         )
         out.print(f"demo took {time.monotonic() - started_at:.1f} s")

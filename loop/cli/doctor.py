@@ -31,6 +31,25 @@ def print_doctor() -> None:
     for line in host.lines():
         print(f"  {line}")
     print_protected()
+    print_credentials()
+
+
+def print_credentials() -> None:
+    """The worker's credential files that no sandbox shows (README, "Secrets"), and why
+    the worker would refuse to start when one cannot be kept out."""
+    import os
+
+    from activities.host.sandbox import credential_files, credential_refusal
+
+    print("credential files no sandbox shows (covered, or absent where the view is fresh):")
+    found = [(what, path) for what, path in credential_files() if os.path.lexists(path)]
+    for what, path in found:
+        print(f"  {what}: {path}")
+    if not found:
+        print("  none here (LOOP_CODEC_KEY_FILE, LOOP_ANSWER_KEY_FILE, TEMPORAL_* TLS files)")
+    refused = credential_refusal()
+    if refused:
+        print(f"  the worker refuses to start: {refused}")
 
 
 def print_protected() -> None:

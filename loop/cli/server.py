@@ -20,7 +20,12 @@ from loop.settings import Settings
 
 
 def dev(
-    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="gRPC port (default: the port of --address, TEMPORAL_ADDRESS or profile)"
+        ),
+    ] = None,
     ui_port: Annotated[int | None, typer.Option(help="UI port (default port+1000)")] = None,
     headless: Annotated[bool, typer.Option(help="no Web UI")] = False,
     ui_codec_endpoint: Annotated[
@@ -28,10 +33,23 @@ def dev(
         typer.Option(help="a codec server the Web UI decrypts payloads with (`loop codec-server`)"),
     ] = None,
 ) -> None:
-    """Run the embedded Temporal dev server (SQLite in LOOP_HOME/temporal.db) until Ctrl-C."""
-    from loop.devserver import HTTP_PORT_OFFSET, DevServer
+    """Run the embedded Temporal dev server (SQLite in LOOP_HOME/temporal.db) until Ctrl-C,
+    where every other command connects: on 127.0.0.1 at the port of the connection
+    settings (--address, TEMPORAL_ADDRESS, the profile; 7233 without any)."""
+    from loop.devserver import HTTP_PORT_OFFSET, DevServer, local_port
 
     settings = Settings.from_env()
+    try:
+        configured = local_port(console.connection.address)
+    except LoopError as e:
+        if port is None:
+            console.fail(f"{e}; or give --port")
+        configured = None
+    if port is None:
+        port = configured
+    from loop.client import connect_config
+
+    namespace = str(connect_config(namespace=console.connection.namespace)["namespace"])
     if ui_codec_endpoint and not ui_codec_endpoint.startswith(("http://", "https://")):
         console.fail(
             f"--ui-codec-endpoint {ui_codec_endpoint!r} is not a URL; "
@@ -49,10 +67,15 @@ def dev(
             ui_port=ui_port,
             headless=headless,
             ui_codec_endpoint=ui_codec_endpoint,
+            namespace=namespace,
         )
         try:
             await server.wait_ready()
             console.out.print(f"Temporal dev server at {server.address}, data in {settings.db}")
+            if port != configured:
+                console.out.print(
+                    f"other commands connect elsewhere: set TEMPORAL_ADDRESS={server.address}"
+                )
             http = server.address.rpartition(":")[0] + f":{port + HTTP_PORT_OFFSET}"
             console.out.print(f"its HTTP API at {http} (no sandbox can reach either)")
             if not headless:
@@ -77,7 +100,10 @@ def worker(
     logs.configure()
     console.run(
         lambda: worker_module.serve(
-            Settings.from_env(), address=console.connection.address, dev=dev
+            Settings.from_env(),
+            address=console.connection.address,
+            namespace=console.connection.namespace,
+            dev=dev,
         )
     )
 
@@ -132,9 +158,13 @@ def demo(
     from loop.cli.demo import run_demo
 
     logs.configure("WARNING")
-    address = console.connection.address
+    address, namespace = console.connection.address, console.connection.namespace
     raise typer.Exit(
-        console.run(lambda: run_demo(Settings.from_env(), address, console.out, keep=keep))
+        console.run(
+            lambda: run_demo(
+                Settings.from_env(), address, console.out, keep=keep, namespace=namespace
+            )
+        )
     )
 
 

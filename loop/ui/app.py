@@ -38,7 +38,7 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from loop.errors import BadInput, LoopError, UnknownTask
+from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
 from loop.ui import diff as diffs
 from loop.ui import views
@@ -118,6 +118,10 @@ def create_app(
     def failure(request: Request, e: Exception) -> HTMLResponse:
         if isinstance(e, UnknownTask):
             return render(request, "error.html", 404, title="not found", message=str(e))
+        if isinstance(e, Sealed):
+            task_id = request.path_params.get("task_id")
+            message = f"task {task_id}: {e}" if task_id else str(e)
+            return render(request, "error.html", 200, title="encrypted", message=message)
         if isinstance(e, RPCError):
             message = f"Temporal at {target} did not answer: {e.message or e.status}"
             return render(request, "error.html", 503, title="Temporal", message=message)
@@ -143,6 +147,7 @@ def create_app(
             state=state,
             repo=repo,
             waiting=sum(1 for r in rows if r.waiting),
+            sealed=views.sealed_note(rows),
             polling=True,
         )
 

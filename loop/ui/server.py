@@ -16,7 +16,7 @@ from loop.client import connect
 from loop.errors import BadInput
 from loop.services import register
 from loop.ui.app import create_app
-from loop.ui.config import UiConfig
+from loop.ui.config import Bind, UiConfig
 
 
 def listen(config: UiConfig) -> socket.socket:
@@ -81,12 +81,12 @@ async def serve(
         if config.tokens
         else f"answers as {config.local_user}, loopback only"
     )
-    say(f"Loopwork review page: {config.bind.url(port)}")
+    host = sock.getsockname()[0]
+    say(f"Loopwork review page: {Bind(host, port).url()}")  # what was bound, not what was named
     say(
         f"Temporal {client.service_client.config.target_host}, namespace {client.namespace}, "
         f"task queue {config.task_queue}; {who}; Ctrl-C stops it"
     )
-    host = sock.getsockname()[0]
     try:
         with register(config.home, "ui", f"{host}:{port}"):  # no sandbox may reach it
             await server.serve(sockets=[sock])

@@ -51,7 +51,7 @@ from loop.contracts import (
     is_valid_task_id,
     workflow_id_for,
 )
-from loop.errors import BadInput, LoopError, UnknownTask
+from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
@@ -144,9 +144,13 @@ class Source:
             st_name = sa.get(SA_STATE) or ""
             if not is_open and (not st_name or st_name == "RUNNING") and wf.status:
                 st_name = wf.status.name  # terminated, failed, timed out: no state of its own
-            goal = ""
-            with contextlib.suppress(Exception):  # a memo sealed with another key
+            goal = sealed = ""
+            try:
                 goal = str((await wf.memo()).get("goal", ""))
+            except Sealed as e:  # this page has no key, or another one
+                sealed = str(e)
+            except Exception:  # a memo that is not the task's: its goal is unknown
+                pass
             listing = views.Listing(
                 task_id=wf.id.removeprefix("task-"),
                 state=st_name or "RUNNING",
@@ -156,18 +160,24 @@ class Source:
                 repo=sa.get(SA_REPO) or "",
                 started=wf.start_time,
                 goal=goal,
+                sealed=sealed,
             )
             found.append((listing, wf))
         gate = asyncio.Semaphore(QUERY_PARALLEL)
 
         async def fill(listing: views.Listing, wf: Any) -> None:
+            if listing.sealed:
+                return  # its status and task file are sealed too: only the list's fields
             async with gate:
                 handle = self.client.get_workflow_handle(wf.id, run_id=wf.run_id)
-                if listing.open:
-                    listing.status = await self._status(handle, LIST_QUERY_TIMEOUT_S)
-                else:
-                    spec = await self._spec(handle, wf.run_id)
-                    listing.max_attempts = spec.budget.max_attempts if spec else None
+                try:
+                    if listing.open:
+                        listing.status = await self._status(handle, LIST_QUERY_TIMEOUT_S)
+                    else:
+                        spec = await self._spec(handle, wf.run_id)
+                        listing.max_attempts = spec.budget.max_attempts if spec else None
+                except Sealed as e:  # a plain memo, but the worker now seals its answers
+                    listing.sealed = str(e)
 
         await asyncio.gather(*(fill(x, wf) for x, wf in found))
         listings = [x for x, _ in found]

@@ -52,6 +52,9 @@ class Listing:
     """The ``status`` query of an open task (None when closed or it did not answer)."""
     max_attempts: int | None = None
     """The task file's limit, for a closed task (an open one's is in its status)."""
+    sealed: str = ""
+    """Why its payloads (goal, status, task file) cannot be read here: encrypted, and
+    this page has no key or another one (the codec's message names the variable)."""
 
 
 @dataclass
@@ -69,6 +72,8 @@ class TaskRow:
     waiting: bool
     goal: str
     reason: str = ""
+    sealed: str = ""
+    """Why its goal and status are not shown (``Listing.sealed``)."""
 
 
 def age(seconds: float) -> str:
@@ -110,6 +115,8 @@ def task_rows(listings: list[Listing], now: datetime) -> list[TaskRow]:
         if st and st.waiting_for:
             waits_for = f"a person: {st.waiting_for.replace('/', ' / ')}"
             reason = st.reason
+        elif x.sealed and x.open:  # the search attributes are clear: its state is known
+            waits_for = "a person" if state in WAITING else "the worker"
         elif x.open and st is None:
             waits_for = "a worker (no answer to the status query)"
         elif x.open and state == TaskState.RUNNING:
@@ -127,9 +134,23 @@ def task_rows(listings: list[Listing], now: datetime) -> list[TaskRow]:
                 waiting=x.open and state in WAITING,
                 goal=first_line(x.goal),
                 reason=reason,
+                sealed=x.sealed,
             )
         )
     return sorted(rows, key=_rank)
+
+
+def sealed_note(rows: list[TaskRow]) -> str:
+    """One line over the list when some tasks cannot be read here: how many, and the
+    codec's reason (which names LOOP_CODEC_KEY_FILE)."""
+    reasons = sorted({r.sealed for r in rows if r.sealed})
+    if not reasons:
+        return ""
+    n = sum(1 for r in rows if r.sealed)
+    tasks = "1 task is" if n == 1 else f"{n} tasks are"
+    return f"{tasks} encrypted; their goal and status are not shown: " + "; ".join(
+        reason.removeprefix("the payloads are encrypted: ") for reason in reasons
+    )
 
 
 def first_line(text: str, limit: int = 120) -> str:

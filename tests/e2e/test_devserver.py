@@ -218,7 +218,7 @@ async def test_the_demo_uses_the_server_the_environment_names(tmp_path: Path) ->
     assert code == 0, out
     assert "started the embedded Temporal server" not in out
     assert "DONE_WITH_EVIDENCE" in out
-    link = f"http://localhost:{port + 1000}/namespaces/default/workflows/task-demo-slugify"
+    link = f"http://127.0.0.1:{port + 1000}/namespaces/default/workflows/task-demo-slugify"
     assert f"Temporal UI: {link}" in out
     assert not (tmp_path / "home" / "temporal.db").exists()  # no second server on any file
 
@@ -229,7 +229,7 @@ def test_the_demo_that_started_its_server_says_how_to_see_the_history(tmp_path: 
     code, out = loop_demo(tmp_path / "home", f"127.0.0.1:{port}")
     assert code == 0, out
     assert f"started the embedded Temporal server at 127.0.0.1:{port}" in out
-    assert f"http://localhost:{port + 1000}/namespaces/default/workflows/task-demo-slugify" in out
+    assert f"http://127.0.0.1:{port + 1000}/namespaces/default/workflows/task-demo-slugify" in out
     assert "run `loop dev` (same LOOP_HOME) to open the link above" in out
     assert (tmp_path / "home" / "temporal.db").exists()
 
@@ -286,3 +286,155 @@ def test_worker_dev_starts_its_server_where_the_environment_says(tmp_path: Path)
         worker.wait(timeout=60)
     assert worker.returncode == 0, log.read_text()
     assert not port_busy("127.0.0.1", port)  # the server it started stopped with it
+
+
+# ------------------------------------------------------------------- the connection settings
+
+
+def loop_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "LOOP_"))}
+    env.update(LOOP_HOME=str(home), COLUMNS="200", NO_COLOR="1", **extra)
+    return env
+
+
+def run_loop(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    import subprocess
+
+    done = subprocess.run(
+        [str(LOOP), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.timeout(240)
+def test_every_command_goes_where_the_connection_settings_say(tmp_path: Path) -> None:
+    """TEMPORAL_ADDRESS names a port that is not 7233 and where nothing listens: every
+    command that talks to Temporal says it found nothing there (not at the default), and
+    ``--address`` wins over it; ``loop doctor`` protects that port from sandboxes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import yaml
+
+    from tests.support.agents import FIX_AT_ONCE, write_agent
+    from tests.support.repos import make_demo_repo
+    from tests.support.tasks import task
+    from tests.support.triage import template, write_sources
+
+    port, other = free_ports(2)
+    repo = make_demo_repo(tmp_path / "repo")
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    task_file = tmp_path / "task.yaml"
+    task_file.write_text(yaml.safe_dump(task(repo, agent)))
+    (tmp_path / "issues").mkdir()
+    issues = {"name": "issues", "kind": "issue_files", "path": "issues"}
+    sources = str(write_sources(tmp_path, template(repo, agent), [issues]))
+    suite, harness = ROOT / "examples/eval/suite.yaml", ROOT / "examples/eval/hasty.yaml"
+    commands = [
+        ["start", str(task_file)],
+        ["status"],
+        ["status", "t-x"],
+        ["inbox"],
+        ["approve", "t-x"],
+        ["reject", "t-x", "--reason", "no"],
+        ["feedback", "t-x", "more"],
+        ["extend", "t-x", "--attempts", "1"],
+        ["cancel", "t-x"],
+        ["trace", "t-x"],
+        ["triage", sources],
+        ["eval", str(suite), "--harness", str(harness)],
+        ["budget", "show"],
+        ["budget", "set", str(repo), "--cost-per-day", "1"],
+        ["schedule", "add", "nightly", "--cron", "0 3 * * *", sources],
+        ["schedule", "list"],
+        ["schedule", "delete", "nightly"],
+        ["schedule", "trigger", "nightly"],
+        ["ui", "--bind", "127.0.0.1:0"],
+        ["worker"],
+    ]
+    env = loop_env(tmp_path / "home", TEMPORAL_ADDRESS=f"127.0.0.1:{port}")
+    runs = [(args, env, port) for args in commands]
+    runs += [(["--address", f"127.0.0.1:{other}", *args], env, other) for args in commands[:2]]
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda r: (r, run_loop(r[0], r[1])), runs))
+    for (args, _, expected), (code, out, err) in done:
+        assert code == 2, (args, out, err)
+        assert f"error: no Temporal server at 127.0.0.1:{expected}: " in err, (args, err)
+    code, out, _ = run_loop(["doctor"], env)
+    assert code == 0 and f"(Temporal at 127.0.0.1:{port})" in out
+    assert f"{port}, {port + 10}" in out  # its gRPC and HTTP ports, refused to every sandbox
+
+
+async def read_until(stream, marker: str, within_s: float = 60) -> str:
+    import asyncio
+
+    seen = ""
+    deadline = time.monotonic() + within_s
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, seen
+        line = await asyncio.wait_for(stream.readline(), left)
+        assert line, seen
+        seen += line.decode()
+    return seen
+
+
+@pytest.mark.timeout(240)
+async def test_loop_dev_listens_where_the_others_connect_and_links_name_what_is_bound(
+    tmp_path: Path,
+) -> None:
+    """``loop dev`` with TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE set: it listens on that
+    port (the HTTP API at +10, the UI at +1000) and serves that namespace, and every link
+    it prints names 127.0.0.1, what it bound; ``loop status``, ``loop ui`` (bound as
+    ``localhost``, printed as 127.0.0.1) and ``loop demo`` reach it there, and the demo
+    prints the review page where that ``loop ui`` really listens."""
+    import asyncio
+    import re
+    import signal
+
+    port = free_port()
+    env = loop_env(
+        tmp_path / "home", TEMPORAL_ADDRESS=f"127.0.0.1:{port}", TEMPORAL_NAMESPACE="loops"
+    )
+    pipe = asyncio.subprocess.PIPE
+    dev = await asyncio.create_subprocess_exec(str(LOOP), "dev", env=env, stdout=pipe, stderr=pipe)
+    ui = None
+    try:
+        said = await read_until(dev.stdout, "Ctrl-C stops it.")
+        assert f"Temporal dev server at 127.0.0.1:{port}," in said
+        assert f"its HTTP API at 127.0.0.1:{port + 10} " in said
+        assert f"Temporal UI: http://127.0.0.1:{port + 1000}" in said
+        assert "localhost" not in said and "TEMPORAL_ADDRESS=" not in said
+        assert all(port_busy("127.0.0.1", p) for p in (port, port + 10, port + 1000))
+        code, out, err = await asyncio.to_thread(run_loop, ["status"], env)
+        assert code == 0, (out, err)
+        ui = await asyncio.create_subprocess_exec(
+            str(LOOP), "ui", "--bind", "localhost:0", env=env, stdout=pipe, stderr=pipe
+        )
+        first = await read_until(ui.stdout, "namespace loops")
+        m = re.search(r"Loopwork review page: http://127\.0\.0\.1:(\d+)/\n", first)
+        assert m, first
+        assert f"Temporal 127.0.0.1:{port}, namespace loops" in first
+        code, out, err = await asyncio.to_thread(run_loop, ["demo"], env)
+        assert code == 0, (out, err)
+        assert "started the embedded Temporal server" not in out
+        link = f"http://127.0.0.1:{port + 1000}/namespaces/loops/workflows/task-demo-slugify"
+        assert f"Temporal UI: {link}" in out
+        assert f"Review page: http://127.0.0.1:{m.group(1)}/tasks/demo-slugify " in out
+    finally:
+        for proc in (ui, dev):
+            if proc is not None and proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+                await asyncio.wait_for(proc.wait(), 30)
+    assert dev.returncode == 0
+    assert not port_busy("127.0.0.1", port)
+
+
+@pytest.mark.timeout(60)
+def test_loop_dev_refuses_an_address_elsewhere(tmp_path: Path) -> None:
+    env = loop_env(tmp_path / "home", TEMPORAL_ADDRESS="temporal.internal:7233")
+    code, out, err = run_loop(["dev"], env)
+    assert code == 2, (out, err)
+    assert err == (
+        "error: the Temporal address is temporal.internal:7233: a dev server can only be "
+        "started on this machine (127.0.0.1); or give --port\n"
+    )

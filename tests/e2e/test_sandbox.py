@@ -13,13 +13,14 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import stat
 import sys
 import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -248,6 +249,118 @@ async def test_the_environment_holds_no_secret_of_the_worker(
     text = Path(passed.log_path).read_text()
     assert "GITHUB_TOKEN=ghp-planted-github" in text
     assert "sk-planted-openai" not in text and "planted-temporal" not in text
+
+
+KEY_PLACES = {
+    "tmp": "/tmp",  # a private tmpfs in every run
+    "var-tmp": "/var/tmp",  # private in basic; strict shows the host's read-only
+    "dev-shm": "/dev/shm",  # private in basic; strict has a /dev of its own
+    "etc": "/etc",  # shown as it is
+    "home": str(Path.home()),  # hidden in strict; in basic hidden only where unsearchable
+    "untraversable": "/var/lib",  # in a folder of its own that the task uid cannot search
+    "loop-home": "",  # LOOP_HOME: hidden
+    "repo": "",  # inside the repository the worktree came from
+}
+"""Where a person may keep the worker's key files."""
+CREDENTIALS = (
+    "LOOP_CODEC_KEY_FILE",
+    "LOOP_ANSWER_KEY_FILE",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_CONFIG_FILE",
+)
+
+
+@pytest.fixture
+def key_folders(tree: Tree) -> Iterator[Callable[[str], Path]]:
+    """Makes a folder of key files in a place (removed afterwards)."""
+    made: list[Path] = []
+
+    def make(place: str) -> Path:
+        top = Path(KEY_PLACES[place]) if KEY_PLACES[place] else tree.home
+        if place == "repo":
+            top = tree.repo
+        folder = top / f"loop-keys-{uuid.uuid4().hex[:6]}"
+        folder.mkdir(mode=0o700 if place == "untraversable" else 0o755)
+        folder.chmod(0o700 if place == "untraversable" else 0o755)
+        made.append(folder)
+        return folder
+
+    yield make
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["file", "link"])
+@pytest.mark.parametrize("place", list(KEY_PLACES))
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_key_file_anywhere_stays_out_and_the_run_starts(
+    tree: Tree,
+    mode: str,
+    place: str,
+    linked: bool,
+    key_folders: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every credential file of the worker, wherever it is kept (or a link to it kept
+    elsewhere: in /tmp, or from /tmp into /etc), is absent or covered in the sandbox,
+    whether the command names it (so it is bound) or finds it; and the run starts (a
+    key under a folder the sandbox replaces once made every run fail to set up)."""
+    folder = key_folders(place)
+    links = key_folders("etc" if place == "tmp" else "tmp") if linked else None
+    contents: list[str] = []
+    named: list[str] = []
+    for name in CREDENTIALS:
+        word = f"SECRET-{name}-{uuid.uuid4().hex}"
+        contents.append(word)
+        path = folder / name.lower()
+        if name == "TEMPORAL_CONFIG_FILE":  # its profile names one more key file
+            profile_key = folder / "profile.key"
+            profile_key.write_text(f"SECRET-profile-{word}")
+            profile_key.chmod(0o644)
+            contents.append(f"SECRET-profile-{word}")
+            named.append(str(profile_key))
+            path.write_text(f'# {word}\n[profile.default.tls]\nclient_key_path = "{profile_key}"\n')
+        else:
+            path.write_text(word)
+        path.chmod(0o644)  # readable by anyone: only the sandbox keeps it out
+        if links is not None:
+            (links / path.name).symlink_to(path)
+            path = links / path.name
+        monkeypatch.setenv(name, str(path))
+        named.append(str(path))
+    plain = folder / "not-a-key.txt"
+    plain.write_text("PLAIN-CONTENT")
+    plain.chmod(0o644)
+    policy = SandboxPolicy(mode=mode)
+    finds = await tree.run(
+        f'for f in $KEYS {plain}; do cat "$f"; echo; done 2>&1; echo end',
+        policy,
+        env={"KEYS": " ".join(named)},
+    )
+    names = await tree.run(f"cat {' '.join(named)} 2>&1; echo end", policy)
+    for ran in (finds, names):
+        text = Path(ran.log_path).read_text()
+        assert ran.exit_code == 0 and text.rstrip().endswith("end"), text
+        assert not [c for c in contents if c in text], text
+    if place == "etc":  # the place shows: the cover is what keeps the keys out
+        assert "PLAIN-CONTENT" in Path(finds.log_path).read_text()
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_key_given_a_second_name_after_the_worker_started_stops_the_run(
+    tree: Tree, mode: str, key_folders: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hard link to the codec key made while the worker runs would show the key through
+    a name no cover knows: the run does not start, and says why and what to do."""
+    folder = key_folders("etc")
+    key = folder / "codec.key"
+    key.write_text("SECRET-linked")
+    monkeypatch.setenv("LOOP_CODEC_KEY_FILE", str(key))
+    os.link(key, folder / "second-name")
+    with pytest.raises(Exception, match="cannot keep the worker's credentials out: ") as info:
+        await tree.run("cat /etc/hostname", SandboxPolicy(mode=mode))
+    assert "has 2 names (hard links)" in str(info.value)
 
 
 @pytest.mark.parametrize("mode", LEVELS)

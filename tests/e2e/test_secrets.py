@@ -8,19 +8,28 @@ import asyncio
 import base64
 import json
 import os
+import shlex
+import shutil
 import sys
+import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
+from activities.host.sandbox import check_credentials
 from loop.codec import KEY_ENV, EncryptionCodec, data_converter, load_key, make_server
 from loop.contracts import TaskSpec, TaskState
-from loop.devserver import temporal_binary
+from loop.devserver import port_busy, temporal_binary
+from loop.errors import BadInput
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
+from tests.support.host import LEVELS
+from tests.support.net import free_port
+from tests.support.repos import ROOT, make_demo_repo
 from tests.support.tasks import result_of, task
 from worker import build_worker
 
@@ -185,3 +194,152 @@ async def test_a_planted_secret_appears_nowhere_even_when_the_agent_prints_it(
     assert "[redacted]" in claim.read_text() and planted not in claim.read_text()
     out, err = capfd.readouterr()
     assert planted not in out + err
+
+
+READS_THE_KEYS = """
+for name in ("codec.key", "answer.key"):
+    try:
+        print(name, open(os.path.join(KEYS, name)).read())
+    except OSError as e:
+        print(name, "unreadable:", e.strerror)
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text("fixed")
+"""
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder in /tmp that anyone may search (``mkdir /tmp/loop``), unlike pytest's 0700
+    ones: under those the sandbox hides everything anyway, which hid the problem."""
+    folder = Path(tempfile.mkdtemp(prefix="loop-user-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+KEY_PLACES = ("loop-home", "tmp", "home", "repo")
+"""Where a person may keep the key files: in LOOP_HOME (hidden), in a folder of /tmp
+(private in every run), under $HOME (hidden in strict, shown in basic), inside the
+repository (hidden from a task's clone)."""
+
+
+@pytest.fixture
+def keys_in(open_tmp: Path) -> Iterator[Callable[[str], Path]]:
+    """Makes a folder for the key files in a place (removed afterwards)."""
+    made: list[Path] = []
+
+    def make(place: str) -> Path:
+        tops = {"loop-home": "home", "tmp": "", "repo": "repo"}
+        top = Path.home() if place == "home" else open_tmp / tops[place]
+        folder = top / f"loop-keys-{os.urandom(3).hex()}"
+        folder.mkdir(parents=True, mode=0o755)
+        folder.chmod(0o755)
+        made.append(folder)
+        return folder
+
+    yield make
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("place", KEY_PLACES)
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_new_users_setup_in_tmp_runs_and_shows_no_key(
+    client: Client,
+    open_tmp: Path,
+    keys_in: Callable[[str], Path],
+    mode: str,
+    place: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LOOP_HOME under /tmp, the codec key and the answer key in each place a person may
+    keep them, the agent a ``sh -c`` line passed ANTHROPIC_* with a loopback endpoint
+    allowed (the README's Claude Code setup): every task once ended BLOCKED in explore's
+    probe of the agent's programs (``cover /tmp/…/codec.key: No such file or
+    directory``). Now it runs, encrypted, and the agent, reading the key files by name,
+    finds nothing."""
+    home = open_tmp / "home"
+    repo = make_demo_repo(open_tmp / "repo")
+    (repo / ".git" / "info" / "exclude").write_text("loop-keys-*\n")
+    key_folder = keys_in(place)
+    codec_key, answer_key = key_folder / "codec.key", key_folder / "answer.key"
+    codec_key.write_text(os.urandom(32).hex())
+    answer_key.write_text(os.urandom(32).hex())
+    for key in (codec_key, answer_key):
+        key.chmod(0o644)  # readable by anyone: only the sandbox keeps it out
+    monkeypatch.setenv(KEY_ENV, str(codec_key))
+    monkeypatch.setenv("LOOP_ANSWER_KEY_FILE", str(answer_key))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-not-a-real-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
+    settings = Settings.from_env({"LOOP_HOME": str(home), KEY_ENV: str(codec_key)})
+    settings.task_queue = f"keys-{mode}-{place}"
+    agent = write_agent(open_tmp, f"KEYS = {str(key_folder)!r}\n{READS_THE_KEYS}")
+    sandbox = {
+        "mode": mode,
+        "env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
+        "allow_hosts": ["127.0.0.1:9"],
+    }
+    spec = task(repo, ["sh", "-c", shlex.join(agent)], sandbox=sandbox)
+    sealed = await Client.connect(
+        client.service_client.config.target_host, data_converter=data_converter()
+    )
+    async with build_worker(sealed, settings):
+        handle, _ = await start_task(sealed, TaskSpec.model_validate(spec), settings.task_queue)
+        result = await result_of(handle)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    log = (settings.runs / spec["id"] / "attempt-1" / "agent.log").read_text()
+    assert "codec.key unreadable" in log and "answer.key unreadable" in log, log
+    for key in (codec_key, answer_key):
+        assert key.read_text() not in log
+    shown = await temporal(client, "workflow", "show", "--workflow-id", handle.id)
+    assert "slugify" not in shown  # the worker sealed its payloads with that key
+
+
+def hard_linked(folder: Path) -> Path:
+    key = folder / "codec.key"
+    key.write_text(os.urandom(32).hex())
+    os.link(key, folder / "copy-of-codec.key")
+    return key
+
+
+LOOP = str(Path(sys.executable).parent / "loop")
+
+
+@pytest.mark.parametrize(
+    "command", [[sys.executable, "worker.py", "--dev"], [LOOP, "demo"]], ids=["worker", "demo"]
+)
+async def test_a_key_a_sandbox_cannot_keep_out_refuses_the_worker_start(
+    open_tmp: Path, command: list[str]
+) -> None:
+    """A key file with a second name (a hard link) would show through that name; the
+    worker (``loop worker``, ``worker.py``, the demo's own) refuses to start, in one line
+    with the fix, before it starts a server or prepares anything."""
+    key = hard_linked(open_tmp)
+    port = free_port()
+    env = {
+        **os.environ,
+        KEY_ENV: str(key),
+        "LOOP_HOME": str(open_tmp / "home"),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        *command, env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 2, (out, err)
+    assert err.decode() == (
+        f"error: {KEY_ENV} {key} has 2 names (hard links): a sandbox covers one path and "
+        "another name would show it; keep it in a file of its own (copy it to a new file, "
+        "use that one, remove the old names)\n"
+    )
+    assert not port_busy("127.0.0.1", port)
+    assert not (open_tmp / "home" / "temporal.db").exists()
+    assert not (open_tmp / "home" / "demo").exists()
+
+
+def test_a_folder_named_as_a_key_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """A folder cannot be covered as a file: refused, naming the variable."""
+    monkeypatch.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", str(tmp_path))
+    with pytest.raises(BadInput, match=f"TEMPORAL_TLS_CLIENT_KEY_PATH {tmp_path} is a folder"):
+        check_credentials()

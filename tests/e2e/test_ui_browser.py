@@ -380,3 +380,60 @@ async def test_the_page_reads_sealed_payloads_through_the_codec(
     assert "A goal only the key can read" in shown.text
     assert 'data-state="DONE_WITH_EVIDENCE"' in shown.text
     assert 'data-gate="tests"' in shown.text and "findall" in shown.text
+
+
+async def test_without_the_key_every_task_is_listed_and_the_sealed_ones_say_so(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    """Started without LOOP_CODEC_KEY_FILE, the page lists a plain task and two sealed
+    ones (one ended, one waiting on a worker that answers in ciphertext) instead of one
+    error: the sealed rows are marked, keep what the server knows in clear (state,
+    attempts, repository), and the page names the variable that would open them."""
+    key_file = tmp_path / "codec.key"
+    key_file.write_text(os.urandom(32).hex())
+    sealed = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=data_converter({KEY_ENV: str(key_file)}),
+    )
+    plain = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="report")
+    plain["goal"] = "A plain goal anyone can read."
+    ended = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="report")
+    waiting = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    for spec in (ended, waiting):
+        spec["goal"] = "A goal only the key can read."
+    async with build_worker(client, settings):
+        assert (await result_of(await start(client, settings, plain))).state == "DONE_WITH_EVIDENCE"
+    async with build_worker(sealed, settings):
+        assert (await result_of(await start(sealed, settings, ended))).state == "DONE_WITH_EVIDENCE"
+        handle = await start(sealed, settings, waiting)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        async with loop_ui(env, settings) as url:
+            await page.goto(f"{url}/?repo={demo_repo}")
+            rows = page.locator("table.tasks tbody tr")
+            assert await rows.count() == 3
+            assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
+            marked = page.locator("table.tasks tbody tr[data-sealed]")
+            assert {await marked.nth(i).get_attribute("data-task") for i in range(2)} == {
+                ended["id"],
+                waiting["id"],
+            }
+            assert await marked.count() == 2
+            first = await rows.nth(0).inner_text()
+            assert "AWAITING_APPROVAL" in first and "encrypted" in first
+            text = await page.locator("#tasks").inner_text()
+            assert "A plain goal anyone can read." in text
+            assert "A goal only the key can read" not in text
+            note = await page.locator("[data-sealed-note]").inner_text()
+            assert "2 tasks are encrypted" in note and "LOOP_CODEC_KEY_FILE" in note
+            async with httpx.AsyncClient(base_url=url) as web:
+                shown = await web.get(f"/tasks/{ended['id']}")
+            assert shown.status_code == 200 and (
+                f"task {ended['id']}: the payloads are encrypted: set LOOP_CODEC_KEY_FILE"
+                in shown.text
+            )

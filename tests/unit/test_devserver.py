@@ -4,6 +4,7 @@ ports, the connection config. Servers that really start are in tests/e2e/test_de
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import sys
@@ -142,7 +143,7 @@ def test_connect_config_follows_temporal_env(
     for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
-    assert connect_config()["target_host"] == "localhost:7233"
+    assert connect_config()["target_host"] == "127.0.0.1:7233"
     assert connect_config()["namespace"] == "default"
     monkeypatch.setenv("TEMPORAL_ADDRESS", "example:7000")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "loops")
@@ -175,3 +176,10 @@ def test_a_panics_reason_is_named_above_its_stack(tmp_path: Path):
     tail = devserver._log_tail(log)
     assert tail.splitlines()[0] == "panic: listen tcp 127.0.0.1:7243: bind: address already in use"
     assert stack[-1] in tail and "starting" not in tail
+
+
+def test_server_args_serve_the_clients_namespace_too(tmp_path: Path) -> None:
+    args = server_args(db=tmp_path / "t.db", port=7400, ui_port=8400, namespace="loops")
+    pairs = list(itertools.pairwise(args))
+    assert ("--namespace", "default") in pairs and ("--namespace", "loops") in pairs
+    assert ("--http-port", "7410") in pairs

@@ -8,9 +8,13 @@ trust boundary"); ``probe`` finds which ones this host can give. The modules, on
 each: ``paths`` (what a command needs to see), ``mounts`` (the view), ``launch``
 and ``launcher`` (the first process of a run and how the worker talks to it),
 ``egress*`` (the proxy), ``uids`` (leases), ``cgroups``, ``seccomp``,
-``ownership`` (the worktree lent and taken back), ``refusals``, ``run``.
+``ownership`` (the worktree lent and taken back), ``refusals``, ``credentials`` (the
+worker's secret files), ``run``.
 """
 
+from activities.host.sandbox.credentials import check as check_credentials
+from activities.host.sandbox.credentials import named_files as credential_files
+from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.egress import endpoint_entries, protect
 from activities.host.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
 from activities.host.sandbox.run import (
@@ -27,7 +31,10 @@ __all__ = [
     "GUARANTEES",
     "HostSupport",
     "SandboxRun",
+    "check_credentials",
     "check_runnable",
+    "credential_files",
+    "credential_refusal",
     "endpoint_entries",
     "hidden_for",
     "holders",

@@ -8,7 +8,8 @@ with mount(2) in a mount namespace of its own. The rules:
   ``LOOP_HOME`` (other tasks, the server's database), in strict ``/home``, ``/root``
   and ``/run``, and every folder above a needed path that the task's uid could not
   search anyway (``/root`` above a pyenv Python, a 0700 ``mktemp -d``). Files that
-  hold the worker's credentials are covered by ``/dev/null``.
+  hold the worker's credentials are covered by ``/dev/null`` where the view would
+  show them; under a hidden or private folder they are simply not there.
 - private: ``/tmp`` (and in basic every folder any user may write: ``/var/tmp``,
   ``/dev/shm``, ``/run/lock``, ...) is a fresh tmpfs per run, so nothing planted there
   by one run is seen by the next, by a gate, or by another user.
@@ -31,6 +32,9 @@ from typing import Literal
 from activities.host.sandbox.paths import blocked_ancestor, depth, outermost, under
 
 STRICT_HIDDEN = ("/home", "/root", "/run")
+STRICT_FRESH = ("/dev", "/proc")
+"""bubblewrap's own /dev (with a new /dev/shm) and /proc in strict (``launcher.STRICT_FIXED``):
+nothing of the host's is under them."""
 
 OpKind = Literal["tmpfs", "dir", "bind", "null", "remount_ro"]
 
@@ -154,14 +158,30 @@ def plan_view(
     # A bind of a link shows whatever it points to, in the sandbox's view: only real
     # paths are bound (what a link leads to is in the list already, or not shown).
     binds = {p: rw for p, rw in binds.items() if not os.path.islink(p)}
+    hides = outermost(os.path.realpath(h) for h in hides)
+    fresh = [*hides, *(p for p, _ in scratch), *(STRICT_FRESH if strict else ())]
     nulls = [
         s
         for s in secrets
-        if os.path.isfile(s) and not any(under(s, h) for h in hides) and s not in binds
+        if os.path.lexists(s) and not os.path.isdir(s) and shows(s, fresh, list(binds))
     ]
     return View(
-        hides=outermost(os.path.realpath(h) for h in hides),
+        hides=hides,
         scratch=scratch,
         binds=sorted(binds.items(), key=lambda b: (depth(b[0]), b[0])),
         nulls=sorted(set(nulls)),
     )
+
+
+def shows(path: str, fresh: list[str], binds: list[str]) -> bool:
+    """Whether the host's file at ``path`` (a real path) is in the view: the deepest mount
+    over it decides. Under a fresh file system (a hidden folder, a private scratch one,
+    strict's own /dev) it is absent, and a cover there would have no file to go on (the
+    launcher's mount fails); under a bind, or under none (the host's /), it shows, a
+    bind even when it is the path itself (a command that names a key file)."""
+    deepest = max(
+        [(depth(f), 0) for f in fresh if under(path, os.path.realpath(f))]
+        + [(depth(b), 1) for b in binds if under(path, b)],
+        default=(0, 1),
+    )
+    return deepest[1] == 1

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
 from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.host.sandbox.credentials import refusal as credential_refusal
+from activities.host.sandbox.credentials import secret_files
 from activities.host.sandbox.mounts import View, plan_view
 from activities.host.sandbox.paths import (
     DEFAULT_PATH,
@@ -57,14 +59,6 @@ Kind = Literal["agent", "tool", "gate"]
 
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
-SECRET_FILE_VARS = (
-    "LOOP_CODEC_KEY_FILE",
-    "LOOP_ANSWER_KEY_FILE",
-    "TEMPORAL_CONFIG_FILE",
-    "TEMPORAL_TLS_CLIENT_KEY_PATH",
-    "TEMPORAL_TLS_CLIENT_CERT_PATH",
-)
-"""Variables of the worker that name files with its secrets: covered in every sandbox."""
 SCRATCH = "/tmp"
 """TMPDIR of every run: a private tmpfs, fresh per run."""
 FRESH_HOME = "/tmp/home"
@@ -168,14 +162,6 @@ def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> d
     return env
 
 
-def secret_files() -> list[str]:
-    """Files that hold the worker's credentials: its Temporal client config, TLS key and
-    certificate, the payload codec key."""
-    found = [os.environ[v] for v in SECRET_FILE_VARS if os.environ.get(v)]
-    found.append(os.path.expanduser("~/.config/temporalio/temporal.toml"))
-    return [os.path.realpath(p) for p in found]
-
-
 def _rlimits(policy: SandboxPolicy, memory_cgroup: bool) -> dict[str, int]:
     mb = 1024 * 1024
     limits = policy.limits
@@ -223,6 +209,10 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
     missing = host.unavailable(policy.mode)
     if missing:
         raise permanent(missing)
+    # Checked at worker start too; a key given a second name since then is caught here.
+    leak = await asyncio.to_thread(credential_refusal)
+    if leak:
+        raise permanent(f"the sandbox cannot keep the worker's credentials out: {leak}")
     uid = gid = await asyncio.to_thread(uids.lease, run.home, run.task_id)
     tree = os.path.realpath(run.tree)
     writes_tree = run.kind != "gate"
