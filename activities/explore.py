@@ -32,6 +32,7 @@ from loop.contracts import (
     LlmReviewGate,
     MakeResult,
     RunGate,
+    SandboxLevel,
     TaskSpec,
     Verdict,
     Workspace,
@@ -188,7 +189,7 @@ async def _cli_endpoint_answers(task: TaskSpec, cli: CliEndpoint, wait_s: float)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     allowed = [*task.sandbox.allow_hosts, *endpoints(task)]
-    if task.sandbox.mode != "off" and task.sandbox.network == "proxy":
+    if task.sandbox.mode != SandboxLevel.OFF and task.sandbox.network == "proxy":
         if not listed(host, port, allowed):
             raise permanent(
                 f"the agent's endpoint {url} ({cli.url_variable}) is not in "

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from activities.host import reporting, sandbox
 from activities.host.proc import ProcResult
-from loop.contracts import RunGate, SandboxPolicy, SuiteReport, Workspace
+from loop.contracts import RunGate, SandboxLevel, SandboxPolicy, SuiteReport, Workspace
 from loop.redact import redact
 
 NO_PYTEST_CACHE = "-p no:cacheprovider"
@@ -46,7 +46,7 @@ def gate_extra_env(policy: SandboxPolicy) -> dict[str, str]:
     """What a sandboxed ``run`` gate (or ``run`` tool call) gets on top of the sandbox's
     minimal environment: no bytecode, no pytest cache; the worker's own PYTEST_ADDOPTS
     only where the worker's environment passes (mode off, or named in ``sandbox.env``)."""
-    passes = policy.mode == "off" or "PYTEST_ADDOPTS" in policy.env
+    passes = policy.mode == SandboxLevel.OFF or "PYTEST_ADDOPTS" in policy.env
     worker = os.environ.get("PYTEST_ADDOPTS") if passes else None
     return gate_env({"PYTEST_ADDOPTS": worker} if worker else {})
 

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from loop.cli.render import event_line, print_result
 from loop.client import connect, ensure_search_attributes, ui_url
-from loop.contracts import TaskState
+from loop.contracts import SandboxLevel, TaskState
 from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.hardened import answers, git
@@ -64,10 +64,10 @@ def demo_sandbox() -> tuple[dict[str, object], str]:
     mode off with the reason: the demo's agent is a script of ours, not an AI."""
     from activities.host.sandbox import inspect_host  # the probe runs a trial sandbox
 
-    missing = inspect_host().unavailable("basic")
+    missing = inspect_host().unavailable(SandboxLevel.BASIC)
     if missing:
-        return {"mode": "off"}, missing.split(";")[0]
-    return {"mode": "basic"}, ""
+        return {"mode": SandboxLevel.OFF.value}, missing.split(";")[0]
+    return {"mode": SandboxLevel.BASIC.value}, ""
 
 
 def make_repo(home: Path, sandbox: dict[str, object]) -> Path:

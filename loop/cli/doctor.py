@@ -11,6 +11,8 @@ degrades silently.
 
 from __future__ import annotations
 
+from loop.contracts import SandboxLevel
+
 
 def print_doctor() -> None:
     """Print the sandbox level this host supports (strict, basic or off) and why."""
@@ -18,12 +20,12 @@ def print_doctor() -> None:
 
     host = inspect_host()
     print(f"sandbox level: {host.level}")
-    for level in ("strict", "basic"):
+    for level in SandboxLevel:
         missing = host.unavailable(level)
         if missing:
             print(f"  {missing}")
-    for level in ("strict", "basic", "off"):
-        if level == "off" or not host.unavailable(level):
+    for level in SandboxLevel:
+        if not host.unavailable(level):
             print(f"what {level} guarantees here:")
             for line in GUARANTEES[level]:
                 print(f"  - {line}")

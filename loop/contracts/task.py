@@ -154,10 +154,22 @@ def _allow_entry(entry: str) -> str:
     return text
 
 
+class SandboxLevel(StrEnum):
+    """How far a task's commands are confined (docs/concepts/trust-boundary.md). What a
+    run at each level may do is ``activities.host.sandbox.capabilities``."""
+
+    STRICT = "strict"
+    """bubblewrap namespaces over a read-only host, as the task's own uid."""
+    BASIC = "basic"
+    """The task's own uid, network and private /tmp, without bubblewrap."""
+    OFF = "off"
+    """No confinement: the worker's user, files and network."""
+
+
 class SandboxPolicy(_TaskFileModel):
     """How agents, the ``run`` tool and ``run`` gates are confined."""
 
-    mode: Literal["strict", "basic", "off"] = "basic"
+    mode: SandboxLevel = SandboxLevel.BASIC
     """``strict``: bubblewrap, read-only host; ``basic``: the task's own uid, network and
     private /tmp, without bubblewrap; ``off``: the worker's user, environment and network
     (only with ``autonomy: report`` or ``allow_unsafe_off``)."""
@@ -209,7 +221,7 @@ class SandboxPolicy(_TaskFileModel):
 
     @model_validator(mode="after")
     def _host_network_needs_consent(self) -> SandboxPolicy:
-        if self.mode != "off" and not self.allow_unsafe_host_network:
+        if self.mode != SandboxLevel.OFF and not self.allow_unsafe_host_network:
             for key in ("network", "gate_network"):
                 if getattr(self, key) == "host":
                     raise ValueError(
@@ -265,7 +277,7 @@ class TaskSpec(_TaskFileModel):
     @model_validator(mode="after")
     def _off_needs_consent(self) -> TaskSpec:
         sandbox = self.sandbox
-        if sandbox.mode == "off" and self.autonomy != Autonomy.REPORT:
+        if sandbox.mode == SandboxLevel.OFF and self.autonomy != Autonomy.REPORT:
             if not sandbox.allow_unsafe_off:
                 raise ValueError(
                     "sandbox.mode: off runs the agent as the worker's user; it is allowed "

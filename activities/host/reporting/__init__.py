@@ -28,7 +28,7 @@ from pathlib import Path
 from activities.host.files import write_atomic
 from activities.host.reporting import junit
 from activities.host.reporting.channel import Channel
-from loop.contracts import JunitReport, RunGate, SandboxPolicy, SuiteReport
+from loop.contracts import JunitReport, RunGate, SandboxLevel, SandboxPolicy, SuiteReport
 
 SITE = Path(__file__).with_name("site")
 FD_VARIABLE = "LOOP_REPORT_FD"
@@ -111,7 +111,7 @@ def prepare(gate: RunGate, policy: SandboxPolicy, home: Path, folder: Path) -> R
     if gate.report == "exit":
         return Reporting()
     site = site_dir(home)
-    passes = policy.mode == "off" or "PYTHONPATH" in policy.env
+    passes = policy.mode == SandboxLevel.OFF or "PYTHONPATH" in policy.env
     theirs = os.environ.get("PYTHONPATH", "") if passes else ""
     reporting = Reporting(channel=Channel(), readable=[site])
     assert reporting.channel is not None

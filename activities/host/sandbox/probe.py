@@ -17,14 +17,14 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from activities.host.sandbox import cgroups, launcher, seccomp
 from activities.host.sandbox.mounts import plan_view
 from activities.host.sandbox.paths import DEFAULT_PATH, world_writable_folders
 from activities.host.sandbox.uids import UID_BASE, UID_SPAN
+from loop.contracts import SandboxLevel
 
-Level = Literal["strict", "basic", "off"]
+Level = SandboxLevel
 PROBE_UID = UID_BASE + UID_SPAN
 """Outside the leased range: a trial never runs as a uid some task holds."""
 
@@ -82,9 +82,9 @@ class HostSupport:
 
     def unavailable(self, mode: str) -> str:
         """Why ``mode`` cannot run here, with what to do about it; empty when it can."""
-        if mode == "strict" and self.strict_error:
+        if mode == SandboxLevel.STRICT and self.strict_error:
             return f"sandbox strict is not available on this host: {self.strict_error}"
-        if mode == "basic" and self.basic_error:
+        if mode == SandboxLevel.BASIC and self.basic_error:
             return (
                 f"sandbox basic is not available on this host: {self.basic_error}; "
                 "run the worker as root, or set sandbox.mode: off (the agent then runs "
@@ -112,22 +112,22 @@ class HostSupport:
         ]
 
 
-GUARANTEES: dict[str, list[str]] = {
-    "strict": [
+GUARANTEES: dict[SandboxLevel, list[str]] = {
+    SandboxLevel.STRICT: [
         "runs as the task's own leased uid, never root or the worker; no capabilities",
         "host read-only; /home, /root, /run, LOOP_HOME hidden; private /tmp",
         "own network: none, or HTTP(S) to allow_hosts through the egress proxy",
         "own pid namespace; no new user namespaces (seccomp); limits and a cgroup",
         "gates run on a clean read-only checkout of the attempt's commit",
     ],
-    "basic": [
+    SandboxLevel.BASIC: [
         "runs as the task's own leased uid, never root or the worker; no capabilities",
         "ordinary file permissions; LOOP_HOME and unreachable folders hidden; private /tmp",
         "own network: none, or HTTP(S) to allow_hosts through the egress proxy",
         "no new user namespaces (seccomp); limits and a cgroup; no pid namespace",
         "gates run on a clean read-only checkout of the attempt's commit",
     ],
-    "off": [
+    SandboxLevel.OFF: [
         "nothing: the agent runs as the worker, with its files, network and environment "
         "(minus LOOP_*); only for trusted agents (autonomy: report, or allow_unsafe_off)",
     ],
@@ -144,7 +144,7 @@ def _trial(mode: Level, bwrap: str, setpriv: str) -> str:
     os.chmod(tree, 0o755)
     fd = seccomp.memfd()
     view = plan_view(
-        strict=mode == "strict",
+        strict=mode == SandboxLevel.STRICT,
         uid=PROBE_UID,
         gid=PROBE_UID,
         tree=tree,
@@ -225,16 +225,16 @@ def _userns() -> str:
 def _inspect(bwrap: str) -> HostSupport:
     root = os.geteuid() == 0
     setpriv = shutil.which("setpriv") or ""
-    basic = _trial("basic", "", "") if root else "not root"
+    basic = _trial(SandboxLevel.BASIC, "", "") if root else "not root"
     version, bw_error = _bwrap_version(bwrap) if bwrap else ("", "")
     if bwrap and not bw_error and root and not basic:
         if not setpriv:
             bw_error = "setpriv (util-linux) is needed inside the sandbox"
         else:
-            failed = _trial("strict", bwrap, setpriv)
+            failed = _trial(SandboxLevel.STRICT, bwrap, setpriv)
             bw_error = f"bubblewrap cannot make a sandbox here: {failed}" if failed else ""
     host = HostSupport(
-        level="off",
+        level=SandboxLevel.OFF,
         root=root,
         bwrap=bwrap,
         bwrap_version=version,
@@ -246,7 +246,13 @@ def _inspect(bwrap: str) -> HostSupport:
         seccomp=seccomp.program() is not None,
         shared=tuple(world_writable_folders()) if root else (),
     )
-    level: Level = "off" if host.basic_error else "basic" if host.strict_error else "strict"
+    level = (
+        SandboxLevel.OFF
+        if host.basic_error
+        else SandboxLevel.BASIC
+        if host.strict_error
+        else SandboxLevel.STRICT
+    )
     return dataclasses.replace(host, level=level)
 
 

@@ -32,10 +32,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
 from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
+from activities.host.sandbox.capabilities import Capabilities, Kind
 from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.credentials import secret_files
 from activities.host.sandbox.mounts import View, plan_view
@@ -54,8 +55,6 @@ from activities.host.sandbox.refusals import refused_protected, refused_writes
 from loop.contracts import SandboxPolicy, Workspace
 from loop.errors import permanent
 from loop.rules.commands import programs
-
-Kind = Literal["agent", "tool", "gate"]
 
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
@@ -123,8 +122,9 @@ class SandboxRun:
         return self.state_dir / f"{self.name}.sandbox.json"
 
     @property
-    def network(self) -> str:
-        return self.policy.gate_network if self.kind == "gate" else self.policy.network
+    def can(self) -> Capabilities:
+        """What this run may do (its level and kind, worked out once)."""
+        return Capabilities.of(self.policy, self.kind)
 
 
 def hidden_for(ws: Workspace) -> list[Path]:
@@ -201,12 +201,12 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
     it cannot run here: the host lacks the mode, the command is missing, or the task's
     uid may not execute it."""
     host = await asyncio.to_thread(inspect_host)
-    policy = run.policy
-    if policy.mode == "off":
+    policy, can = run.policy, run.can
+    if not can.confined:
         if not _resolve(run.argv[0], str(run.tree), os.environ.get("PATH", DEFAULT_PATH)):
             raise permanent(f"{run.kind} command not found: {run.argv[0]!r}")
         return None
-    missing = host.unavailable(policy.mode)
+    missing = host.unavailable(can.level)
     if missing:
         raise permanent(missing)
     # Checked at worker start too; a key given a second name since then is caught here.
@@ -215,12 +215,11 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
         raise permanent(f"the sandbox cannot keep the worker's credentials out: {leak}")
     uid = gid = await asyncio.to_thread(uids.lease, run.home, run.task_id)
     tree = os.path.realpath(run.tree)
-    writes_tree = run.kind != "gate"
-    home = str(run.agent_home) if run.agent_home is not None and writes_tree else FRESH_HOME
+    home = str(run.agent_home) if run.agent_home is not None and can.keeps_home else FRESH_HOME
     extra = dict(run.env)
-    if run.kind == "gate":
+    if can.own_site:
         extra["PYTHONNOUSERSITE"] = "1"
-    if run.network == "proxy":
+    if can.network == "proxy":
         extra.update(egress.proxy_env())
     env = sandbox_env(policy, home, extra)
     places = [os.path.realpath(p) for p in run.writable]
@@ -231,19 +230,19 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
 
     def plan() -> tuple[View, list[str]]:
         # A run tool call is the model's: it names nothing into view, whatever it says.
-        trusted = run.argv if run.kind != "tool" else [sys.executable, "bash"]
+        trusted = run.argv if can.trusts_argv else [sys.executable, "bash"]
         # LOOP_HOME is the worker's: naming a path in it shows nothing of it.
         named = [p for p in command_paths(trusted, env["PATH"]) if not under(p, home_dir)]
         shown = [p for p in toolchain(named) if not under(p, home_dir)]
         shown += [os.path.expanduser(p) for p in policy.readonly]
         shown += [os.path.realpath(p) for p in run.readable]
-        keep = protected_files(tree, run.protected) if writes_tree else []
+        keep = protected_files(tree, run.protected) if can.writes_tree else []
         view = plan_view(
-            strict=policy.mode == "strict",
+            strict=can.namespaces,
             uid=uid,
             gid=gid,
             tree=tree,
-            tree_writable=writes_tree,
+            tree_writable=can.writes_tree,
             read_only=[*git_dirs(tree), *(os.path.realpath(p) for p in shown)],
             writable=places,
             protected=keep,
@@ -327,7 +326,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         return ran.model_copy(update={"sandbox": f"off uid={os.getuid()}; host={level}"})
     uid = gid = ready.uid
     tree, env, view, keep, places = ready.tree, ready.env, ready.view, ready.keep, ready.places
-    writes_tree = run.kind != "gate"
+    can = run.can
 
     state: dict[str, Any] = {"uid": uid, "cgroups": [], "lent": []}
 
@@ -345,16 +344,16 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     network_refused: list[str] = []
     try:
         # Recorded before anything changes: a crash half-way is undone by the retry.
-        state["lent"] = [ownership.record(tree, keep)] if writes_tree else []
+        state["lent"] = [ownership.record(tree, keep)] if can.writes_tree else []
         save()
         await _beating(_lend, state["lent"], places, uid, gid, set(keep))
         seccomp_fd = seccomp.memfd()
         launch = launcher.prepare(
             launcher.plan(
-                mode=policy.mode,
+                mode=can.level,
                 uid=uid,
                 gid=gid,
-                network=run.network,
+                network=can.network,
                 ops=view.operations(),
                 cwd=tree,
                 argv=run.launched,
@@ -416,7 +415,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         update={
             "exit_code": exec_code if exec_failure else ran.exit_code,
             "not_started": exec_failure,
-            "sandbox": f"{policy.mode} {who} net={run.network} limits=rlimits+{cg_note}; "
+            "sandbox": f"{can.level} {who} net={can.network} limits=rlimits+{cg_note}; "
             f"host={ready.level}",
             "refused": refused,
             "refused_protected": tried,
