@@ -32,7 +32,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import frontmatter
 import yaml
@@ -97,6 +97,8 @@ class DiscoverActivities:
                 items, note = await self._ci(source)
             case TodoSource():
                 items, note = await _todo(source)
+            case _:
+                assert_never(source)
         return _bounded(source.name, items, source.max_items, note)
 
     @activity.defn(name=LOOKUP_TASKS.name)
