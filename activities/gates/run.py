@@ -26,6 +26,7 @@ from loop.contracts import (
 )
 from loop.redact import redact
 from loop.rules import verdicts
+from loop.rules.failures import failure_lines
 from loop.rules.tamper import allowed
 
 KIND = RunGate.KIND
@@ -104,6 +105,8 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
         if now.report is not None:
             evidence.tests = summary(now.report, judged.failing, now.path)
     evidence.detail = detail
+    if not passed and not (evidence.tests and evidence.tests.failing):
+        evidence.failure = failure_lines(proc.output_tail)
     result = GateResult(
         name=gate.name,
         kind="run",

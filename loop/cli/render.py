@@ -77,7 +77,9 @@ def evidence(g: GateResult) -> str:
     if ev.quoted:
         parts.append(ev.quoted[0][:160])
     tail = [ln for ln in ev.output_tail.strip().splitlines() if ln.strip()]
-    if tail and not g.passed and ev.tests is None:
+    if ev.failure and not g.passed:
+        parts.append(ev.failure[0][:160])
+    elif tail and not g.passed and ev.tests is None:
         parts.append(tail[-1][:100])
     return " · ".join(parts)
 

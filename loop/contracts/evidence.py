@@ -100,6 +100,10 @@ class Evidence(_Record):
     """Per-test results, for gates whose runner reported them."""
     quoted: list[str] = Field(default_factory=list)
     """Lines of the attempt a person must look at (what made the checker uncertain)."""
+    failure: list[str] = Field(default_factory=list)
+    """The lines of the output that say what failed (``loop.rules.failures``), shown
+    before the tail; for a gate without per-test results, whose tail may open with
+    warnings."""
 
 
 class GateResult(_Record):

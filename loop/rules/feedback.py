@@ -74,6 +74,9 @@ def render_prompt(parts: PromptParts, attempt: int) -> str:
                     )
                 if tests.more_failing:
                     out.append(f"  - … and {tests.more_failing} more")
+            if f.evidence.failure:
+                out.append("- what failed (from the output):")
+                out += [f"  - `{line}`" for line in f.evidence.failure]
             if f.evidence.quoted:
                 out.append("- lines a person must look at:")
                 out += [f"  - {q}" for q in f.evidence.quoted]

@@ -243,6 +243,8 @@ class GateRow:
     """(test id, outcome, the assertion) of the tests that decided a failed verdict."""
     quoted: list[str] = field(default_factory=list)
     """Lines of the attempt that made the checker uncertain."""
+    failure: list[str] = field(default_factory=list)
+    """The output's lines that say what failed, shown before the tail."""
 
 
 @dataclass
@@ -291,6 +293,7 @@ def gate_row(g: GateResult) -> GateRow:
         verdict=verdict,
         exit_code="" if ev.exit_code is None else str(ev.exit_code),
         output_tail=ev.output_tail.rstrip(),
+        failure=list(ev.failure),
         files=list(ev.files),
         detail=ev.detail,
         requirement=g.requirement,

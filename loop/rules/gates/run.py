@@ -45,7 +45,6 @@ def correction(g: GateResult) -> str:
             + (f" (and {more} more)" if more else "")
             + "; each one's assertion is listed under its name"
         )
-    return (
-        f"change the code so that the command exits 0 (it exited {g.evidence.exit_code});"
-        " read the output tail for the failing check"
-    )
+    first = g.evidence.failure[0] if g.evidence.failure else ""
+    said = f"; it said: {first}" if first else "; read the output tail for the failing check"
+    return f"change the code so that the command exits 0 (it exited {g.evidence.exit_code}){said}"
