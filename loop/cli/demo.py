@@ -158,6 +158,12 @@ async def run_demo(
             markup=False,
         )
         out.print(f"demo took {time.monotonic() - started_at:.1f} s")
+        example = EXAMPLES.parent / "claude-code.yaml"
+        out.print(
+            f"a real agent on the same bug: loop start {example} --repo {spec.repo} --wait "
+            "(the other examples beside it: aider, codex, openai)",
+            markup=False,
+        )
         if server is not None and keep:
             out.print(f"the server at {server.address} keeps running; Ctrl-C stops it")
             await _until_interrupted()

@@ -74,9 +74,28 @@ def start(
         ),
     ] = False,
     rerun: Annotated[bool, typer.Option(help="run a task id that has already ended again")] = False,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH|URL",
+            help="the repository to work on instead of the file's `repo` (a path is taken "
+            "from the current folder)",
+        ),
+    ] = None,
+    print_input: Annotated[
+        bool,
+        typer.Option(
+            "--print",
+            help="print the workflow input (the resolved task file as JSON, what `temporal "
+            "workflow start --input-file` and the SDK take) and start nothing",
+        ),
+    ] = False,
 ) -> None:
     """Validate a task file and start its workflow (idempotent for a running task)."""
-    spec = _load(file)
+    spec = _load(file, repo)
+    if print_input:
+        console.print_json(spec.model_dump(mode="json"))
+        return
     settings = Settings.from_env()
 
     async def main() -> int:
@@ -108,9 +127,9 @@ def start(
     raise typer.Exit(console.run(main))
 
 
-def _load(file: Path) -> TaskSpec:
+def _load(file: Path, repo: str | None = None) -> TaskSpec:
     try:
-        return load_task(file)
+        return load_task(file, repo)
     except LoopError as e:
         console.fail(str(e))
 

@@ -20,9 +20,13 @@ from loop.rules.clis import usage_source
 from loop.rules.commands import programs
 
 
-def load_task(path: str | Path) -> TaskSpec:
+def load_task(path: str | Path, repo: str | None = None) -> TaskSpec:
+    """The task file at ``path``, resolved; ``repo`` (a path from the current folder, or a
+    URL) stands in for the file's own, so one example serves any repository."""
     file = Path(path)
     data = read(file, "task", "id, goal, repo, agent, verify")
+    if repo is not None:
+        data["repo"] = repo if is_remote(repo) else str(Path(repo).expanduser().resolve())
     return resolve(validated(TaskSpec, data, str(file)), file.resolve().parent, str(file))
 
 

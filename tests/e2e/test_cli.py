@@ -28,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from loop.contracts import (
     QUERY_STATUS,
     TaskResult,
+    TaskSpec,
     TaskState,
     TaskStatus,
     workflow_id_for,
@@ -179,6 +180,14 @@ BAD_INPUT: dict[str, tuple[Callable[[Case], list[str]], tuple[str, ...]]] = {
         lambda c: ["start", c.file(repo=str(c.tmp / "nowhere"))],
         ("repo:", "does not exist"),
     ),
+    "start-repo-option-missing": (
+        lambda c: ["start", c.file(), "--repo", str(c.tmp / "nowhere")],
+        ("repo:", "nowhere", "does not exist"),
+    ),
+    "print-repo-option-missing": (
+        lambda c: ["start", c.file(), "--print", "--repo", str(c.tmp / "nowhere")],
+        ("repo:", "nowhere", "does not exist"),
+    ),
     "status-unknown-id": (lambda c: ["status", c.task_id], ("no task",)),
     "approve-unknown-id": (lambda c: ["approve", c.task_id], ("no task",)),
     "reject-unknown-id": (lambda c: ["reject", c.task_id, "--reason", "no"], ("no task",)),
@@ -205,6 +214,20 @@ async def test_bad_input_exits_2_and_starts_nothing(
     assert ran.out == ""
     await assert_nothing_started(client, settings.task_queue, c.task_id)
     expect_code(ran, 2)
+
+
+async def test_start_print_gives_the_workflow_input_for_any_repository_and_starts_nothing(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """One example file serves every repository: ``--repo`` stands in for the file's own
+    (a path from the current folder), and ``--print`` is the input the ``temporal`` CLI
+    and the SDK take, resolved (absolute repo, concrete base)."""
+    c = Case(tmp_path, tmp_path / "elsewhere", new_id(), write_agent(tmp_path, FIX_AT_ONCE))
+    ran = await cli("start", c.file(), "--repo", str(demo_repo), "--print")
+    expect_code(ran, 0)
+    spec = TaskSpec.model_validate_json(ran.out)
+    assert spec.id == c.task_id and spec.repo == str(demo_repo.resolve()) and spec.base == "main"
+    await assert_nothing_started(client, settings.task_queue, c.task_id)
 
 
 async def test_no_server_says_loop_dev(

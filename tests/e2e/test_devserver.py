@@ -6,6 +6,7 @@ tests/unit/test_devserver.py.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -420,6 +421,14 @@ async def test_loop_dev_listens_where_the_others_connect_and_links_name_what_is_
         link = f"http://127.0.0.1:{port + 1000}/namespaces/loops/workflows/task-demo-slugify"
         assert f"Temporal UI: {link}" in out
         assert f"Review page: http://127.0.0.1:{m.group(1)}/tasks/demo-slugify " in out
+        # The real-agent command it prints works from here as printed (any LOOP_HOME).
+        said = re.search(r"a real agent on the same bug: loop start (\S+) --repo (\S+) --wait", out)
+        assert said, out
+        code, printed, err = await asyncio.to_thread(
+            run_loop, ["start", said.group(1), "--repo", said.group(2), "--print"], env
+        )
+        assert code == 0, (printed, err)
+        assert json.loads(printed)["repo"] == said.group(2)
     finally:
         for proc in (ui, dev):
             if proc is not None and proc.returncode is None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 from loop.contracts import TaskResult, TaskState
@@ -41,8 +43,17 @@ async def temporal(client: Client, *args: str) -> str:
 async def test_readme_commands(client: Client, settings: Settings, demo_repo: Path, tmp_path):
     agent = write_agent(tmp_path, FIX_AT_ONCE)
     spec = task(demo_repo, agent, autonomy="assisted")
+    task_yaml = tmp_path / "task.yaml"
+    task_yaml.write_text(yaml.safe_dump(spec))
+    # As the guide says: `loop start task.yaml --print > task.json`.
+    loop = str(Path(sys.executable).parent / "loop")
+    printed = await asyncio.create_subprocess_exec(
+        loop, "start", str(task_yaml), "--print", stdout=asyncio.subprocess.PIPE, cwd=tmp_path
+    )
+    out, _ = await printed.communicate()
+    assert printed.returncode == 0
     task_json = tmp_path / "task.json"
-    task_json.write_text(json.dumps(spec))
+    task_json.write_bytes(out)
     wid = f"task-{spec['id']}"
     async with build_worker(client, settings):
         await temporal(
