@@ -16,6 +16,7 @@ from loop.contracts import (
 )
 from loop.hardened.text import for_terminal
 from loop.rules.explain import agent_trouble
+from loop.rules.record import spent
 
 
 def status_line(st: TaskStatus) -> str:
@@ -131,11 +132,8 @@ def print_result(out: Console, r: TaskResult) -> None:
     if r.tokens or r.cost_usd or r.tool_calls:
         for a in r.attempts:
             u = a.usage
-            out.print(
-                f"attempt {a.attempt}: {u.tokens} tokens · ${u.cost_usd:.4f} · "
-                f"{u.tool_calls} tool calls"
-            )
-        out.print(f"total: {r.tokens} tokens · ${r.cost_usd:.4f} · {r.tool_calls} tool calls")
+            out.print(f"attempt {a.attempt}: {spent(u.tokens, u.cost_usd, u.tool_calls)}")
+        out.print(f"total: {spent(r.tokens, r.cost_usd, r.tool_calls)}")
     if r.worktree:
         removed = any(ev.kind == "worktree" and ev.detail == "removed" for ev in r.events)
         where = f" on host {r.host}" if r.host else ""

@@ -10,6 +10,14 @@ from loop.contracts import TaskResult, TaskSpec, Verdict
 SUBJECT_CHARS = 72
 
 
+def spent(tokens: int, cost_usd: float, tool_calls: int) -> str:
+    """What an attempt or a task spent, as a person reads it. Tool calls are counted by
+    Loopwork's own model loop only; an agent CLI's are its own business, so for it the
+    count would be a false "0" and is left out."""
+    text = f"{tokens:,} tokens · ${cost_usd:.4f}"
+    return f"{text} · {tool_calls:,} tool calls" if tool_calls else text
+
+
 def spec_hash(spec: TaskSpec) -> str:
     """Gates, budget and protected paths, hashed into the trace: what the task was held to."""
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -50,8 +58,7 @@ def pull_request(spec: TaskSpec, result: TaskResult) -> tuple[str, str]:
         "## What it took",
         "",
         f"- attempts: {len(result.attempts)}",
-        f"- tokens: {result.tokens:,} · cost: ${result.cost_usd:.4f} · "
-        f"tool calls: {result.tool_calls}",
+        f"- spent: {spent(result.tokens, result.cost_usd, result.tool_calls)}",
         f"- task: `{spec.id}` (Loopwork), spec hash `{result.spec_hash[:12]}`",
     ]
     return subject(spec.goal), "\n".join(lines)

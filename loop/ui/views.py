@@ -25,6 +25,7 @@ from loop.contracts import (
     TaskStatus,
 )
 from loop.rules.answers import answer_with
+from loop.rules.record import spent
 from loop.rules.verdicts import headline
 from loop.tasks import applies
 
@@ -383,7 +384,7 @@ def timeline(result: TaskResult, *, open_: bool = False) -> list[AttemptView]:
                 verdict=a.verdict.summary() if a.verdict else "",
                 notes=notes,
                 usage=(
-                    f"{u.tokens:,} tokens · {money(u.cost_usd)} · {u.tool_calls} tool calls"
+                    spent(u.tokens, u.cost_usd, u.tool_calls)
                     if (u.tokens or u.cost_usd or u.tool_calls)
                     else ""
                 ),

@@ -1,0 +1,12 @@
+"""What a person reads is in Loopwork's words: its states and the commands a person runs,
+never a signal's wire name, a Temporal status, or a count Loopwork did not make."""
+
+from __future__ import annotations
+
+from loop.rules.record import spent
+
+
+def test_an_agent_clis_tool_calls_are_not_shown_as_zero() -> None:
+    """Only Loopwork's own model loop counts tool calls; a CLI agent's "0" would be false."""
+    assert spent(1200, 0.0123, 0) == "1,200 tokens · $0.0123"
+    assert spent(1200, 0.0123, 7) == "1,200 tokens · $0.0123 · 7 tool calls"
