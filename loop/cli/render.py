@@ -17,6 +17,7 @@ from loop.contracts import (
 from loop.hardened.text import for_terminal
 from loop.rules.explain import agent_trouble
 from loop.rules.record import spent
+from loop.rules.words import waiting_words
 
 
 def status_line(st: TaskStatus) -> str:
@@ -24,7 +25,7 @@ def status_line(st: TaskStatus) -> str:
     if st.phase:
         text += f" · {st.phase}"
     elif st.waiting_for:
-        text += f" · waits for {st.waiting_for}"
+        text += f" · waits for {waiting_words(st.waiting_for)}"
     if st.last_verdict:
         text += f" · last verdict: {st.last_verdict}"
     if st.reason and st.state != TaskState.RUNNING:

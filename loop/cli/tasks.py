@@ -44,6 +44,7 @@ from loop.contracts import (
 from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
+from loop.rules.words import waiting_words
 from loop.settings import Settings
 from loop.tasks import (
     answerable,
@@ -163,7 +164,7 @@ def _print_status(st: TaskStatus) -> None:
     console.out.print(status_line(st), markup=False)
     console.out.print(budget_table(st.budget))
     if st.waiting_for:
-        console.out.print(f"waiting for: {st.waiting_for} — {st.reason}", markup=False)
+        console.out.print(f"waiting for {waiting_words(st.waiting_for)}: {st.reason}", markup=False)
         console.out.print(f"answer with: {answer_with(st.task_id, st.waiting_for)}", markup=False)
 
 
@@ -393,7 +394,7 @@ def trace(
         ):
             st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
             console.out.print(
-                f"\nwaiting for {st.waiting_for}; answer with: "
+                f"\nwaiting for {waiting_words(st.waiting_for)}; answer with: "
                 f"{answer_with(st.task_id, st.waiting_for)}",
                 markup=False,
             )

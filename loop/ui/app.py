@@ -40,6 +40,7 @@ from temporalio.service import RPCError
 
 from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
+from loop.rules.words import waiting_words
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.config import UiConfig
@@ -169,7 +170,7 @@ def create_app(
             state=state,
             phase=str(st.phase) if st and st.phase else "",
             reason=(st.reason if st else result.reason),
-            waiting_for=st.waiting_for if st else "",
+            waiting_for=waiting_words(st.waiting_for) if st else "",
             attempt=f"{len(result.attempts)} of {page.limits.attempts}"
             if page.limits.attempts
             else str(len(result.attempts)),

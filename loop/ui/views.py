@@ -27,6 +27,7 @@ from loop.contracts import (
 from loop.rules.answers import answer_with
 from loop.rules.record import spent
 from loop.rules.verdicts import headline
+from loop.rules.words import waiting_words
 from loop.tasks import applies
 
 WAITING = frozenset({TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN})
@@ -114,7 +115,7 @@ def task_rows(listings: list[Listing], now: datetime) -> list[TaskRow]:
             limit = (st.budget.used.attempts or 0) + st.budget.left.attempts
         waits_for, reason = "", ""
         if st and st.waiting_for:
-            waits_for = f"a person: {st.waiting_for.replace('/', ' / ')}"
+            waits_for = f"a person: {waiting_words(st.waiting_for)}"
             reason = st.reason
         elif x.sealed and x.open:  # the search attributes are clear: its state is known
             waits_for = "a person" if state in WAITING else "the worker"
@@ -452,7 +453,7 @@ def decisions(st: TaskStatus | None) -> Decisions:
 
 def escalations(result: TaskResult) -> list[EscalationRow]:
     return [
-        EscalationRow(e.at, e.reason, e.waiting_for, e.resolved_by or "waiting")
+        EscalationRow(e.at, e.reason, waiting_words(e.waiting_for), e.resolved_by or "waiting")
         for e in result.human_escalation
     ]
 

@@ -141,7 +141,7 @@ def test_waiting_tasks_come_first_then_running_then_ended() -> None:
     waits, running, blocked, old = rows
     assert waits.waiting and waits.state == "AWAITING_APPROVAL"
     assert waits.attempt == "2 of 3"  # used 2 + left 1
-    assert waits.waits_for == "a person: approve / reject"
+    assert waits.waits_for == "a person: approval (loop approve, or loop reject)"
     assert waits.reason.startswith("verified") and waits.goal == "Fix the slugs"
     assert waits.age == "3 h" and waits.cost == "$0.0200"
     assert running.waits_for == "the worker (make)" and running.phase == "make"
