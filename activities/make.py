@@ -287,7 +287,11 @@ class MakeActivities:
         size_file = folder / SIZE_FILE
         if not size_file.exists():
             size_file.write_text(str((await asyncio.to_thread(artifact.scan, ws.path)).size))
-        (folder / "prompt.md").write_text(fb.render_prompt(inp.prompt, n))
+        parts = inp.prompt
+        if parts.brief_path and not parts.brief:
+            brief = await asyncio.to_thread(Path(parts.brief_path).read_text)
+            parts = parts.model_copy(update={"brief": brief})
+        (folder / "prompt.md").write_text(fb.render_prompt(parts, n))
         if inp.prompt.feedback is not None:
             (folder / "feedback.json").write_text(fb.feedback_json(inp.prompt.feedback))
         snapshot = await outside_snapshot(ws.repo, [str(self.settings.home)])

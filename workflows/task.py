@@ -209,7 +209,8 @@ class TaskWorkflow(TaskRecord):
         self.phase = Phase.MAKE
         prompt = PromptParts(
             goal=self.spec.goal,
-            brief=self.brief,
+            brief="" if self.result.explore_brief else self.brief,
+            brief_path=self.result.explore_brief,
             gates=[describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),

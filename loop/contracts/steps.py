@@ -87,6 +87,9 @@ class PromptParts(_Record):
     backend: Literal["command", "openai"] = "command"
     """Which protocol the prompt explains: LOOP_OUTPUT_FILE, or the finish tool."""
     instructions: str = ""
+    brief_path: str = ""
+    """Where explore wrote the brief (the worker's own file): read there by the attempt, so
+    history holds the brief once (explore's result), not once per attempt."""
 
 
 CHANGED_SHOWN = 1_000

@@ -43,5 +43,9 @@ async def test_what_one_task_learned_is_in_the_next_brief(
     assert f"fixed when task {first.task_id} passed after changing slugify.py" in brief
     prompt = (settings.runs / second.task_id / "attempt-1" / "prompt.md").read_text()
     assert "Failure seen 1x in tests" in prompt  # the brief reaches the agent
+    # ... from explore's file: history holds it once (explore's result), not per attempt.
+    history = await client.get_workflow_handle(f"task-{second.task_id}").fetch_history()
+    raw = b"".join(ev.SerializeToString() for ev in history.events)
+    assert raw.count(b"What earlier runs on this repository learned") == 1
     again = json.loads(settings.memory.read_text())["repos"][str(demo_repo)]
     assert next(iter(again["failures"].values()))["count"] == 2

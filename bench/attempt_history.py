@@ -1,0 +1,120 @@
+"""History size of a task's attempts: bytes per attempt, and what the bytes are.
+
+The demo's task (its scripted agent fails attempt 1 and fixes the bug in attempt 2;
+gates: the tests, the diff's scope, keep-tests) runs on a real dev server; its
+workflow history is split at each attempt's ``make`` and each attempt's events are
+summed, with the payloads that weigh most. History holds what a verdict is made
+of (claims, evidence, paths to logs), never transcripts or whole logs: an attempt
+should stay under the target whatever the agent prints.
+
+    .venv/bin/python bench/attempt_history.py [--target 8192] [--noise 0]
+
+``--noise N`` makes the agent print N KiB before its work (a chatty CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from common import connect, loopwork_server, make_demo_repo, print_machine, print_table, temp_home
+from temporalio.client import Client
+
+from loop.cli.demo import EXAMPLES, demo_task
+from loop.contracts import TaskSpec
+from loop.settings import Settings
+from loop.tasks import start_task
+from worker import build_worker
+
+KIB = 1024
+ATTEMPT = {"make", "begin_attempt", "model_step", "tool_step", "end_attempt", "verify", "review",
+           "reserve_budget", "report_usage"}  # fmt: skip
+"""The activities of an attempt; the first other one after an attempt ends it."""
+
+
+def noisy_agent(folder: Path, kib: int) -> Path:
+    """The demo's agent, printing ``kib`` KiB of chatter first."""
+    script = folder / "agent.py"
+    body = (EXAMPLES / "agent.py").read_text()
+    script.write_text(f"print('chatter ' * {kib * KIB // 8})\n{body}")
+    return script
+
+
+def _kind(ev: object) -> str:
+    """An event's type, with the activity it belongs to where it has one."""
+    name = ev.WhichOneof("attributes") or "?"  # type: ignore[attr-defined]
+    return name.removesuffix("_event_attributes")
+
+
+async def per_attempt(client: Client, workflow_id: str) -> tuple[list[int], list[Counter[str]]]:
+    """Bytes of each attempt (from its ``make`` to the first step that is not an
+    attempt's) and, per attempt, the bytes by event kind (activities by name)."""
+    sizes: list[int] = []
+    kinds: list[Counter[str]] = []
+    scheduled: dict[int, str] = {}
+    inside = False
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        kind = _kind(ev)
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            name = ev.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[ev.event_id] = name
+            if name in ("make", "begin_attempt"):
+                sizes.append(0)
+                kinds.append(Counter())
+                inside = True
+            elif name not in ATTEMPT:
+                inside = False
+            kind = f"scheduled {name}"
+            if inside and name in ("make", "verify"):
+                fields = json.loads(
+                    ev.activity_task_scheduled_event_attributes.input.payloads[0].data
+                )
+                for key, value in fields.items():
+                    parts = value.items() if key == "prompt" else [(key, value)]
+                    for part, v in parts:
+                        kinds[-1][f"  {name} input: {part}"] += len(json.dumps(v))
+        elif ev.HasField("activity_task_completed_event_attributes"):
+            done = ev.activity_task_completed_event_attributes
+            kind = f"result of {scheduled.get(done.scheduled_event_id, '?')}"
+        if inside:
+            sizes[-1] += ev.ByteSize()
+            kinds[-1][kind] += ev.ByteSize()
+    return sizes, kinds
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=int, default=8 * KIB, help="bytes per attempt")
+    parser.add_argument("--noise", type=int, default=0, help="KiB the agent prints first")
+    args = parser.parse_args()
+    print_machine("attempt history: bytes per attempt of the demo's task")
+    with temp_home() as home:
+        repo = make_demo_repo(home.parent / "demo")
+        agent = noisy_agent(home.parent, args.noise) if args.noise else EXAMPLES / "agent.py"
+        data = demo_task(repo, agent, {"mode": "off"})
+        data["id"] = f"hist-{uuid.uuid4().hex[:8]}"
+        data["sandbox"] = {"mode": "off"}
+        spec = TaskSpec.model_validate(data)
+        async with loopwork_server(home / "server") as server:
+            client = await connect(server.address)
+            settings = Settings(home=home, task_queue=f"attempts-{uuid.uuid4().hex[:6]}")
+            async with build_worker(client, settings):
+                handle, _ = await start_task(client, spec, settings.task_queue)
+                result = await handle.result()
+            sizes, kinds = await per_attempt(client, handle.id)
+    print(f"{result.state}: {result.reason} ({len(result.attempts)} attempts)\n")
+    rows = [[n + 1, size, "met" if size <= args.target else "over"] for n, size in enumerate(sizes)]
+    print_table(["attempt", "bytes", f"target {args.target}"], rows, title="per attempt")
+    worst = max(range(len(sizes)), key=lambda i: sizes[i])
+    top = kinds[worst].most_common(14)
+    print_table(["event", "bytes"], [list(t) for t in top], title=f"attempt {worst + 1}: heaviest")
+    return 0 if max(sizes) <= args.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
