@@ -7,7 +7,7 @@ summed, with the payloads that weigh most. History holds what a verdict is made
 of (claims, evidence, paths to logs), never transcripts or whole logs: an attempt
 should stay under the target whatever the agent prints.
 
-    .venv/bin/python bench/attempt_history.py [--target 8192] [--noise 0]
+    .venv/bin/python bench/attempt_history.py [--target 8192] [--noise 0] [--quick]
 
 ``--noise N`` makes the agent print N KiB before its work (a chatty CLI).
 """
@@ -91,6 +91,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=int, default=8 * KIB, help="bytes per attempt")
     parser.add_argument("--noise", type=int, default=0, help="KiB the agent prints first")
+    parser.add_argument(
+        "--quick", action="store_true", help="as the others take it: this one is quick already"
+    )
     args = parser.parse_args()
     print_machine("attempt history: bytes per attempt of the demo's task")
     with temp_home() as home:

@@ -38,9 +38,13 @@ def verify_seconds(spec: TaskSpec) -> int:
 
 
 async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
+    # The gates judge the commit and read the claim, never what the agent printed: its
+    # tail is in history once (make's result), not again in verify's input.
     verdict = await act(
         VERIFY,
-        VerifyInput(task=spec, workspace=ws, attempt=n, make=made),
+        VerifyInput(
+            task=spec, workspace=ws, attempt=n, make=made.model_copy(update={"output_tail": ""})
+        ),
         summary=f"verify: attempt {n}",
         seconds=verify_seconds(spec),
         ws=ws,
