@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -95,6 +96,37 @@ def superseded(folder: Path) -> bool:
 USAGE_LOG_CHARS = 2 * 1024 * 1024
 """How much of the agent's log is read for its usage (the reports come last)."""
 USAGE_FILE_BYTES = 64 * 1024
+
+
+class _Run(TypedDict, total=False):
+    """What the run of an attempt adds to what closing it found in the worktree: the
+    fields of ``MakeResult`` by name and type, so a checker sees a misspelled one."""
+
+    outside_writes: list[str]
+    removed: list[str]
+    sandbox_level: str
+    exit_code: int | None
+    timed_out: bool
+    output_tail: str
+    claim: str
+    claim_path: str
+    duration_s: float
+    log_path: str
+    network_refused: list[str]
+    not_started: str
+    tries: int
+    tokens: int
+    cost_usd: float
+    tool_calls: int
+    usage_reported: bool
+    agent_error: str
+    agent_error_fatal: bool
+    protected_writes: list[str]
+
+
+def finished(closed: MakeResult, **run: Unpack[_Run]) -> MakeResult:
+    """The attempt's result: the worktree's part from closing it, the run's from ``run``."""
+    return closed.model_copy(update=run)
 
 
 class MakeActivities:
@@ -183,15 +215,8 @@ class MakeActivities:
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
         refused = [f"refused by the sandbox: {r}" for r in ran.refused]
-        return MakeResult(
-            attempt=closed.attempt,
-            start_commit=closed.start_commit,
-            commit=closed.commit,
-            changed_files=closed.changed_files,
-            changed_count=closed.changed_count,
-            ignored_files=closed.ignored_files,
-            disk_exceeded=closed.disk_exceeded,
-            not_committed=closed.not_committed,
+        return finished(
+            closed,
             outside_writes=closed.outside_writes + refused,
             removed=ran.removed + closed.removed,
             sandbox_level=ran.sandbox,
@@ -241,17 +266,8 @@ class MakeActivities:
         agent = inp.agent
         (folder / "answer.md").write_text(agent.answer)
         level = (await asyncio.to_thread(sandbox.inspect_host)).level
-        return MakeResult(
-            attempt=closed.attempt,
-            start_commit=closed.start_commit,
-            commit=closed.commit,
-            changed_files=closed.changed_files,
-            changed_count=closed.changed_count,
-            ignored_files=closed.ignored_files,
-            disk_exceeded=closed.disk_exceeded,
-            not_committed=closed.not_committed,
-            outside_writes=closed.outside_writes,
-            removed=closed.removed,
+        return finished(
+            closed,
             sandbox_level=f"{inp.task.sandbox.mode} (run tool); host={level}",
             output_tail=f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
             claim=redact(agent.answer[:CLAIM_CHARS]),
