@@ -70,6 +70,8 @@ class TaskRecord:
         self.notifications: list[asyncio.Task[None]] = []
         self.seen_signatures: list[str] = []
         """Signatures of the answers taken so far: each is good once."""
+        self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
+        """The state and reason the memo holds (lists read them without a query)."""
 
     def _placed(self, moved_from: str = "") -> None:
         """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""
@@ -160,8 +162,23 @@ class TaskRecord:
             workflow.logger.info("%s %s", kind, detail, extra={"task_id": self.spec.id})
 
     def _publish(self) -> None:
-        """Search attributes for the Temporal UI and `loop status`/`loop inbox` queries."""
+        """Search attributes for the Temporal UI and `loop status`/`loop inbox` queries;
+        the state with its reason as the UI's current details and, once it has a reason,
+        in the memo, which every list reads without asking the task (it is a payload:
+        encrypted with the others where a codec is on)."""
         self.result.state = self.state
+        said = f"{self.state}: {self.reason}" if self.reason else str(self.state)
+        if self.phase is not None and self.state == TaskState.RUNNING:
+            said += f" ({self.phase})"
+        workflow.set_current_details(said)
+        told = (str(self.state), self.reason[:REASON_CHARS])
+        if (
+            told != self.told
+            and (self.reason or self.told[1])
+            and workflow.patched("reason-in-memo")
+        ):
+            workflow.upsert_memo({"state": told[0], "reason": told[1]})
+            self.told = told
         workflow.upsert_search_attributes(
             [
                 SA_STATE.value_set(str(self.state)),
@@ -172,6 +189,10 @@ class TaskRecord:
                 *([SA_HOST.value_set(self.ws.host)] if self.ws and self.ws.host else []),
             ]
         )
+
+
+REASON_CHARS = 300
+"""Of a reason, what the memo keeps (the trace keeps it whole)."""
 
 
 def now() -> str:

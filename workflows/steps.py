@@ -187,7 +187,7 @@ async def notify(inp: EscalateInput) -> str:
             start_to_close_timeout=timedelta(seconds=30),
             heartbeat_timeout=HEARTBEAT,
             retry_policy=NOTIFY_RETRY,
-            summary="escalate",
+            summary=f"tell people: {inp.state} (a message; the wait is the timer beside it)",
         )
     except ActivityError as e:
         return failure_reason(e)

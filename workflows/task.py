@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules.fingerprint import fingerprint
     from loop.rules.gates import describe_gate
     from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
+    from loop.rules.words import waiting_words
     from workflows import hosts, period
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
@@ -481,7 +482,10 @@ class TaskWorkflow(TaskRecord):
             await workflow.wait_condition(
                 lambda: self.decision is not None,
                 timeout=timedelta(seconds=self.spec.approval_timeout),
-                timeout_summary="approval_timeout",
+                timeout_summary=(
+                    f"waits for a person: {waiting_words(waiting_for)}, at most "
+                    f"{self.spec.approval_timeout} s (approval_timeout)"
+                ),
             )
         except TimeoutError:
             escalation.resolved_by = "timeout"

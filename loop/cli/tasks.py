@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -41,7 +42,8 @@ from loop.contracts import (
     TaskState,
     TaskStatus,
 )
-from loop.errors import BadInput, LoopError, ServerUnavailable, UnknownTask
+from loop.errors import BadInput, LoopError, Sealed, ServerUnavailable, UnknownTask
+from loop.hardened.text import for_terminal
 from loop.loaders import load_task
 from loop.rules.answers import answer_with
 from loop.rules.words import waiting_words
@@ -168,6 +170,10 @@ def _print_status(st: TaskStatus) -> None:
         console.out.print(f"answer with: {answer_with(st.task_id, st.waiting_for)}", markup=False)
 
 
+REASON_SHOWN = 120
+"""Characters of a reason in the table (``loop status ID`` and ``--json`` give it whole)."""
+
+
 async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = False) -> None:
     query = f'WorkflowType="{TASK_WORKFLOW}"' + extra
     rows = []
@@ -176,6 +182,12 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
         state = sa.get(SA_STATE) or wf.status.name if wf.status else "?"
         if wf.status != WorkflowExecutionStatus.RUNNING and state in ("RUNNING",):
             state = wf.status.name if wf.status else state
+        try:
+            reason = str((await wf.memo()).get("reason", ""))
+        except Sealed:
+            reason = "(encrypted: set LOOP_CODEC_KEY_FILE to read it)"
+        except Exception:  # a memo that is not the task's: no reason to show
+            reason = ""
         rows.append(
             {
                 "task_id": wf.id.removeprefix("task-"),
@@ -184,6 +196,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 "cost_usd": sa.get(SA_COST) or 0.0,
                 "started": wf.start_time.isoformat(timespec="seconds") if wf.start_time else "",
                 "repo": sa.get(SA_REPO) or "",
+                "reason": reason,
             }
         )
     if inbox:
@@ -204,13 +217,15 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
         # One block per task: the answer commands must stay copy-pasteable on any width.
         for r in rows:
             console.out.print(
-                f"{r['task_id']}  {r['state']}  attempt {r['attempts']}  {r.get('reason', '')}",
+                f"{r['task_id']}  {r['state']}  attempt {r['attempts']}  "
+                f"{for_terminal(r.get('reason', ''))}",
                 markup=False,
             )
             console.out.print(f"    answer with: {r.get('answer', '')}", markup=False)
         return
-    table = Table("task", "state", "attempts", "cost", "started", "repo")
+    table = Table("task", "state", "attempts", "cost", "started", "repo", "reason")
     for r in rows:
+        reason = "" if r["state"] == "RUNNING" else for_terminal(r["reason"])
         table.add_row(
             r["task_id"],
             r["state"],
@@ -218,6 +233,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
             f"${r['cost_usd']:.4f}",
             r["started"],
             r["repo"],
+            Text(reason[:REASON_SHOWN] + ("…" if len(reason) > REASON_SHOWN else "")),
         )
     console.out.print(table)
 

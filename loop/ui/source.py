@@ -144,9 +144,10 @@ class Source:
             st_name = sa.get(SA_STATE) or ""
             if not is_open and (not st_name or st_name == "RUNNING") and wf.status:
                 st_name = wf.status.name  # terminated, failed, timed out: no state of its own
-            goal = sealed = ""
+            goal = sealed = reason = ""
             try:
-                goal = str((await wf.memo()).get("goal", ""))
+                memo = await wf.memo()
+                goal, reason = str(memo.get("goal", "")), str(memo.get("reason", ""))
             except Sealed as e:  # this page has no key, or another one
                 sealed = str(e)
             except Exception:  # a memo that is not the task's: its goal is unknown
@@ -161,6 +162,7 @@ class Source:
                 started=wf.start_time,
                 goal=goal,
                 sealed=sealed,
+                reason=reason,
             )
             found.append((listing, wf))
         gate = asyncio.Semaphore(QUERY_PARALLEL)

@@ -57,6 +57,9 @@ class Listing:
     sealed: str = ""
     """Why its payloads (goal, status, task file) cannot be read here: encrypted, and
     this page has no key or another one (the codec's message names the variable)."""
+    reason: str = ""
+    """The one line its state has (BLOCKED, NEEDS_HUMAN, BUDGET_EXCEEDED...), from the
+    memo: read for an ended task too, without asking it."""
 
 
 @dataclass
@@ -123,6 +126,8 @@ def task_rows(listings: list[Listing], now: datetime) -> list[TaskRow]:
             waits_for = "a worker (no answer to the status query)"
         elif x.open and state == TaskState.RUNNING:
             waits_for = f"the worker ({st.phase})" if st.phase else "the worker"
+        if not reason and state != TaskState.RUNNING:
+            reason = x.reason
         rows.append(
             TaskRow(
                 task_id=x.task_id,

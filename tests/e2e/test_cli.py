@@ -357,6 +357,18 @@ async def test_start_wait_exits_1_when_the_task_is_not_done(
     assert any(" scope " in row and "FAIL" in row for row in rows), ran.out
     assert "Traceback" not in ran.err
     expect_code(ran, 1)
+    # The ended task says why wherever it is listed: the Temporal UI (its memo, read
+    # through the SDK's describe, as the UI reads it) and `loop status`'s table.
+    handle = client.get_workflow_handle(workflow_id_for(spec["id"]), result_type=TaskResult)
+    result = await handle.result()
+    memo = await (await handle.describe()).memo()
+    assert memo["state"] == "BLOCKED" and memo["reason"] == result.reason[:300]
+    assert "tests/test_slugify_more.py" in result.reason
+    listed = await cli("status", "--json")
+    (row,) = [r for r in json.loads(listed.out) if r["task_id"] == spec["id"]]
+    assert row["state"] == "BLOCKED" and row["reason"] == result.reason[:300]
+    table = await cli("status")
+    assert result.reason[:40] in table.out, table.out
 
 
 async def test_start_wait_returns_when_the_task_waits_for_a_person(
@@ -370,8 +382,15 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
         st = await client.get_workflow_handle(workflow_id_for(spec["id"])).query(
             QUERY_STATUS, result_type=TaskStatus
         )
+        # The Temporal UI's current details: the state and why it waits.
+        meta = await client.get_workflow_handle(workflow_id_for(spec["id"])).query(
+            "__temporal_workflow_metadata"
+        )
+        inbox = await cli("inbox")
     expect_code(ran, 3)
     assert st.state == TaskState.AWAITING_APPROVAL  # still waiting: nothing was decided
+    assert meta.current_details == f"AWAITING_APPROVAL: {st.reason}"
+    assert st.reason and st.reason in inbox.out and "extend_budget" not in inbox.out
     assert f"[{spec['id']}] AWAITING_APPROVAL" in ran.out
     assert f"answer with: loop approve {spec['id']}  |  loop reject {spec['id']}" in ran.out
     assert "Traceback" not in ran.err

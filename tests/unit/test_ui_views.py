@@ -134,7 +134,8 @@ def test_waiting_tasks_come_first_then_running_then_ended() -> None:
         views.Listing("waits", "AWAITING_APPROVAL", True, 2, 0.02, "/r", NOW - timedelta(hours=3),
                       goal="\n  Fix the slugs\nmore", status=status(
                           "waits", TaskState.AWAITING_APPROVAL, waiting_for="approve/reject")),
-        views.Listing("done-new", "BLOCKED", False, 2, 1.25, "/q", NOW - timedelta(minutes=5)),
+        views.Listing("done-new", "BLOCKED", False, 2, 1.25, "/q", NOW - timedelta(minutes=5),
+                      reason="protected path touched: tests/test_a.py"),
     ]  # fmt: skip
     rows = views.task_rows(listings, NOW)
     assert [r.task_id for r in rows] == ["waits", "running", "done-new", "done-old"]
@@ -147,6 +148,7 @@ def test_waiting_tasks_come_first_then_running_then_ended() -> None:
     assert running.waits_for == "the worker (make)" and running.phase == "make"
     assert running.age == "20 s" and not running.waiting
     assert blocked.waits_for == "" and blocked.attempt == "2" and blocked.cost == "$1.25"
+    assert blocked.reason == "protected path touched: tests/test_a.py"  # the memo's, listed
     assert old.attempt == "1 of 3" and old.age == "2 d"
 
 
