@@ -216,6 +216,15 @@ async def live_status(handle: WorkflowHandle) -> TaskStatus:
         ) from None
 
 
+def ended_state(desc: Any) -> str:
+    """How a closed task ended, in Loopwork's words: its ``LoopState``, or Temporal's
+    status where Loopwork never said (terminated from outside, timed out)."""
+    state = desc.typed_search_attributes.get(SA_STATE)
+    if state and state != str(TaskState.RUNNING):
+        return str(state)
+    return f"{desc.status.name.lower()} in Temporal" if desc.status else "unknown"
+
+
 async def answerable(
     client: Client, task_id: str, answer: str
 ) -> tuple[WorkflowHandle, TaskStatus]:
@@ -224,7 +233,7 @@ async def answerable(
     """
     handle, desc = await find(client, task_id)
     if desc.status != WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"task {task_id} has ended ({desc.status.name}); {answer} does not apply")
+        raise BadInput(f"task {task_id} has ended {ended_state(desc)}; {answer} does not apply")
     st = await live_status(handle)
     why = refusal(task_id, answer, st)
     if why:

@@ -281,6 +281,21 @@ async def test_start_of_a_running_task_is_idempotent(
         await handle.terminate("test over")
 
 
+async def test_an_answer_to_an_ended_task_names_how_it_ended_in_loopworks_words(
+    cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+    async with build_worker(client, settings):
+        handle, _ = await start_task(
+            client, load_task(write_task(tmp_path, spec)), settings.task_queue
+        )
+        await result_of(handle)
+    approve = await cli("approve", spec["id"])
+    line = assert_one_error_line(approve, spec["id"], "has ended DONE_WITH_EVIDENCE")
+    assert "COMPLETED" not in line
+    expect_code(approve, 2)
+
+
 async def test_answers_that_do_not_apply_to_a_running_task_are_refused(
     cli: Cli, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
 ) -> None:
