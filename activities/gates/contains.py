@@ -7,7 +7,6 @@ from loop.contracts import ContainsGate, Evidence, GateResult
 
 KIND = ContainsGate.KIND
 
-CLAIM_EVIDENCE_CHARS = 1_000
 """How much of the agent's final answer a ``contains`` gate shows as evidence."""
 
 
@@ -28,5 +27,6 @@ def judge(gate: ContainsGate, claim: str) -> GateResult:
         kind="contains",
         passed=not missing,
         requirement=f"the final answer contains: {', '.join(s for s in gate.contains if s)}",
-        evidence=Evidence(output_tail=claim[:CLAIM_EVIDENCE_CHARS], detail=detail),
+        # The claim it judged is the attempt's own (its result holds it, once): no copy.
+        evidence=Evidence(detail=detail),
     )
