@@ -473,7 +473,7 @@ class TaskWorkflow(TaskRecord):
         self.phase = None
         escalation = Escalation(at=now(), reason=reason, waiting_for=waiting_for)
         self.result.human_escalation.append(escalation)
-        self._event("waiting", f"{state}: {reason} (send {waiting_for})")
+        self._event("waiting", f"{state}: {reason} (waits for {waiting_words(waiting_for)})")
         self._publish()
         # Sent alongside the wait, not before it: a slow or failing sink never holds it up.
         notifying = asyncio.create_task(self._notify(reason, waiting_for))

@@ -187,7 +187,11 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         assert await rows.count() == 2
         assert await rows.nth(0).get_attribute("data-task") == waiting["id"]
         first = await rows.nth(0).inner_text()
-        assert "AWAITING_APPROVAL" in first and "2 of 3" in first and "approve / reject" in first
+        assert (
+            "AWAITING_APPROVAL" in first
+            and "2 of 3" in first
+            and "approval (loop approve, or loop reject)" in first
+        )
         assert "DONE_WITH_EVIDENCE" in await rows.nth(1).inner_text()
         await page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)
         await page.select_option("select[name=state]", "AWAITING_APPROVAL")
