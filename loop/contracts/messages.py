@@ -1,4 +1,4 @@
-"""Signals, queries and the status a person reads."""
+"""Answers (signals and updates), queries and the status a person reads."""
 
 from __future__ import annotations
 
@@ -67,6 +67,17 @@ class CheckAnswerResult(_Record):
     """Why it was not accepted, or that the worker has no answer key."""
 
 
+class AnswerReply(_Record):
+    """What an answer sent as an update did, for the person who sent it."""
+
+    did: str
+    """In a few words: "approved; merging loop/x into main", "one more attempt with your
+    feedback"."""
+    signed: bool = False
+    """True when the worker checked its signature with the answer key (False: the worker
+    has no key and took it unsigned)."""
+
+
 class BudgetFigures(_Record):
     attempts: int | None = None
     seconds: float | None = None
@@ -97,3 +108,7 @@ class TaskStatus(_Record):
     """Attempts whose make step had to run again (a worker died, or a try failed)."""
     host: str = ""
     """The host that holds the task's worktree ("" before it has one)."""
+    answers: list[str] = Field(default_factory=list)
+    """The answers that apply now (``approve``, ``reject``, ``feedback``,
+    ``extend_budget``): the rule the updates' validators apply, so a page shows only
+    those."""
