@@ -173,10 +173,11 @@ async def answer(
     client: Client, task_id: str, what: str, payload: BaseModel, by: str, key_file: Path | None
 ) -> AnswerReply:
     """Send ``what`` (``approve``, ``reject``, ``feedback``, ``extend``) as an update from
-    ``by``, signed with ``key_file`` where there is one, and return what it did. The workflow decides whether it
-    applies (its validator, before anything is written to history) and whether its
-    signature holds; a refusal is ``BadInput`` with the workflow's reason. No state is
-    read first: a check here could go stale before the answer lands."""
+    ``by``, signed with ``key_file`` where there is one, and return what it did. The
+    workflow decides whether it applies and whether its signature holds (its validator,
+    before anything is written to history); a refusal is ``BadInput`` with the
+    workflow's reason. No state is read first: a check here could go stale before the
+    answer lands."""
     handle, desc = await find(client, task_id)
     if desc.status != WorkflowExecutionStatus.RUNNING:
         raise BadInput(f"task {task_id} has ended ({desc.status.name}); {what} does not apply")

@@ -120,7 +120,6 @@ class TaskRecord:
             else "",
             retried=sum(ev.kind == "retried" for ev in self.result.events),
             host=self.ws.host if self.ws is not None else "",
-            answers=[a for a in answers.ANSWERS if not self._refusal(a)],
         )
 
     @workflow.query(name=QUERY_TRACE)

@@ -622,12 +622,7 @@ class TaskWorkflow(TaskRecord):
         checked = await self._checked(name, payload)
         if checked.refused:
             return
-        if name == SIGNAL_REJECT and not workflow.patched("answers-rule"):
-            # As histories before had it: a task that had ended NEEDS_HUMAN took reject.
-            taken = self.state.waiting
-        else:
-            taken = answers.applies(name, self.state, self.waiting_for)
-        if taken:
+        if answers.applies(name, self.state, self.waiting_for):
             take(payload, checked.by)
         else:
             self._ignored(name)

@@ -108,7 +108,3 @@ class TaskStatus(_Record):
     """Attempts whose make step had to run again (a worker died, or a try failed)."""
     host: str = ""
     """The host that holds the task's worktree ("" before it has one)."""
-    answers: list[str] = Field(default_factory=list)
-    """The answers that apply now (``approve``, ``reject``, ``feedback``,
-    ``extend_budget``): the rule the updates' validators apply, so a page shows only
-    those."""

@@ -1,9 +1,8 @@
 """When a person's answer applies to a task, and the commands that answer a waiting task.
 
-``applies`` is the one statement of DESIGN's "Edge cases, decided" for answers: the
-workflow's signal handlers follow it, its update validators refuse by it (before
-anything is written to history), and its ``status`` query lists the answers it allows,
-so the CLI and the review page never state it again.
+``applies`` is the one statement of the rule: the workflow's update validators refuse
+by it (before anything is written to history) and its signal handlers follow it, and
+the review page shows the forms it allows; no client checks it before it answers.
 """
 
 from __future__ import annotations
@@ -19,18 +18,16 @@ from loop.contracts import (
     TaskState,
 )
 
-ANSWERS = (SIGNAL_APPROVE, SIGNAL_REJECT, SIGNAL_FEEDBACK, SIGNAL_EXTEND_BUDGET)
-"""The answers' wire names, in the order a page shows them."""
-
 
 def applies(answer: str, state: TaskState, waiting_for: str) -> bool:
     """``approve`` while the task waits for approval (or for a merge a person fixed);
-    ``reject`` while it waits at all; ``feedback`` and ``extend_budget`` while it runs or
-    waits for a decision."""
+    ``reject`` while it waits for a person at all (not once it has ended, even
+    ``NEEDS_HUMAN``); ``feedback`` and ``extend_budget`` while it runs or waits for a
+    decision."""
     if answer == SIGNAL_APPROVE:
         return waiting_for == WAITING_APPROVAL
     if answer == SIGNAL_REJECT:
-        return state.waiting
+        return bool(waiting_for)
     if answer in (SIGNAL_FEEDBACK, SIGNAL_EXTEND_BUDGET):
         return state == TaskState.RUNNING or waiting_for == WAITING_DECISION
     raise ValueError(f"unknown answer {answer!r}")
