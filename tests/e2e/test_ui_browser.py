@@ -32,7 +32,7 @@ from loop.hardened import answers
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import result_of, task
+from tests.support.tasks import answers_in_history, result_of, task
 from tests.support.ui import LOOP, loop_ui, ui_env
 from worker import build_worker
 
@@ -81,15 +81,6 @@ time.sleep(50)
 
 
 # --------------------------------------------------------------------------- helpers (copied)
-
-
-async def signals_received(handle: WorkflowHandle) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        e.workflow_execution_signaled_event_attributes.signal_name
-        for e in history.events
-        if e.HasField("workflow_execution_signaled_event_attributes")
-    ]
 
 
 async def wait_for(handle: WorkflowHandle, pred, within_s: float = 60) -> TaskStatus:
@@ -318,7 +309,7 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             async with httpx.AsyncClient() as web:
                 bare = await web.post(f"{target}/approve", data={"note": "forged"})
             assert bare.status_code == 403
-            assert await signals_received(handle) == []  # nothing was sent
+            assert await answers_in_history(handle) == []  # nothing was sent
 
             # An honest request that no longer applies: the reason, not a signal.
             stale = await page.context.request.post(
@@ -326,7 +317,7 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             )
             assert stale.ok
             assert "is RUNNING; approve does not apply now" in await stale.text()
-            assert await signals_received(handle) == []
+            assert await answers_in_history(handle) == []
         finally:
             await handle.cancel()
             result = await result_of(handle)
