@@ -211,7 +211,10 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
 
         await page.fill("form.approve input[name=note]", "reviewed on the page")
         await page.click("form.approve button[type=submit]")
-        await page.wait_for_selector("[data-flash=ok]")
+        flash = await page.wait_for_selector("[data-flash=ok]")
+        assert flash is not None
+        said = f"{waiting['id']}: approved; merging loop/{waiting['id']} into main"
+        assert said in await flash.inner_text()  # what the task said it did
         await page.evaluate("window.__notReloaded = true")
         await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
         assert await page.evaluate("window.__notReloaded === true")  # the live parts, no reload
@@ -311,17 +314,19 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             assert bare.status_code == 403
             assert await answers_in_history(handle) == []  # nothing was sent
 
-            # An honest request that no longer applies: the reason, not a signal.
+            # An honest request that no longer applies: the task's own refusal (its
+            # update's validator), shown on the page, and nothing in its history.
             stale = await page.context.request.post(
                 f"{target}/approve", form={"csrf": csrf}, headers={"Origin": url}
             )
             assert stale.ok
-            assert "is RUNNING; approve does not apply now" in await stale.text()
+            assert f"task {spec['id']} is RUNNING; approve does not apply now" in await stale.text()
             assert await answers_in_history(handle) == []
         finally:
             await handle.cancel()
             result = await result_of(handle)
     assert result.state == TaskState.CANCELLED
+    assert not [e for e in result.events if e.kind in ("signal-ignored", "answer-refused")]
 
 
 async def test_beyond_loopback_without_a_token_exits_2(
