@@ -537,12 +537,15 @@ class TaskWorkflow(TaskRecord):
     # ------------------------------------------------------------------ answers
     #
     # Each answer is an update and a signal of the same name. The update is what
-    # Loopwork's tools send: its validator refuses an answer that does not apply before
-    # anything is written to history, and the handler checks the signature (a local
-    # activity, so not in the validator) and tells the caller what the answer did or
-    # why it was refused. The signal is kept for histories recorded before and for
-    # `temporal workflow signal`; an answer that does not apply is then only a trace
-    # event. Both take an answer the same way (``_approve`` ... ``_extend``).
+    # Loopwork's tools send: its validator refuses, before anything is written to
+    # history, an answer that does not apply (``loop.rules.answers``) or whose signature
+    # was used before; the worker's ``AnswerChecks`` interceptor, which holds the answer
+    # key, refuses one whose signature does not hold in the same validator. The handler
+    # checks the signature again (a local activity, so the verdict is in history) and
+    # tells the caller what the answer did, or why it no longer applies. The signal is
+    # kept for histories recorded before and for `temporal workflow signal`; an answer
+    # that does not apply is then only a trace event. Both follow the same rule and
+    # take an answer the same way (``_approve`` ... ``_extend``).
 
     @workflow.update(name=SIGNAL_APPROVE, unfinished_policy=UNEXPECTED)
     async def approve_update(self, payload: ApproveSignal) -> AnswerReply:
