@@ -27,14 +27,17 @@ from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import (
     QUERY_STATUS,
+    ApproveSignal,
+    RejectSignal,
     TaskResult,
     TaskState,
     TaskStatus,
     workflow_id_for,
 )
+from loop.errors import BadInput
 from loop.loaders import load_task
 from loop.settings import Settings
-from loop.tasks import start_task
+from loop.tasks import answer, start_task
 from tests.support.agents import FIX_AT_ONCE, write_agent
 from tests.support.tasks import answers_in_history, result_of, task, wait_for
 from worker import build_worker
@@ -290,6 +293,32 @@ async def test_answers_that_do_not_apply_to_a_running_task_are_refused(
         expect_code(late, 2)
         for ran in (approve, reject, extend, feedback, blank):
             expect_code(ran, 2)
+
+
+async def test_two_answers_at_once_one_is_taken_the_other_hears_why(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """An approve and a reject sent together: the task takes one, and the other's sender
+    is told the task has just taken an answer, not left with a trace event."""
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    task_id = spec["id"]
+    async with build_worker(client, settings):
+        file = write_task(tmp_path, spec)
+        handle, _ = await start_task(client, load_task(file), settings.task_queue)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL, within=30)
+        sent = await asyncio.gather(
+            answer(client, task_id, "approve", ApproveSignal(note="a"), "ann", None),
+            answer(client, task_id, "reject", RejectSignal(reason="b"), "bob", None),
+            return_exceptions=True,
+        )
+        result = await result_of(handle)
+    taken = [r for r in sent if not isinstance(r, BaseException)]
+    refused = [str(r) for r in sent if isinstance(r, BadInput)]
+    assert len(taken) == 1 and len(refused) == 1, sent
+    assert refused[0].startswith(f"task {task_id} "), refused
+    assert result.state in (TaskState.DONE_WITH_EVIDENCE, TaskState.REJECTED)
+    assert len([e for e in result.events if e.kind == "signal"]) == 1, result.events
+    assert not [e for e in result.events if e.kind == "signal-ignored"]
 
 
 # --------------------------------------------------------------------------- finished tasks
