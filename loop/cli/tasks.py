@@ -288,8 +288,9 @@ def sign(
     tokens: Annotated[int, typer.Option(min=0, help="extend: more tokens")] = 0,
     cost_usd: Annotated[float, typer.Option(min=0, help="extend: more dollars")] = 0.0,
 ) -> None:
-    """Print an answer's signed payload, for `temporal workflow signal --input` (the key:
-    LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key; good for 10 minutes, once)."""
+    """Print an answer's signed payload, for `temporal workflow update execute --input`
+    (or `workflow signal`; the key: LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key;
+    good for 10 minutes, once)."""
     payloads = {
         "approve": lambda: ApproveSignal(note=note),
         "reject": lambda: RejectSignal(reason=reason),
