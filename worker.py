@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from activities.answers import AnswerActivities
+from activities.answers import AnswerActivities, AnswerChecks
 from activities.budget import BudgetActivities
 from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
@@ -170,6 +170,8 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Hos
         **common,
         "task_queue": settings.task_queue,
         "workflows": WORKFLOWS,
+        # Answer updates' signatures are checked in their validators, before history.
+        "interceptors": [Liveness(lease), AnswerChecks(settings)],
         "activities": activities_for(settings),
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
         "max_cached_workflows": settings.workflow_cache,

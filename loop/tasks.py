@@ -1,5 +1,5 @@
 """Client-side task helpers shared by the CLI, the demo and the review page: start,
-follow, worker check, and whether an answer (approve, reject, feedback, extend) applies."""
+follow, worker check, and sending a person's answer (approve, reject, feedback, extend)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import getpass
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,9 +15,15 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop.contracts import (
@@ -30,8 +36,7 @@ from loop.contracts import (
     SIGNAL_FEEDBACK,
     SIGNAL_REJECT,
     TASK_WORKFLOW,
-    WAITING_APPROVAL,
-    WAITING_DECISION,
+    AnswerReply,
     TaskResult,
     TaskSpec,
     TaskState,
@@ -55,7 +60,7 @@ async def start_task(
             return handle, False
         if not rerun:
             raise BadInput(
-                f"task {spec.id} already ended ({desc.status.name}); "
+                f"task {spec.id} already ended {ended_state(desc)}; "
                 "use --rerun to run it again or pick another id"
             )
     try:
@@ -131,13 +136,17 @@ async def follow(
 
 # --------------------------------------------------------------------------- answers
 
-ANSWER_SIGNALS = {
+ANSWERS = {
     "approve": SIGNAL_APPROVE,
     "reject": SIGNAL_REJECT,
     "feedback": SIGNAL_FEEDBACK,
     "extend": SIGNAL_EXTEND_BUDGET,
 }
-"""The answers a person gives a task, and the signal that carries each."""
+"""The answers a person gives a task, and the update (and signal) name that carries each."""
+
+ANSWER_TIMEOUT_S = 30
+"""How long an answer waits for the task to take it: a worker normally does in
+milliseconds (the check of its signature is a local activity)."""
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -156,30 +165,48 @@ def signed(payload: P, task_id: str, answer: str, by: str, key_file: Path | None
     except answers.AnswerKeyError as e:
         raise BadInput(str(e)) from None
     fields = stamped.model_dump(mode="json")
-    signal = ANSWER_SIGNALS[answer]
-    signature = answers.sign(key, workflow_id_for(task_id), signal, fields)
+    signature = answers.sign(key, workflow_id_for(task_id), ANSWERS[answer], fields)
     return stamped.model_copy(update={"signature": signature})
 
 
-def applies(answer: str, st: TaskStatus) -> bool:
-    """Whether ``answer`` applies to a running task in this status (the workflow's own rule:
-    approve while it waits for approval, reject while it waits at all, feedback and extend
-    while it runs or waits for a decision)."""
-    if answer == "approve":
-        return st.waiting_for == WAITING_APPROVAL
-    if answer == "reject":
-        return st.state.waiting
-    if answer in ("feedback", "extend"):
-        return st.state == TaskState.RUNNING or st.waiting_for == WAITING_DECISION
-    raise ValueError(f"unknown answer {answer!r}")
+async def answer(
+    client: Client, task_id: str, what: str, payload: BaseModel, by: str, key_file: Path | None
+) -> AnswerReply:
+    """Send ``what`` (``approve``, ``reject``, ``feedback``, ``extend``) as an update from
+    ``by``, signed with ``key_file`` where there is one, and return what it did. The
+    workflow decides whether it applies and whether its signature holds (its validator,
+    before anything is written to history); a refusal is ``BadInput`` with the
+    workflow's reason. No state is read first: a check here could go stale before the
+    answer lands."""
+    handle, desc = await find(client, task_id)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise BadInput(f"task {task_id} has ended {ended_state(desc)}; {what} does not apply")
+    try:
+        return await handle.execute_update(
+            ANSWERS[what],
+            signed(payload, task_id, what, by, key_file),
+            result_type=AnswerReply,
+            rpc_timeout=timedelta(seconds=ANSWER_TIMEOUT_S),
+        )
+    except WorkflowUpdateFailedError as e:
+        raise BadInput(_refused(e)) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise LoopError(
+            f"task {task_id} did not take the {what} within {ANSWER_TIMEOUT_S} s: is a "
+            "worker running (`loop worker`)? It may still take it when one starts; "
+            f"see `loop status {task_id}`"
+        ) from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:  # it ended between the look and the answer
+            raise BadInput(f"task {task_id} has ended; {what} does not apply") from None
+        raise
 
 
-def refusal(task_id: str, answer: str, st: TaskStatus) -> str:
-    """Why ``answer`` does not apply to the task now; "" when it does."""
-    if applies(answer, st):
-        return ""
-    waiting = f", waiting for {st.waiting_for}" if st.waiting_for else ""
-    return f"task {task_id} is {st.state}{waiting}; {answer} does not apply now"
+def _refused(e: WorkflowUpdateFailedError) -> str:
+    """The reason the workflow gave (its validator's or its handler's ``ApplicationError``),
+    else what the SDK said (a payload the workflow could not read, say)."""
+    cause = e.cause
+    return cause.message if isinstance(cause, FailureError) else str(cause)
 
 
 def checked_id(task_id: str) -> str:
@@ -223,22 +250,6 @@ def ended_state(desc: Any) -> str:
     if state and state != str(TaskState.RUNNING):
         return str(state)
     return f"{desc.status.name.lower()} in Temporal" if desc.status else "unknown"
-
-
-async def answerable(
-    client: Client, task_id: str, answer: str
-) -> tuple[WorkflowHandle, TaskStatus]:
-    """The task's handle and status when ``answer`` applies to it now, else ``BadInput``
-    with the reason: the check before every answer, so a signal is never sent into the void.
-    """
-    handle, desc = await find(client, task_id)
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"task {task_id} has ended {ended_state(desc)}; {answer} does not apply")
-    st = await live_status(handle)
-    why = refusal(task_id, answer, st)
-    if why:
-        raise BadInput(why)
-    return handle, st
 
 
 def local_user() -> str:

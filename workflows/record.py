@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         Workspace,
     )
-    from loop.rules import budget, explain
+    from loop.rules import answers, budget, explain
     from workflows.clock import WallClock
 
 
@@ -72,6 +72,8 @@ class TaskRecord:
         """Signatures of the answers taken so far: each is good once."""
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
+        self.answering = 0
+        """Answer updates being checked now: the task closes only once none is."""
 
     def _placed(self, moved_from: str = "") -> None:
         """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""
@@ -85,6 +87,17 @@ class TaskRecord:
         else:
             self._event("placed", f"host {self.ws.host}: {self.ws.path}")
         self._publish()
+
+    def _refusal(self, name: str) -> str:
+        """Why answer ``name`` cannot be taken now ("" when it can): the rule
+        (``loop.rules.answers``), and one answer per wait (a second one racing the first is
+        refused, not silently put in its place)."""
+        if self.decision is not None:
+            return (
+                f"task {self.spec.id} has just taken {self.decision.kind}; "
+                f"{name} does not apply now"
+            )
+        return answers.refusal(self.spec.id, name, self.state, self.waiting_for)
 
     def _with_trouble(self, reason: str) -> str:
         """An escalation's reason, with what went wrong with the agent's last run, if

@@ -17,14 +17,18 @@ wall-clock budget, so the timer runs only around the active segments.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 from temporalio.workflow import HandlerUnfinishedPolicy
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
+        ANSWER_REFUSED,
         CHECK_ANSWER,
         COMMIT,
         ENDPOINT_PREFLIGHT_S,
@@ -42,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         WAITING_APPROVAL,
         WAITING_DECISION,
         AgentLimits,
+        AnswerReply,
         ApproveSignal,
         AttemptRecord,
         Autonomy,
@@ -69,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         Usage,
     )
-    from loop.rules import budget, explain
+    from loop.rules import answers, budget, explain
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
     from loop.rules.gates import describe_gate
@@ -84,8 +89,24 @@ with workflow.unsafe.imports_passed_through():
 
 
 ABANDON = HandlerUnfinishedPolicy.ABANDON
-"""An answer still being checked when the task ends is moot: the task has decided."""
+"""A signalled answer still being checked when the task ends is moot: the task has decided."""
+UNEXPECTED = HandlerUnfinishedPolicy.WARN_AND_ABANDON
+"""An answer update is never left running: the task waits for it before it closes, so its
+sender hears why it was refused (the task has ended), not the server's "workflow
+completed". One still running at the close is a bug: the worker warns."""
 Answer = ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal
+A = TypeVar("A", ApproveSignal, RejectSignal, FeedbackSignal, ExtendBudgetSignal)
+Take = Callable[[A, str], str]
+"""Takes an answer that applies, credited as ``by``; returns what it did, in a few words."""
+
+
+@dataclass
+class _Checked:
+    """An answer's signature check: how the trace credits it, or why it is refused."""
+
+    by: str = ""
+    signed: bool = False
+    refused: str = ""
 
 
 @dataclass
@@ -117,6 +138,11 @@ class TaskWorkflow(TaskRecord):
             self._end(TaskState.BLOCKED, str(e))
         except asyncio.CancelledError:
             self._end(TaskState.CANCELLED, "cancelled by request")
+        if self.answering:
+            # Answer updates still being checked hear that the task has ended (their
+            # refusal is in the trace) before it closes. No history has one: it issues
+            # no command, and signals are not waited for.
+            await workflow.wait_condition(lambda: not self.answering)
         if self.held is not None and workflow.patched("settle-on-every-end"):
             # Cancelled, out of time, or blocked mid-attempt: what it held goes back.
             await self._settle(self.held, Usage())
@@ -513,78 +539,157 @@ class TaskWorkflow(TaskRecord):
         if failed:
             self._event("notify-failed", failed)
 
+    # ------------------------------------------------------------------ answers
+    #
+    # Each answer is an update and a signal of the same name. The update is what
+    # Loopwork's tools send: its validator refuses, before anything is written to
+    # history, an answer that does not apply (``loop.rules.answers``) or whose signature
+    # was used before; the worker's ``AnswerChecks`` interceptor, which holds the answer
+    # key, refuses one whose signature does not hold in the same validator. The handler
+    # checks the signature again (a local activity, so the verdict is in history) and
+    # tells the caller what the answer did, or why it no longer applies. The signal is
+    # kept for histories recorded before and for `temporal workflow signal`; an answer
+    # that does not apply is then only a trace event. Both follow the same rule and
+    # take an answer the same way (``_approve`` ... ``_extend``).
+
+    @workflow.update(name=SIGNAL_APPROVE, unfinished_policy=UNEXPECTED)
+    async def approve_update(self, payload: ApproveSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_APPROVE, payload, self._approve)
+
+    @approve_update.validator
+    def _approve_applies(self, payload: ApproveSignal) -> None:
+        self._validate(SIGNAL_APPROVE, payload)
+
+    @workflow.update(name=SIGNAL_REJECT, unfinished_policy=UNEXPECTED)
+    async def reject_update(self, payload: RejectSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_REJECT, payload, self._reject)
+
+    @reject_update.validator
+    def _reject_applies(self, payload: RejectSignal) -> None:
+        self._validate(SIGNAL_REJECT, payload)
+
+    @workflow.update(name=SIGNAL_FEEDBACK, unfinished_policy=UNEXPECTED)
+    async def feedback_update(self, payload: FeedbackSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_FEEDBACK, payload, self._feedback)
+
+    @feedback_update.validator
+    def _feedback_applies(self, payload: FeedbackSignal) -> None:
+        self._validate(SIGNAL_FEEDBACK, payload)
+
+    @workflow.update(name=SIGNAL_EXTEND_BUDGET, unfinished_policy=UNEXPECTED)
+    async def extend_budget_update(self, payload: ExtendBudgetSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_EXTEND_BUDGET, payload, self._extend)
+
+    @extend_budget_update.validator
+    def _extend_budget_applies(self, payload: ExtendBudgetSignal) -> None:
+        self._validate(SIGNAL_EXTEND_BUDGET, payload)
+
     @workflow.signal(name=SIGNAL_APPROVE, unfinished_policy=ABANDON)
     async def approve(self, payload: ApproveSignal) -> None:
-        by = await self._checked(SIGNAL_APPROVE, payload)
-        if by is None:
-            return
-        if self.waiting_for == WAITING_APPROVAL:
-            self._decide(Decision("approve", payload.note), f"approve: {payload.note}{by}")
-        else:
-            self._ignored("approve")
+        await self._signalled(SIGNAL_APPROVE, payload, self._approve)
 
     @workflow.signal(name=SIGNAL_REJECT, unfinished_policy=ABANDON)
     async def reject(self, payload: RejectSignal) -> None:
-        by = await self._checked(SIGNAL_REJECT, payload)
-        if by is None:
-            return
-        if self.state.waiting:
-            self._decide(
-                Decision("reject", payload.reason),
-                f"reject: {payload.reason}{by}",
-            )
-        else:
-            self._ignored("reject")
+        await self._signalled(SIGNAL_REJECT, payload, self._reject)
 
     @workflow.signal(name=SIGNAL_FEEDBACK, unfinished_policy=ABANDON)
     async def feedback(self, payload: FeedbackSignal) -> None:
-        by = await self._checked(SIGNAL_FEEDBACK, payload)
-        if by is None:
-            return
-        if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
-            self.human_feedback.append(payload.text)
-            self._grant_attempt_if_waiting()
-            self._decide(
-                Decision("feedback", payload.text),
-                f"feedback: {payload.text}{by}",
-            )
-        else:
-            self._ignored("feedback")
+        await self._signalled(SIGNAL_FEEDBACK, payload, self._feedback)
 
     @workflow.signal(name=SIGNAL_EXTEND_BUDGET, unfinished_policy=ABANDON)
     async def extend_budget(self, payload: ExtendBudgetSignal) -> None:
-        by = await self._checked(SIGNAL_EXTEND_BUDGET, payload)
-        if by is None:
-            return
-        if self.state == TaskState.RUNNING or self.waiting_for == WAITING_DECISION:
-            self.max_attempts += payload.attempts
-            if workflow.patched("extend-adds-only"):
-                # "No limit" stays no limit: an extension adds to limits that exist.
-                self.clock.limit = budget.extended(self.clock.limit, payload.seconds)
-                self.max_tokens = budget.extended(self.max_tokens, payload.tokens)
-                self.max_cost = budget.extended(self.max_cost, payload.cost_usd)
-            else:
-                if payload.seconds:
-                    self.clock.limit = (self.clock.limit or self.clock.used) + payload.seconds
-                if payload.tokens:
-                    self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
-                if payload.cost_usd:
-                    self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
-            added = payload.model_dump_json(exclude={"by", "at", "signature"})
-            self._decide(Decision("extend"), f"extend_budget: {added}{by}")
-        else:
-            self._ignored("extend_budget")
+        await self._signalled(SIGNAL_EXTEND_BUDGET, payload, self._extend)
 
-    async def _checked(self, name: str, payload: Answer) -> str | None:
+    def _validate(self, name: str, payload: Answer) -> None:
+        """An update's validator: refuse, with the reason, what can be known not to apply
+        from the task's state alone (validators may not run activities or change state)."""
+        why = self._refusal(name)
+        if not why and payload.signature and payload.signature in self.seen_signatures:
+            why = f"task {self.spec.id}: {name} refused: replayed (that signature was used before)"
+        if why:
+            raise _refused(why)
+
+    async def _answer(self, name: str, payload: A, take: Take[A]) -> AnswerReply:
+        """An update's handler: the signature is checked, then whether the answer still
+        applies (the task may have moved on meanwhile, or another answer come first)."""
+        self.answering += 1
+        try:
+            checked = await self._checked(name, payload)
+            if checked.refused:
+                raise _refused(f"task {self.spec.id}: {name} refused: {checked.refused}")
+            why = self._refusal(name)
+            if why:
+                self._event("answer-refused", f"{name}: {why}")
+                raise _refused(why)
+            return AnswerReply(did=take(payload, checked.by), signed=checked.signed)
+        finally:
+            self.answering -= 1
+
+    async def _signalled(self, name: str, payload: A, take: Take[A]) -> None:
+        """A signal's handler: an answer that does not apply is a trace event, no more."""
+        checked = await self._checked(name, payload)
+        if checked.refused:
+            return
+        if answers.applies(name, self.state, self.waiting_for):
+            take(payload, checked.by)
+        else:
+            self._ignored(name)
+
+    def _approve(self, payload: ApproveSignal, by: str) -> str:
+        if self.state == TaskState.NEEDS_HUMAN:
+            did = "approved; trying the merge again"
+        elif self.spec.finalize.pull_request:
+            did = "approved; opening a pull request"
+        else:
+            base = self.ws.base_ref if self.ws is not None else "base"
+            did = f"approved; merging {self.result.branch} into {base}"
+        self._decide(Decision("approve", payload.note), f"approve: {payload.note}{by}")
+        return did
+
+    def _reject(self, payload: RejectSignal, by: str) -> str:
+        self._decide(Decision("reject", payload.reason), f"reject: {payload.reason}{by}")
+        return "rejected; the task ends REJECTED"
+
+    def _feedback(self, payload: FeedbackSignal, by: str) -> str:
+        parked = self.state == TaskState.NEEDS_HUMAN
+        self.human_feedback.append(payload.text)
+        self._grant_attempt_if_waiting()
+        self._decide(Decision("feedback", payload.text), f"feedback: {payload.text}{by}")
+        if parked:
+            return "one more attempt with your feedback"
+        return "your feedback goes into the next attempt"
+
+    def _extend(self, payload: ExtendBudgetSignal, by: str) -> str:
+        parked = self.state == TaskState.NEEDS_HUMAN
+        self.max_attempts += payload.attempts
+        if workflow.patched("extend-adds-only"):
+            # "No limit" stays no limit: an extension adds to limits that exist.
+            self.clock.limit = budget.extended(self.clock.limit, payload.seconds)
+            self.max_tokens = budget.extended(self.max_tokens, payload.tokens)
+            self.max_cost = budget.extended(self.max_cost, payload.cost_usd)
+        else:
+            if payload.seconds:
+                self.clock.limit = (self.clock.limit or self.clock.used) + payload.seconds
+            if payload.tokens:
+                self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
+            if payload.cost_usd:
+                self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
+        added = payload.model_dump_json(exclude={"by", "at", "signature"})
+        self._decide(Decision("extend"), f"extend_budget: {added}{by}")
+        more = answers.extension(payload)
+        return (
+            f"budget extended: {more}; the loop goes on" if parked else f"budget extended: {more}"
+        )
+
+    async def _checked(self, name: str, payload: Answer) -> _Checked:
         """Who an answer proves it comes from, as the trace credits it (`` (by alice)``,
-        `` (unsigned)``); None when it is refused. Checked with the worker's answer key in
+        `` (unsigned)``), or why it is refused. Checked with the worker's answer key in
         a local activity (``loop.hardened.answers``), so the verdict is in history and a
         replay decides the same way; a signature is good once."""
         if not workflow.patched("signed-answers"):
-            return f" (by {payload.by})" if payload.by else ""  # as histories before had it
+            return _Checked(f" (by {payload.by})" if payload.by else "")  # as before
         if payload.signature and payload.signature in self.seen_signatures:
-            self._event("answer-refused", f"{name}: replayed (that signature was used before)")
-            return None
+            return self._refuse_answer(name, "replayed (that signature was used before)")
         if payload.signature:
             # Taken before the check, so the same answer sent twice at once counts once.
             self.seen_signatures.append(payload.signature)
@@ -601,9 +706,13 @@ class TaskWorkflow(TaskRecord):
             summary=f"check answer: {name}",
         )
         if not checked.accepted:
-            self._event("answer-refused", f"{name}: {checked.why}")
-            return None
-        return f" (by {payload.by})" if checked.signed else " (unsigned)"
+            return self._refuse_answer(name, checked.why)
+        by = f" (by {payload.by})" if checked.signed else " (unsigned)"
+        return _Checked(by, signed=checked.signed)
+
+    def _refuse_answer(self, name: str, why: str) -> _Checked:
+        self._event("answer-refused", f"{name}: {why}")
+        return _Checked(refused=why)
 
     def _grant_attempt_if_waiting(self) -> None:
         """Feedback to a parked task grants one more attempt carrying that text."""
@@ -617,3 +726,9 @@ class TaskWorkflow(TaskRecord):
 
     def _ignored(self, name: str) -> None:
         self._event("signal-ignored", f"{name} does not apply while {self.state}")
+
+
+def _refused(why: str) -> ApplicationError:
+    """An answer update's refusal: the caller gets ``why`` back (in the validator, before
+    anything is written to history; in the handler, as the update's failure)."""
+    return ApplicationError(why, type=ANSWER_REFUSED, non_retryable=True)

@@ -1,8 +1,9 @@
 """Starting tasks, answering them, looking at them: ``start``, ``status``, ``inbox``,
 ``approve``, ``reject``, ``feedback``, ``extend``, ``cancel``, ``trace``.
 
-Commands that answer a task check its state first (the ``status`` query), so a
-signal is never sent into the void.
+Commands that answer a task send a Temporal update (``loop.tasks.answer``): the task
+takes the answer and says what it did, or refuses it with the reason, which is one
+``error:`` line and exit 2.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from loop.contracts import (
     SA_COST,
     SA_REPO,
     SA_STATE,
-    SIGNAL_APPROVE,
-    SIGNAL_EXTEND_BUDGET,
-    SIGNAL_FEEDBACK,
-    SIGNAL_REJECT,
     TASK_WORKFLOW,
     ApproveSignal,
     ExtendBudgetSignal,
@@ -49,7 +46,7 @@ from loop.rules.answers import answer_with
 from loop.rules.words import waiting_words
 from loop.settings import Settings
 from loop.tasks import (
-    answerable,
+    answer,
     checked_id,
     find,
     follow,
@@ -256,17 +253,16 @@ def inbox(
     console.run(main)
 
 
-def _answer(task_id: str, what: str, signal: str, payload: BaseModel, said: str) -> None:
+def _answer(task_id: str, what: str, payload: BaseModel) -> None:
     """Send an answer as the local user, signed with the answer key where there is one,
-    after the state check the review page makes too (``loop.tasks.answerable``): a signal
-    that would not apply is not sent."""
+    and print what it did; the task's refusal is one ``error:`` line and exit 2."""
 
     key = Settings.from_env().answer_key
 
     async def main() -> None:
-        handle, _ = await answerable(await console.client(), task_id, what)
-        await handle.signal(signal, signed(payload, task_id, what, local_user(), key))
-        console.out.print(said)
+        client = await console.client()
+        reply = await answer(client, task_id, what, payload, local_user(), key)
+        console.out.print(f"{task_id}: {reply.did}", markup=False)
 
     console.run(main)
 
@@ -276,7 +272,7 @@ def approve(
     note: Annotated[str, typer.Option(help="why it may be merged")] = "",
 ) -> None:
     """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
-    _answer(task_id, "approve", SIGNAL_APPROVE, ApproveSignal(note=note), f"approved {task_id}")
+    _answer(task_id, "approve", ApproveSignal(note=note))
 
 
 def reject(
@@ -284,7 +280,7 @@ def reject(
     reason: Annotated[str, typer.Option(help="why (recorded in the trace)")] = ...,  # type: ignore[assignment]  # typer: required
 ) -> None:
     """Reject a task waiting for a person: it ends REJECTED, nothing is merged."""
-    _answer(task_id, "reject", SIGNAL_REJECT, RejectSignal(reason=reason), f"rejected {task_id}")
+    _answer(task_id, "reject", RejectSignal(reason=reason))
 
 
 def feedback(
@@ -295,8 +291,7 @@ def feedback(
     if not text.strip():
         console.err.print("error: feedback text is empty; say what the agent should do differently")
         raise typer.Exit(2)
-    said = f"feedback sent to {task_id}"
-    _answer(task_id, "feedback", SIGNAL_FEEDBACK, FeedbackSignal(text=text), said)
+    _answer(task_id, "feedback", FeedbackSignal(text=text))
 
 
 def extend(
@@ -315,7 +310,7 @@ def extend(
             "error: nothing to add; give --attempts, --seconds, --tokens or --cost-usd"
         )
         raise typer.Exit(2)
-    _answer(task_id, "extend", SIGNAL_EXTEND_BUDGET, payload, f"budget extended for {task_id}")
+    _answer(task_id, "extend", payload)
 
 
 def sign(
@@ -329,8 +324,9 @@ def sign(
     tokens: Annotated[int, typer.Option(min=0, help="extend: more tokens")] = 0,
     cost_usd: Annotated[float, typer.Option(min=0, help="extend: more dollars")] = 0.0,
 ) -> None:
-    """Print an answer's signed payload, for `temporal workflow signal --input` (the key:
-    LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key; good for 10 minutes, once)."""
+    """Print an answer's signed payload, for `temporal workflow update execute --input`
+    (or `workflow signal`; the key: LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key;
+    good for 10 minutes, once)."""
     payloads = {
         "approve": lambda: ApproveSignal(note=note),
         "reject": lambda: RejectSignal(reason=reason),

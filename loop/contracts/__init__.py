@@ -74,6 +74,7 @@ from loop.contracts.ledger import (
     reservation_key,
 )
 from loop.contracts.messages import (
+    AnswerReply,
     ApproveSignal,
     BudgetFigures,
     BudgetStatus,
@@ -99,6 +100,7 @@ from loop.contracts.model import (
 )
 from loop.contracts.names import (
     AGENT_WORKFLOW,
+    ANSWER_REFUSED,
     EVAL_WORKFLOW,
     HOST_LOST,
     LEDGER_WORKFLOW,
@@ -239,6 +241,7 @@ from loop.contracts.triage import (
 __all__ = [
     "AGENT_WORKFLOW",
     "ALL_ACTIVITIES",
+    "ANSWER_REFUSED",
     "BEGIN_ATTEMPT",
     "CHANGED_SHOWN",
     "CHECK_ANSWER",
@@ -309,6 +312,7 @@ __all__ = [
     "AgentLimits",
     "AgentResult",
     "AgentSpec",
+    "AnswerReply",
     "ApproveSignal",
     "AttemptRecord",
     "AttemptStart",

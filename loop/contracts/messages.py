@@ -1,4 +1,4 @@
-"""Signals, queries and the status a person reads."""
+"""Answers (signals and updates), queries and the status a person reads."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ class CheckAnswerResult(_Record):
     """True when a valid signature proved ``by``."""
     why: str = ""
     """Why it was not accepted, or that the worker has no answer key."""
+
+
+class AnswerReply(_Record):
+    """What an answer sent as an update did, for the person who sent it."""
+
+    did: str
+    """In a few words: "approved; merging loop/x into main", "one more attempt with your
+    feedback"."""
+    signed: bool = False
+    """True when the worker checked its signature with the answer key (False: the worker
+    has no key and took it unsigned)."""
 
 
 class BudgetFigures(_Record):

@@ -17,10 +17,16 @@ UPDATE_REPORT = "report"
 UPDATE_SET_LIMITS = "set_limits"
 QUERY_LEDGER = "ledger"
 
+# A person's answers. Each name is both an update of TaskWorkflow (what Loopwork's own
+# tools send: refused before history with the reason when it does not apply) and a
+# signal (what histories recorded before updates hold, and `temporal workflow signal`).
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_FEEDBACK = "feedback"
 SIGNAL_EXTEND_BUDGET = "extend_budget"
+ANSWER_REFUSED = "LoopAnswerRefused"
+"""Error type of an answer update that was refused (it does not apply now, or its
+signature does not hold): the message is the reason, for the person who sent it."""
 QUERY_STATUS = "status"
 QUERY_TRACE = "trace"
 

@@ -1,12 +1,13 @@
 """Answers that prove who sent them: an HMAC under a key the worker and people's tools share.
 
-Anyone who can reach the Temporal frontend can send a signal, and a signal's payload
-says whatever its sender writes, ``by`` included. So every answer (approve, reject,
-feedback, extend) carries ``at`` (when it was signed) and ``signature``: HMAC-SHA256,
-under the answer key, over the workflow id, the answer's name and every other field
-of the payload, as canonical JSON. The worker checks it (``activities.answers``); an
-answer that is unsigned, forged, replayed or older than ``MAX_AGE_S`` is ignored, with
-an event in the trace saying why.
+Anyone who can reach the Temporal frontend can send an update or a signal, and its
+payload says whatever its sender writes, ``by`` included. So every answer (approve,
+reject, feedback, extend) carries ``at`` (when it was signed) and ``signature``:
+HMAC-SHA256, under the answer key, over the workflow id, the answer's name and every
+other field of the payload, as canonical JSON. The worker checks it
+(``activities.answers``); an answer that is unsigned, forged, replayed or older than
+``MAX_AGE_S`` is refused: an update in its validator, with the reason to its sender
+and nothing in history; a signal with an event in the trace saying why.
 
 The key: the file ``LOOP_ANSWER_KEY_FILE`` names, else ``LOOP_HOME/answer.key`` when it
 exists (``loop dev`` and ``loop demo`` make one). Without a key the worker takes

@@ -1,9 +1,60 @@
-"""The commands that answer a waiting task, in the words of the CLI: one place for the
-inbox, the status line and escalation messages."""
+"""When a person's answer applies to a task, and the commands that answer a waiting task.
+
+``applies`` is the one statement of the rule: the workflow's update validators refuse
+by it (before anything is written to history) and its signal handlers follow it, and
+the review page shows the forms it allows; no client checks it before it answers.
+"""
 
 from __future__ import annotations
 
-from loop.contracts import WAITING_APPROVAL, WAITING_DECISION
+from loop.contracts import (
+    SIGNAL_APPROVE,
+    SIGNAL_EXTEND_BUDGET,
+    SIGNAL_FEEDBACK,
+    SIGNAL_REJECT,
+    WAITING_APPROVAL,
+    WAITING_DECISION,
+    ExtendBudgetSignal,
+    TaskState,
+)
+from loop.rules.words import waiting_words
+
+
+def applies(answer: str, state: TaskState, waiting_for: str) -> bool:
+    """``approve`` while the task waits for approval (or for a merge a person fixed);
+    ``reject`` while it waits for a person at all (not once it has ended, even
+    ``NEEDS_HUMAN``); ``feedback`` and ``extend_budget`` while it runs or waits for a
+    decision."""
+    if answer == SIGNAL_APPROVE:
+        return waiting_for == WAITING_APPROVAL
+    if answer == SIGNAL_REJECT:
+        return bool(waiting_for)
+    if answer in (SIGNAL_FEEDBACK, SIGNAL_EXTEND_BUDGET):
+        return state == TaskState.RUNNING or waiting_for == WAITING_DECISION
+    raise ValueError(f"unknown answer {answer!r}")
+
+
+def refusal(task_id: str, answer: str, state: TaskState, waiting_for: str) -> str:
+    """Why ``answer`` does not apply to the task now, in one line; "" when it does."""
+    if applies(answer, state, waiting_for):
+        return ""
+    if state != TaskState.RUNNING and not waiting_for:
+        return f"task {task_id} has ended {state}; {answer} does not apply"
+    waiting = f", waiting for {waiting_words(waiting_for)}" if waiting_for else ""
+    return f"task {task_id} is {state}{waiting}; {answer} does not apply now"
+
+
+def extension(payload: ExtendBudgetSignal) -> str:
+    """What an ``extend_budget`` asks for, as a person reads it: ``+1 attempt, +600 s``."""
+    parts = [
+        f"+{payload.attempts} attempt" + ("s" if payload.attempts != 1 else "")
+        if payload.attempts
+        else "",
+        f"+{payload.seconds} s" if payload.seconds else "",
+        f"+{payload.tokens} tokens" if payload.tokens else "",
+        f"+${payload.cost_usd:g}" if payload.cost_usd else "",
+    ]
+    return ", ".join(p for p in parts if p) or "nothing added"
 
 
 def answer_with(task_id: str, waiting_for: str) -> str:

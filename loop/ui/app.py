@@ -2,7 +2,7 @@
 
     GET  /                       tasks (filters: ?state=, ?repo=), waiting ones first
     GET  /tasks/{id}             a task: goal, timeline, gates, diff, budget, escalations
-    POST /tasks/{id}/{answer}    approve | reject | feedback | extend (checked, then sent)
+    POST /tasks/{id}/{answer}    approve | reject | feedback | extend (an update: taken, or refused)
     GET  /tasks/{id}/logs/{name} a worker log of the task (gate-X.log, agent.log, brief.md)
     GET  /eval                   the latest harness comparisons (?run=)
     GET  /budgets                each repository's period ledger today
@@ -41,6 +41,7 @@ from temporalio.service import RPCError
 from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
 from loop.rules.words import waiting_words
+from loop.tasks import ANSWERS
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.config import UiConfig
@@ -48,13 +49,6 @@ from loop.ui.guard import Caller, Guard
 from loop.ui.source import Source, payload_for, today
 
 HERE = Path(__file__).parent
-ANSWERS = ("approve", "reject", "feedback", "extend")
-DONE_WORDS = {
-    "approve": "approved",
-    "reject": "rejected",
-    "feedback": "feedback sent to",
-    "extend": "budget extended for",
-}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -199,13 +193,13 @@ def create_app(
         assert caller.who is not None
         try:
             payload = payload_for(what, form, caller.who)
-            await source.answer(task_id, what, payload)
+            reply = await source.answer(task_id, what, payload)
         except BadInput as e:
             return _answered(request, caller, task_id, False, str(e))
         except (RPCError, LoopError) as e:
             message = e.message if isinstance(e, RPCError) else str(e)
             return _answered(request, caller, task_id, False, f"not sent: {message}")
-        return _answered(request, caller, task_id, True, f"{DONE_WORDS[what]} {task_id}")
+        return _answered(request, caller, task_id, True, f"{task_id}: {reply.did}")
 
     def _answered(
         request: Request, caller: Caller, task_id: str, sent: bool, message: str

@@ -39,6 +39,7 @@ from loop.contracts import (
     SA_REPO,
     SA_STATE,
     TASK_WORKFLOW,
+    AnswerReply,
     ApproveSignal,
     BudgetFigures,
     ExtendBudgetSignal,
@@ -55,7 +56,7 @@ from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
-from loop.tasks import ANSWER_SIGNALS, answerable, find, signed
+from loop.tasks import answer, find
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -396,14 +397,11 @@ class Source:
 
     # ------------------------------------------------------------------ answers
 
-    async def answer(self, task_id: str, answer: str, payload: Any) -> None:
-        """Send an answer after the CLI's state check; ``BadInput`` (nothing sent) when it
-        does not apply now."""
-        handle, _ = await answerable(self.client, task_id, answer)
+    async def answer(self, task_id: str, what: str, payload: Any) -> AnswerReply:
+        """Send an answer as the CLI does (``loop.tasks.answer``, an update): what it did,
+        or ``BadInput`` with the task's reason, and nothing in its history."""
         key = Settings.from_env().answer_key  # read per answer: `loop dev` may make it later
-        await handle.signal(
-            ANSWER_SIGNALS[answer], signed(payload, task_id, answer, payload.by, key)
-        )
+        return await answer(self.client, task_id, what, payload, payload.by, key)
 
 
 def payload_for(answer: str, form: dict[str, str], by: str) -> Any:

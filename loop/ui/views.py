@@ -24,11 +24,11 @@ from loop.contracts import (
     TaskState,
     TaskStatus,
 )
-from loop.rules.answers import answer_with
+from loop.rules.answers import answer_with, applies
 from loop.rules.record import spent
 from loop.rules.verdicts import headline
 from loop.rules.words import waiting_words
-from loop.tasks import applies
+from loop.tasks import ANSWERS
 
 WAITING = frozenset({TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN})
 STATES = [s.value for s in TaskState]
@@ -448,10 +448,7 @@ def decisions(st: TaskStatus | None) -> Decisions:
     if st is None:
         return Decisions()
     return Decisions(
-        approve=applies("approve", st),
-        reject=applies("reject", st),
-        feedback=applies("feedback", st),
-        extend=applies("extend", st),
+        **{what: applies(name, st.state, st.waiting_for) for what, name in ANSWERS.items()},
         hint=answer_with(st.task_id, st.waiting_for),
     )
 

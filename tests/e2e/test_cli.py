@@ -27,17 +27,20 @@ from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import (
     QUERY_STATUS,
+    ApproveSignal,
+    RejectSignal,
     TaskResult,
     TaskSpec,
     TaskState,
     TaskStatus,
     workflow_id_for,
 )
+from loop.errors import BadInput
 from loop.loaders import load_task
 from loop.settings import Settings
-from loop.tasks import start_task
+from loop.tasks import answer, start_task
 from tests.support.agents import FIX_AT_ONCE, write_agent
-from tests.support.tasks import result_of, task, wait_for
+from tests.support.tasks import answers_in_history, result_of, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -132,15 +135,6 @@ async def assert_nothing_started(client: Client, queue: str, *task_ids: str) -> 
             await client.get_workflow_handle(workflow_id_for(task_id)).describe()
         assert info.value.status == RPCStatusCode.NOT_FOUND
     assert [wf.id async for wf in client.list_workflows(f'TaskQueue="{queue}"')] == []
-
-
-async def signals_received(handle: WorkflowHandle) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        e.workflow_execution_signaled_event_attributes.signal_name
-        for e in history.events
-        if e.HasField("workflow_execution_signaled_event_attributes")
-    ]
 
 
 SLOW = """
@@ -322,16 +316,47 @@ async def test_answers_that_do_not_apply_to_a_running_task_are_refused(
             assert_one_error_line(extend, "nothing to add")
             assert_one_error_line(feedback, "feedback text is empty")
             assert_one_error_line(blank, "feedback text is empty")
-            # Nothing was sent: no signal in the history, the task still works on attempt 1.
-            assert await signals_received(handle) == []
+            # Refused before history: no answer in it, no check run, the task still works on
+            # attempt 1, and nothing in its trace.
+            assert await answers_in_history(handle) == []
             st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
             assert st.state == TaskState.RUNNING and st.attempt == 1
         finally:
             await handle.cancel()
             result = await result_of(handle)
         assert result.state == TaskState.CANCELLED
+        assert not [e for e in result.events if e.kind in ("signal-ignored", "answer-refused")]
+        late = await cli("approve", task_id)  # after the end: the reason, not the server's
+        assert_one_error_line(late, task_id, "has ended", "approve")
+        expect_code(late, 2)
         for ran in (approve, reject, extend, feedback, blank):
             expect_code(ran, 2)
+
+
+async def test_two_answers_at_once_one_is_taken_the_other_hears_why(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """An approve and a reject sent together: the task takes one, and the other's sender
+    is told the task has just taken an answer, not left with a trace event."""
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    task_id = spec["id"]
+    async with build_worker(client, settings):
+        file = write_task(tmp_path, spec)
+        handle, _ = await start_task(client, load_task(file), settings.task_queue)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL, within=30)
+        sent = await asyncio.gather(
+            answer(client, task_id, "approve", ApproveSignal(note="a"), "ann", None),
+            answer(client, task_id, "reject", RejectSignal(reason="b"), "bob", None),
+            return_exceptions=True,
+        )
+        result = await result_of(handle)
+    taken = [r for r in sent if not isinstance(r, BaseException)]
+    refused = [str(r) for r in sent if isinstance(r, BadInput)]
+    assert len(taken) == 1 and len(refused) == 1, sent
+    assert refused[0].startswith(f"task {task_id} "), refused
+    assert result.state in (TaskState.DONE_WITH_EVIDENCE, TaskState.REJECTED)
+    assert len([e for e in result.events if e.kind == "signal"]) == 1, result.events
+    assert not [e for e in result.events if e.kind == "signal-ignored"]
 
 
 # --------------------------------------------------------------------------- finished tasks
@@ -392,23 +417,33 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     """An assisted task does not hold the terminal for approval_timeout: exit 3, and the
     command that answers it."""
     spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    task_id = spec["id"]
     async with build_worker(client, settings):
         ran = await cli("start", str(write_task(tmp_path, spec)), "--wait")
-        st = await client.get_workflow_handle(workflow_id_for(spec["id"])).query(
-            QUERY_STATUS, result_type=TaskStatus
-        )
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        st = await handle.query(QUERY_STATUS, result_type=TaskStatus)
         # The Temporal UI's current details: the state and why it waits.
-        meta = await client.get_workflow_handle(workflow_id_for(spec["id"])).query(
-            "__temporal_workflow_metadata"
-        )
+        meta = await handle.query("__temporal_workflow_metadata")
         inbox = await cli("inbox")
+        # The answer it prints, then the same answer again: the task has moved on, and
+        # the second sender hears so instead of a trace event nobody reads.
+        approved = await cli("approve", task_id, "--note", "ok")
+        again = await cli("approve", task_id, "--note", "twice")
+        result = await result_of(handle)
     expect_code(ran, 3)
     assert st.state == TaskState.AWAITING_APPROVAL  # still waiting: nothing was decided
     assert meta.current_details == f"AWAITING_APPROVAL: {st.reason}"
     assert st.reason and st.reason in inbox.out and "extend_budget" not in inbox.out
-    assert f"[{spec['id']}] AWAITING_APPROVAL" in ran.out
-    assert f"answer with: loop approve {spec['id']}  |  loop reject {spec['id']}" in ran.out
+    assert f"[{task_id}] AWAITING_APPROVAL" in ran.out
+    assert f"answer with: loop approve {task_id}  |  loop reject {task_id}" in ran.out
     assert "Traceback" not in ran.err
+    assert approved.code == 0, approved
+    assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
+    expect_code(again, 2)
+    assert_one_error_line(again, task_id, "approve")
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    assert [e.detail for e in result.events if e.kind == "signal"] == ["approve: ok (unsigned)"]
+    assert await answers_in_history(handle) == ["update approve", "signature check"]
 
 
 @dataclass

@@ -16,13 +16,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import (
     QUERY_TRACE,
     SIGNAL_APPROVE,
     SIGNAL_FEEDBACK,
+    AnswerReply,
     ApproveSignal,
     FeedbackSignal,
     TaskResult,
@@ -35,7 +37,7 @@ from loop.settings import Settings
 from loop.tasks import local_user, signed, start_task
 from tests.e2e.test_cli import Cli, cli  # noqa: F401 (the fixture)
 from tests.support.agents import FIX_AT_ONCE, write_agent
-from tests.support.tasks import result_of, task, wait_for
+from tests.support.tasks import answers_in_history, result_of, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(150)
@@ -120,3 +122,74 @@ async def test_only_signed_answers_are_taken(
     assert ignored == ["feedback does not apply while AWAITING_APPROVAL"], ignored  # signed, once
     assert not any("the reviewer" in t for t in taken)
     assert json.loads(printed.out)["signature"]
+
+
+async def test_a_forged_update_is_refused_in_its_validator(
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    cli: Cli,  # noqa: F811
+) -> None:
+    """The same tries as updates: each is refused with its reason before anything is
+    written to history (no update, no check, no trace event); a replayed signature too.
+    The CLI's signed answer, an update, is taken and says what it did."""
+    key = settings.home / answers.KEY_NAME
+    answers.create_key(key)
+    other = tmp_path / "other.key"
+    answers.create_key(other)
+    waiting = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    running = task(demo_repo, write_agent(tmp_path, "time.sleep(60)\n"))
+    task_id = waiting["id"]
+    async with build_worker(client, settings):
+        handle, _ = await start_task(client, TaskSpec.model_validate(waiting), settings.task_queue)
+        slow, _ = await start_task(client, TaskSpec.model_validate(running), settings.task_queue)
+        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+
+        good = signed(ApproveSignal(note="ok"), task_id, "approve", "alice", key)
+        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+        stale = ApproveSignal(by="alice", at=an_hour_ago)
+        stale.signature = answers.sign(
+            answers.read_key(key), handle.id, SIGNAL_APPROVE, stale.model_dump(mode="json")
+        )
+        tries = {
+            "unsigned": ApproveSignal(note="lgtm", by="the reviewer"),
+            "the signature does not hold": good.model_copy(update={"by": "the reviewer"}),
+            "the signature does not hold (another key)": signed(
+                ApproveSignal(), task_id, "approve", "alice", other
+            ),
+            "the signature does not hold (another task)": signed(
+                ApproveSignal(), "not-this-one", "approve", "alice", key
+            ),
+            "(stale)": stale,
+        }
+        reasons = {}
+        for label, payload in tries.items():
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(SIGNAL_APPROVE, payload, result_type=AnswerReply)
+            assert isinstance(refused.value.cause, ApplicationError), refused.value.cause
+            reasons[label] = refused.value.cause.message
+        assert await answers_in_history(handle) == []  # refused before history, all of them
+
+        # A signed feedback to a running task is taken once; the same signature again is
+        # refused by the validator, and the first sender was told what it did.
+        await wait_for(slow, lambda st: st.phase == "make")
+        feedback = signed(FeedbackSignal(text="once"), running["id"], "feedback", "alice", key)
+        reply = await slow.execute_update(SIGNAL_FEEDBACK, feedback, result_type=AnswerReply)
+        with pytest.raises(WorkflowUpdateFailedError) as again:
+            await slow.execute_update(SIGNAL_FEEDBACK, feedback, result_type=AnswerReply)
+        await slow.cancel()
+
+        approved = await cli("approve", task_id, "--note", "shipped")
+        result = await result_of(handle)
+    for label, why in reasons.items():
+        assert why.startswith(f"task {task_id}: approve refused: "), why
+        assert label.partition(" (another")[0] in why, (label, why)
+    assert reply.signed and reply.did == "your feedback goes into the next attempt"
+    assert "replayed (that signature was used before)" in str(again.value.cause)
+    assert approved.code == 0, approved.err
+    assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    taken = [e.detail for e in result.events if e.kind == "signal"]
+    assert taken == [f"approve: shipped (by {local_user()})"], taken
+    assert not [e for e in result.events if e.kind in ("answer-refused", "signal-ignored")]

@@ -17,7 +17,7 @@ from loop.contracts import TaskResult, TaskState
 from loop.devserver import temporal_binary
 from loop.settings import Settings
 from tests.support.agents import write_agent
-from tests.support.tasks import result_of, task
+from tests.support.tasks import answers_in_history, result_of, start, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 FIX_AT_ONCE = 'pathlib.Path("slugify.py").write_text(COMPLETE)\n'
 
 
-async def temporal(client: Client, *args: str) -> str:
+async def run_temporal(client: Client, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         str(temporal_binary()),
         *args,
@@ -36,8 +36,14 @@ async def temporal(client: Client, *args: str) -> str:
         env={**os.environ, "TEMPORAL_CLI_SHOW_STACKS": "0"},
     )
     out, err = await proc.communicate()
-    assert proc.returncode == 0, f"temporal {' '.join(args)}: {err.decode()}"
-    return out.decode()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def temporal(client: Client, *args: str) -> str:
+    code, out, err = await run_temporal(client, *args)
+    assert code == 0, f"temporal {' '.join(args)}: {err}"
+    return out
 
 
 async def test_readme_commands(client: Client, settings: Settings, demo_repo: Path, tmp_path):
@@ -113,3 +119,41 @@ async def test_readme_commands(client: Client, settings: Settings, demo_repo: Pa
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert result.final_action == "merged"
     assert any(e.kind == "signal" and "approve: ok" in e.detail for e in result.events)
+
+
+SLOW = "time.sleep(60)\n"
+
+
+async def test_an_answer_as_an_update_is_refused_with_the_reason_or_taken(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """`temporal workflow update execute` hears what `loop approve` hears: the reason an
+    answer does not apply (and nothing is written to history), or what it did."""
+    running = task(demo_repo, write_agent(tmp_path, SLOW))
+    waiting = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(client, settings):
+        slow = await start(client, settings, running)
+        done = await start(client, settings, waiting)
+        try:
+            await wait_for(slow, lambda st: st.phase == "make")
+            refused = await run_temporal(
+                client, "workflow", "update", "execute", "--workflow-id", slow.id,
+                "--name", "approve", "--input", '{"note":"ok"}',
+            )  # fmt: skip
+            assert await answers_in_history(slow) == []
+        finally:
+            await slow.cancel()
+        await wait_for(done, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        taken = await temporal(
+            client, "workflow", "update", "execute", "--workflow-id", done.id,
+            "--name", "approve", "--input", '{"note":"ok"}', "--output", "json",
+        )  # fmt: skip
+        result = await result_of(done)
+    code, _, err = refused
+    assert code != 0
+    assert f"task {running['id']} is RUNNING; approve does not apply now" in err, err
+    reply = json.loads(taken)["result"]
+    assert reply["did"] == f"approved; merging loop/{waiting['id']} into main", reply
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    assert result.final_action == "merged"
+    assert any(e.detail == "approve: ok (unsigned)" for e in result.events if e.kind == "signal")

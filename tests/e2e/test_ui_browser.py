@@ -32,7 +32,7 @@ from loop.hardened import answers
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import result_of, task
+from tests.support.tasks import answers_in_history, result_of, task
 from tests.support.ui import LOOP, loop_ui, ui_env
 from worker import build_worker
 
@@ -81,15 +81,6 @@ time.sleep(50)
 
 
 # --------------------------------------------------------------------------- helpers (copied)
-
-
-async def signals_received(handle: WorkflowHandle) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        e.workflow_execution_signaled_event_attributes.signal_name
-        for e in history.events
-        if e.HasField("workflow_execution_signaled_event_attributes")
-    ]
 
 
 async def wait_for(handle: WorkflowHandle, pred, within_s: float = 60) -> TaskStatus:
@@ -224,7 +215,10 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
 
         await page.fill("form.approve input[name=note]", "reviewed on the page")
         await page.click("form.approve button[type=submit]")
-        await page.wait_for_selector("[data-flash=ok]")
+        flash = await page.wait_for_selector("[data-flash=ok]")
+        assert flash is not None
+        said = f"{waiting['id']}: approved; merging loop/{waiting['id']} into main"
+        assert said in await flash.inner_text()  # what the task said it did
         await page.evaluate("window.__notReloaded = true")
         await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
         assert await page.evaluate("window.__notReloaded === true")  # the live parts, no reload
@@ -322,19 +316,21 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             async with httpx.AsyncClient() as web:
                 bare = await web.post(f"{target}/approve", data={"note": "forged"})
             assert bare.status_code == 403
-            assert await signals_received(handle) == []  # nothing was sent
+            assert await answers_in_history(handle) == []  # nothing was sent
 
-            # An honest request that no longer applies: the reason, not a signal.
+            # An honest request that no longer applies: the task's own refusal (its
+            # update's validator), shown on the page, and nothing in its history.
             stale = await page.context.request.post(
                 f"{target}/approve", form={"csrf": csrf}, headers={"Origin": url}
             )
             assert stale.ok
-            assert "is RUNNING; approve does not apply now" in await stale.text()
-            assert await signals_received(handle) == []
+            assert f"task {spec['id']} is RUNNING; approve does not apply now" in await stale.text()
+            assert await answers_in_history(handle) == []
         finally:
             await handle.cancel()
             result = await result_of(handle)
     assert result.state == TaskState.CANCELLED
+    assert not [e for e in result.events if e.kind in ("signal-ignored", "answer-refused")]
 
 
 async def test_beyond_loopback_without_a_token_exits_2(

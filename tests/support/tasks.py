@@ -136,3 +136,22 @@ async def where_is(handle: WorkflowHandle) -> str:
     except Exception as e:  # not a task, or the server is what is wrong
         parts.append(f"status query failed: {type(e).__name__}: {e}")
     return "; ".join(parts)
+
+
+async def answers_in_history(handle: WorkflowHandle) -> list[str]:
+    """Every answer the task's history holds (``signal approve``, ``update approve``) and
+    every signature check it ran: what an answer that was refused before history must
+    not leave."""
+    found = []
+    for e in (await handle.fetch_history()).events:
+        if e.HasField("workflow_execution_signaled_event_attributes"):
+            found.append(f"signal {e.workflow_execution_signaled_event_attributes.signal_name}")
+        elif e.HasField("workflow_execution_update_admitted_event_attributes"):
+            name = e.workflow_execution_update_admitted_event_attributes.request.input.name
+            found.append(f"update {name}")
+        elif e.HasField("workflow_execution_update_accepted_event_attributes"):
+            accepted = e.workflow_execution_update_accepted_event_attributes
+            found.append(f"update {accepted.accepted_request.input.name}")
+        elif e.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            found.append("signature check")  # the task's one local activity
+    return found

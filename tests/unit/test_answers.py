@@ -1,4 +1,5 @@
-"""Signed answers: the signature a person's tool makes and the check the worker runs."""
+"""Answers: when one applies (the rule the task's validators and signals share), the
+signature a person's tool makes and the check the worker runs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ from pathlib import Path
 import pytest
 
 from activities.answers import AnswerActivities
-from loop.contracts import ApproveSignal, CheckAnswerInput, ExtendBudgetSignal
+from loop.contracts import (
+    WAITING_APPROVAL,
+    WAITING_DECISION,
+    ApproveSignal,
+    CheckAnswerInput,
+    ExtendBudgetSignal,
+    TaskState,
+)
 from loop.errors import BadInput
 from loop.hardened import answers
+from loop.rules import answers as rules
 from loop.settings import Settings
 from loop.tasks import signed
 
@@ -97,3 +106,47 @@ def test_a_bad_key_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
         signed(ApproveSignal(), "fix-1", "approve", "a", bad)
     with pytest.raises(BadInput, match="No such file"):
         signed(ApproveSignal(), "fix-1", "approve", "a", tmp_path / "missing.key")
+
+
+# --------------------------------------------------------------------------- when one applies
+
+
+@pytest.mark.parametrize(
+    ("state", "waiting_for", "applying"),
+    [
+        (TaskState.AWAITING_APPROVAL, WAITING_APPROVAL, {"approve", "reject"}),
+        (TaskState.NEEDS_HUMAN, WAITING_APPROVAL, {"approve", "reject"}),  # a merge to retry
+        (TaskState.NEEDS_HUMAN, WAITING_DECISION, {"reject", "feedback", "extend_budget"}),
+        (TaskState.RUNNING, "", {"feedback", "extend_budget"}),
+        (TaskState.NEEDS_HUMAN, "", set()),  # ended NEEDS_HUMAN: nobody waits any more
+        (TaskState.DONE_WITH_EVIDENCE, "", set()),
+    ],
+)
+def test_one_rule_says_which_answers_apply(
+    state: TaskState, waiting_for: str, applying: set[str]
+) -> None:
+    names = ("approve", "reject", "feedback", "extend_budget")
+    assert {n for n in names if rules.applies(n, state, waiting_for)} == applying
+    for name in names:
+        why = rules.refusal("t1", name, state, waiting_for)
+        assert (why == "") == (name in applying), (name, why)
+
+
+def test_a_refusal_says_what_the_task_is_doing_in_one_line() -> None:
+    running = rules.refusal("t1", "approve", TaskState.RUNNING, "")
+    assert running == "task t1 is RUNNING; approve does not apply now"
+    waiting = rules.refusal("t1", "feedback", TaskState.AWAITING_APPROVAL, WAITING_APPROVAL)
+    assert waiting == (
+        "task t1 is AWAITING_APPROVAL, waiting for approval (loop approve, or loop reject); "
+        "feedback does not apply now"
+    )
+    ended = rules.refusal("t1", "reject", TaskState.NEEDS_HUMAN, "")
+    assert ended == "task t1 has ended NEEDS_HUMAN; reject does not apply"
+    with pytest.raises(ValueError, match="unknown answer"):
+        rules.applies("merge", TaskState.RUNNING, "")
+
+
+def test_an_extension_reads_as_what_it_adds() -> None:
+    assert rules.extension(ExtendBudgetSignal(attempts=1, seconds=600)) == "+1 attempt, +600 s"
+    assert rules.extension(ExtendBudgetSignal(attempts=2, cost_usd=0.5)) == "+2 attempts, +$0.5"
+    assert rules.extension(ExtendBudgetSignal()) == "nothing added"

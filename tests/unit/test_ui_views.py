@@ -15,6 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from loop.contracts import (
+    AnswerReply,
     AttemptRecord,
     BudgetFigures,
     BudgetStatus,
@@ -512,10 +513,11 @@ class FakeSource:
     async def diff(self, page: TaskPage) -> Diff:
         return Diff(files=slugify_diff(), base="b" * 40, commit="c" * 40)
 
-    async def answer(self, task_id: str, answer: str, payload: Any) -> None:
+    async def answer(self, task_id: str, answer: str, payload: Any) -> AnswerReply:
         if self.refuse:
             raise BadInput(self.refuse)
         self.sent.append((task_id, answer, payload))
+        return AnswerReply(did="approved; merging loop/t1 into main")
 
 
 def app_client(tmp_path: Path, source: FakeSource, tokens: dict[str, str] | None = None):
@@ -563,8 +565,9 @@ def test_an_honest_answer_is_sent_with_who_decided(tmp_path: Path) -> None:
     assert sent.status_code == 303 and sent.headers["location"] == "/tasks/t1"
     ((task_id, answer, payload),) = source.sent
     assert (task_id, answer, payload.note, payload.by) == ("t1", "approve", "ok", "me")
-    assert "approved t1" in web.get("/tasks/t1").text  # shown once, on the next page
-    assert "approved t1" not in web.get("/tasks/t1").text
+    said = "t1: approved; merging loop/t1 into main"  # what the task said it did
+    assert said in web.get("/tasks/t1").text  # shown once, on the next page
+    assert said not in web.get("/tasks/t1").text
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ the way its name says, then writes each workflow's history
 - ``budget_exhausted``: one attempt allowed and it fails: NEEDS_HUMAN, then
   ``approval_timeout`` (2 s) fires: BUDGET_EXCEEDED.
 - ``approval``: ``assisted``; AWAITING_APPROVAL, ``approve``, merged into base.
+- ``approval_by_update``: ``approval`` with answers sent as updates: a ``feedback``
+  refused by its validator (so absent from the history), then ``approve``.
 - ``rejection``: ``assisted``; AWAITING_APPROVAL, ``reject``: REJECTED.
 - ``crash_recovery``: a worker subprocess killed -9 during ``make`` of attempt 2;
   a second worker retries it and finishes.
@@ -72,6 +74,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowHistory,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -85,11 +88,14 @@ from loop.contracts import (  # noqa: E402
     LEDGER_WORKFLOW,
     SEARCH_ATTRIBUTES,
     SIGNAL_APPROVE,
+    SIGNAL_FEEDBACK,
     SIGNAL_REJECT,
     UPDATE_REPORT,
     UPDATE_RESERVE,
     UPDATE_SET_LIMITS,
+    AnswerReply,
     ApproveSignal,
+    FeedbackSignal,
     FinalAction,
     LedgerState,
     PeriodLimits,
@@ -256,6 +262,22 @@ async def approval(s: Scenario) -> Histories:
     return {s.name: await handle.fetch_history()}
 
 
+async def approval_by_update(s: Scenario) -> Histories:
+    spec = s.spec(s.agent(FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(s.client, s.settings):
+        handle = await s.start(spec)
+        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        with contextlib.suppress(WorkflowUpdateFailedError):  # refused: not in the history
+            await handle.execute_update(SIGNAL_FEEDBACK, FeedbackSignal(text="not now"))
+        await handle.execute_update(
+            SIGNAL_APPROVE, ApproveSignal(note="looks right"), result_type=AnswerReply
+        )
+        result = await result_of(handle)
+    expect(result, TaskState.DONE_WITH_EVIDENCE, 1)
+    assert result.final_action == FinalAction.MERGED
+    return {s.name: await handle.fetch_history()}
+
+
 async def rejection(s: Scenario) -> Histories:
     spec = s.spec(s.agent(FIX_AT_ONCE), autonomy="assisted")
     async with build_worker(s.client, s.settings):
@@ -396,6 +418,7 @@ PLAIN: dict[str, Maker] = {
     "pass_after_feedback": pass_after_feedback,
     "budget_exhausted": budget_exhausted,
     "approval": approval,
+    "approval_by_update": approval_by_update,
     "rejection": rejection,
     "crash_recovery": crash_recovery,
     "model_loop": model_loop,

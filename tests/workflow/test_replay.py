@@ -28,6 +28,7 @@ REPRESENTATIVE = {
     "pass_after_feedback",
     "budget_exhausted",
     "approval",
+    "approval_by_update",
     "rejection",
     "crash_recovery",
     "model_loop",
