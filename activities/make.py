@@ -305,7 +305,13 @@ class MakeActivities:
             size_file.write_text(str((await asyncio.to_thread(artifact.scan, ws.path)).size))
         parts = inp.prompt
         if parts.brief_path and not parts.brief:
-            brief = await asyncio.to_thread(Path(parts.brief_path).read_text)
+            try:
+                brief = await asyncio.to_thread(Path(parts.brief_path).read_text)
+            except FileNotFoundError:
+                raise permanent(
+                    f"explore's brief {parts.brief_path} is gone from this host's run folder; "
+                    "run the task again (loop start --rerun)"
+                ) from None
             parts = parts.model_copy(update={"brief": brief})
         (folder / "prompt.md").write_text(fb.render_prompt(parts, n))
         if inp.prompt.feedback is not None:

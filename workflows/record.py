@@ -53,6 +53,8 @@ class TaskRecord:
         self.waiting_for = ""
         self.ws: Workspace | None = None
         self.brief = ""
+        self.brief_host = ""
+        """The host whose run folder holds explore's brief file."""
         self.max_attempts = spec.budget.max_attempts
         self.clock = WallClock(spec.budget.max_seconds)
         self.max_tokens = spec.budget.max_tokens

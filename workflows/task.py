@@ -194,7 +194,7 @@ class TaskWorkflow(TaskRecord):
                 seconds=sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
                 ws=self.ws,
             )
-            self.brief = explored.brief
+            self.brief, self.brief_host = explored.brief, self.ws.host
             self.result.explore_brief = explored.brief_path
             self._event(
                 "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
@@ -236,8 +236,10 @@ class TaskWorkflow(TaskRecord):
         self.phase = Phase.MAKE
         prompt = PromptParts(
             goal=self.spec.goal,
-            brief="" if self.result.explore_brief else self.brief,
-            brief_path=self.result.explore_brief,
+            # The brief by its file where the attempt runs on explore's host (history holds
+            # the text once); by its text on any other host, which has no such file.
+            brief="" if self._brief_here() else self.brief,
+            brief_path=self.result.explore_brief if self._brief_here() else "",
             gates=[describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
@@ -326,6 +328,12 @@ class TaskWorkflow(TaskRecord):
         return None
 
     # ------------------------------------------------------------------ hosts
+
+    def _brief_here(self) -> bool:
+        """Whether explore's brief file is on the host the worktree is on now."""
+        return bool(self.result.explore_brief) and self.ws is not None and (
+            self.ws.host == self.brief_host
+        )
 
     async def _host_lost(self, e: HostLost) -> _Stop | None:
         """The attempt the lost host ran counts as failed; the task moves, or waits."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -161,6 +162,10 @@ async def test_a_lost_host_moves_url_tasks_and_parks_local_ones(
         for h in (h2, h3):
             await h.ready()
         await h1.kill()  # mid-make, with the agents it ran
+        # Another machine's disk is out of reach: nothing the moved tasks wrote on h1's
+        # (explore's brief among it) may be needed where they go on.
+        for s in moving:
+            shutil.rmtree(h1.home / "runs" / s.id)
 
         moved = await asyncio.gather(*(result_of(handles[s.id], within=180) for s in moving))
         for r in moved:
@@ -172,6 +177,8 @@ async def test_a_lost_host_moves_url_tasks_and_parks_local_ones(
             assert second.verdict.passed
             assert any(ev.kind == "moved" and "from host h1" in ev.detail for ev in r.events)
             assert merged_once(remote, r.task_id) == 1
+            prompt = tmp_path / r.host / "runs" / r.task_id / "attempt-2" / "prompt.md"
+            assert "## Brief" in prompt.read_text()  # explore's brief reached the new host
 
         local = handles[staying.id]
         st = await wait_for(local, lambda s: s.state == TaskState.NEEDS_HUMAN, within=120)
