@@ -88,6 +88,14 @@ async def test_agent_text_is_inert_everywhere(
     spec = task(demo_repo, write_agent(tmp_path, AGENT), budget={"max_attempts": 1})
     spec["verify"][0]["run"] = f"cat evil.txt; {sys.executable} -m unittest discover -s tests -t ."
     spec["verify"][1]["diff_scope"]["allow"] = ["slugify.py", "notes/**", "evil.txt"]
+    # A gate judged by its exit code, whose "what failed" line is the code's own text.
+    spec["verify"].append(
+        {
+            "name": "said",
+            "run": "printf 'FAILED %s\\n' \"$(cat evil.txt)\"; exit 1",
+            "report": "exit",
+        }
+    )
     spec["approval_timeout"] = 600
     try:
         async with build_worker(client, settings):
@@ -118,6 +126,9 @@ async def test_agent_text_is_inert_everywhere(
         assert "␛[32mall gates pass" in ran[name].out, name  # shown, not acted on
     assert "[green]tests pass[/green]" in ran["trace"].out  # shown, not parsed as markup
     data = json.loads(ran["trace --json"].out)
+    said = next(g for g in data["attempts"][0]["verdict"]["gates"] if g["name"] == "said")
+    assert said["evidence"]["failure"][0].startswith("FAILED \x1b[1A")  # raw in the JSON only
+    assert "FAILED ␛[1A" in ran["trace"].out and "FAILED ␛[1A" in page  # shown first, inert
     assert data["attempts"][0]["make"]["claim"] == EVIL  # the JSON still says what was written
     assert waited.code == 3, waited.err
     no_raw("start --wait", waited.out + waited.err)
