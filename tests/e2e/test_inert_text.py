@@ -103,6 +103,7 @@ async def test_agent_text_is_inert_everywhere(
             await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN, within=120)
             ran = {
                 "status": await cli("status", spec["id"]),
+                "status list": await cli("status"),
                 "inbox": await cli("inbox"),
                 "trace": await cli("trace", spec["id"]),
                 "trace --json": await cli("trace", spec["id"], "--json"),
