@@ -195,21 +195,21 @@ class MakeActivities:
         source = usage_source(inp.task.agent.command or [], inp.task.agent.usage)
         cli = BY_NAME.get(source)
         said = await asyncio.to_thread(tail_of, Path(ran.log_path), USAGE_LOG_CHARS)
-        # The claim is what the agent said last to a person: a known CLI's final message
-        # (its transcript stays in agent.log), else its output file, else its log's tail.
+        # The claim is what the agent said last to a person: its output file where it wrote
+        # one, else a known CLI's final message (its transcript stays in agent.log), else
+        # the tail of what it printed.
         data, problem = await asyncio.to_thread(read_untrusted, output_file, CLAIM_BYTES)
-        final = cli.read_claim(said).strip() if cli is not None else ""
-        if final:
-            claim, claim_path = final[:CLAIM_CHARS], str(folder / "claim.md")
-            (folder / "claim.md").write_text(redact(claim))
-        elif problem == "missing":
-            claim, claim_path = ran.output_tail, ran.log_path
-        else:
+        if problem != "missing":
             text = data.decode("utf-8", errors="replace")[:CLAIM_CHARS]
             claim = f"{text}\n[{problem}]" if problem and text else (text or f"[{problem}]")
-            claim_path = str(folder / "claim.md")
-            (folder / "claim.md").write_text(redact(claim))
-        claim, tail = redact(claim), redact(ran.output_tail)
+        else:
+            claim = cli.read_claim(said).strip()[:CLAIM_CHARS] if cli is not None else ""
+        if claim:
+            claim, claim_path = redact(claim), str(folder / "claim.md")
+            (folder / "claim.md").write_text(claim)
+        else:
+            claim, claim_path = redact(ran.output_tail), ran.log_path
+        tail = redact(ran.output_tail)
         spent = await self._usage(inp.task, source, said, usage_file)
         closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,13 @@ from loop.contracts import (
     TaskState,
 )
 from loop.settings import Settings
-from tests.support.agents import FIX_AT_ONCE, PASS_ON_SECOND, agent_calls, write_agent
+from tests.support.agents import (
+    COMPLETE_FIX,
+    FIX_AT_ONCE,
+    PASS_ON_SECOND,
+    agent_calls,
+    write_agent,
+)
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
 from worker import WORKFLOWS, build_worker
@@ -274,3 +282,64 @@ async def test_full_task_without_a_workflow_cache(
     replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     replayed = await replayer.replay_workflow(history)
     assert replayed.replay_failure is None
+
+
+SAYS_AS_CLAUDE = """#!/usr/bin/python3
+import json, os, pathlib
+print(json.dumps({"type": "result", "is_error": False, "result": "said as its final message"}))
+if os.environ.get("WRITE_OUTPUT"):
+    pathlib.Path(os.environ["LOOP_OUTPUT_FILE"]).write_text("written to the output file")
+pathlib.Path("slugify.py").write_text(%r)
+"""
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """An endpoint that answers anything (the explore's pre-flight asks only that)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_POST = do_GET
+
+
+@pytest.mark.parametrize("writes", [True, False], ids=["output-file", "final-message"])
+async def test_the_claim_is_the_output_file_else_a_known_clis_final_message(
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    writes: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program Loopwork knows by name (here one called ``claude``, printing Claude Code's
+    ``result`` event): its final message is the claim, unless it wrote LOOP_OUTPUT_FILE,
+    which the protocol makes the claim (and what ``contains`` reads) whenever it is there."""
+    named = tmp_path / "claude"
+    named.write_text(SAYS_AS_CLAUDE % COMPLETE_FIX)
+    named.chmod(0o755)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+    command = ["env", "WRITE_OUTPUT=1", str(named)] if writes else [str(named)]
+    spec = task(demo_repo, command)
+    spec["sandbox"] = {
+        "env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
+        "allow_hosts": [f"127.0.0.1:{server.server_port}"],
+    }
+    spec["verify"].append({"name": "answer", "contains": ["written" if writes else "final"]})
+    try:
+        async with build_worker(client, settings):
+            r = await result_of(await start(client, settings, spec))
+    finally:
+        server.shutdown()
+    assert r.state == TaskState.DONE_WITH_EVIDENCE, r.reason
+    made = r.attempts[0].make
+    assert made is not None
+    wanted = "written to the output file" if writes else "said as its final message"
+    assert made.claim == wanted
