@@ -60,7 +60,7 @@ async def start_task(
             return handle, False
         if not rerun:
             raise BadInput(
-                f"task {spec.id} already ended {ended_state(desc)}; "
+                f"task {spec.id} already ended {task_state(desc)}; "
                 "use --rerun to run it again or pick another id"
             )
     try:
@@ -180,7 +180,7 @@ async def answer(
     answer lands."""
     handle, desc = await find(client, task_id)
     if desc.status != WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"task {task_id} has ended {ended_state(desc)}; {what} does not apply")
+        raise BadInput(f"task {task_id} has ended {task_state(desc)}; {what} does not apply")
     try:
         return await handle.execute_update(
             ANSWERS[what],
@@ -243,13 +243,14 @@ async def live_status(handle: WorkflowHandle) -> TaskStatus:
         ) from None
 
 
-def ended_state(desc: Any) -> str:
-    """How a closed task ended, in Loopwork's words: its ``LoopState``, or Temporal's
-    status where Loopwork never said (terminated from outside, timed out)."""
-    state = desc.typed_search_attributes.get(SA_STATE)
-    if state and state != str(TaskState.RUNNING):
-        return str(state)
-    return f"{desc.status.name.lower()} in Temporal" if desc.status else "unknown"
+def task_state(wf: Any) -> str:
+    """A listed or described task's state in Loopwork's words: its ``LoopState``; for a
+    workflow that closed without Loopwork saying how (terminated from outside, timed
+    out), Temporal's status."""
+    state = str(wf.typed_search_attributes.get(SA_STATE) or "")
+    if wf.status != WorkflowExecutionStatus.RUNNING and state in ("", str(TaskState.RUNNING)):
+        return wf.status.name if wf.status else "UNKNOWN"
+    return state or str(TaskState.RUNNING)
 
 
 def local_user() -> str:

@@ -76,10 +76,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from loop.rules import answers, budget, explain
     from loop.rules import feedback as fb
+    from loop.rules.answers import waiting_words
     from loop.rules.fingerprint import fingerprint
     from loop.rules.gates import describe_gate
     from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
-    from loop.rules.words import waiting_words
     from workflows import hosts, period
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
@@ -331,8 +331,10 @@ class TaskWorkflow(TaskRecord):
 
     def _brief_here(self) -> bool:
         """Whether explore's brief file is on the host the worktree is on now."""
-        return bool(self.result.explore_brief) and self.ws is not None and (
-            self.ws.host == self.brief_host
+        return (
+            bool(self.result.explore_brief)
+            and self.ws is not None
+            and (self.ws.host == self.brief_host)
         )
 
     async def _host_lost(self, e: HostLost) -> _Stop | None:

@@ -28,7 +28,7 @@ from loop.contracts import (
 )
 from loop.errors import BadInput, LoopError
 from loop.hardened.text import for_terminal
-from loop.tasks import ended_state, live_status
+from loop.tasks import live_status, task_state
 
 WAITING = 3
 """The exit code of ``loop start --wait`` when the task waits for a person."""
@@ -103,4 +103,4 @@ async def status_of(handle: WorkflowHandle, desc: Any) -> TaskStatus | TaskResul
         return await live_status(handle)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
-    raise BadInput(f"task {handle.id} ended {ended_state(desc)} (see the Temporal UI)")
+    raise BadInput(f"task {handle.id} ended {task_state(desc)} (see the Temporal UI)")

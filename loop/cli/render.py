@@ -15,9 +15,9 @@ from loop.contracts import (
     TraceEvent,
 )
 from loop.hardened.text import for_terminal
+from loop.rules.answers import waiting_words
 from loop.rules.explain import agent_trouble
 from loop.rules.record import spent
-from loop.rules.words import waiting_words
 
 
 def status_line(st: TaskStatus) -> str:

@@ -28,7 +28,6 @@ from loop.contracts import (
     SA_ATTEMPTS,
     SA_COST,
     SA_REPO,
-    SA_STATE,
     TASK_WORKFLOW,
     ApproveSignal,
     ExtendBudgetSignal,
@@ -42,8 +41,7 @@ from loop.contracts import (
 from loop.errors import BadInput, LoopError, Sealed, ServerUnavailable, UnknownTask
 from loop.hardened.text import for_terminal
 from loop.loaders import load_task
-from loop.rules.answers import answer_with
-from loop.rules.words import waiting_words
+from loop.rules.answers import answer_with, waiting_words
 from loop.settings import Settings
 from loop.tasks import (
     answer,
@@ -54,6 +52,7 @@ from loop.tasks import (
     local_user,
     signed,
     start_task,
+    task_state,
 )
 
 
@@ -176,9 +175,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
     rows = []
     async for wf in client.list_workflows(query, limit=200):
         sa = wf.typed_search_attributes
-        state = sa.get(SA_STATE) or wf.status.name if wf.status else "?"
-        if wf.status != WorkflowExecutionStatus.RUNNING and state in ("RUNNING",):
-            state = wf.status.name if wf.status else state
+        state = task_state(wf)
         try:
             reason = str((await wf.memo()).get("reason", ""))
         except Sealed:

@@ -3,6 +3,9 @@
 ``applies`` is the one statement of the rule: the workflow's update validators refuse
 by it (before anything is written to history) and its signal handlers follow it, and
 the review page shows the forms it allows; no client checks it before it answers.
+A waiting task records what it waits for by the answers it takes (``approve/reject``):
+``waiting_words`` and ``answer_with`` say that to a person, as what they give and the
+commands that give it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from loop.contracts import (
     ExtendBudgetSignal,
     TaskState,
 )
-from loop.rules.words import waiting_words
 
 
 def applies(answer: str, state: TaskState, waiting_for: str) -> bool:
@@ -55,6 +57,15 @@ def extension(payload: ExtendBudgetSignal) -> str:
         f"+${payload.cost_usd:g}" if payload.cost_usd else "",
     ]
     return ", ".join(p for p in parts if p) or "nothing added"
+
+
+def waiting_words(waiting_for: str) -> str:
+    """What a waiting task needs from a person, named by the commands that give it."""
+    if waiting_for == WAITING_APPROVAL:
+        return "approval (loop approve, or loop reject)"
+    if waiting_for == WAITING_DECISION:
+        return "a decision (loop feedback, loop extend, or loop reject)"
+    return waiting_for
 
 
 def answer_with(task_id: str, waiting_for: str) -> str:

@@ -30,7 +30,7 @@ _FAILURE = re.compile(
     )$""",
     re.VERBOSE,
 )
-_WARNING = re.compile(r"Warning\b|warnings summary|-- Docs: https://docs\.pytest\.org")
+_WARNING = re.compile(r"Warning\b|-- Docs: https://docs\.pytest\.org")
 
 
 def failure_lines(output: str, shown: int = SHOWN) -> list[str]:

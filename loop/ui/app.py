@@ -40,7 +40,7 @@ from temporalio.service import RPCError
 
 from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
-from loop.rules.words import waiting_words
+from loop.rules.answers import waiting_words
 from loop.tasks import ANSWERS
 from loop.ui import diff as diffs
 from loop.ui import views

@@ -37,7 +37,6 @@ from loop.contracts import (
     SA_ATTEMPTS,
     SA_COST,
     SA_REPO,
-    SA_STATE,
     TASK_WORKFLOW,
     AnswerReply,
     ApproveSignal,
@@ -56,7 +55,7 @@ from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
-from loop.tasks import answer, find
+from loop.tasks import answer, find, task_state
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -142,9 +141,6 @@ class Source:
         async for wf in self.client.list_workflows(query, limit=LIST_LIMIT):
             sa = wf.typed_search_attributes
             is_open = wf.status == WorkflowExecutionStatus.RUNNING
-            st_name = sa.get(SA_STATE) or ""
-            if not is_open and (not st_name or st_name == "RUNNING") and wf.status:
-                st_name = wf.status.name  # terminated, failed, timed out: no state of its own
             goal = sealed = reason = ""
             try:
                 memo = await wf.memo()
@@ -155,7 +151,7 @@ class Source:
                 pass
             listing = views.Listing(
                 task_id=wf.id.removeprefix("task-"),
-                state=st_name or "RUNNING",
+                state=task_state(wf),
                 open=is_open,
                 attempts=sa.get(SA_ATTEMPTS) or 0,
                 cost_usd=sa.get(SA_COST) or 0.0,

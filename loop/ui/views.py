@@ -24,10 +24,9 @@ from loop.contracts import (
     TaskState,
     TaskStatus,
 )
-from loop.rules.answers import answer_with, applies
+from loop.rules.answers import answer_with, applies, waiting_words
 from loop.rules.record import spent
 from loop.rules.verdicts import headline
-from loop.rules.words import waiting_words
 from loop.tasks import ANSWERS
 
 WAITING = frozenset({TaskState.AWAITING_APPROVAL, TaskState.NEEDS_HUMAN})

@@ -4,8 +4,8 @@ never a signal's wire name, a Temporal status, or a count Loopwork did not make.
 from __future__ import annotations
 
 from loop.contracts import WAITING_APPROVAL, WAITING_DECISION
+from loop.rules.answers import waiting_words
 from loop.rules.record import spent
-from loop.rules.words import waiting_words
 
 
 def test_an_agent_clis_tool_calls_are_not_shown_as_zero() -> None:

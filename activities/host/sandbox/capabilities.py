@@ -36,7 +36,6 @@ _CONFINEMENT = {
 @dataclass(frozen=True)
 class Capabilities:
     level: SandboxLevel
-    kind: Kind
     confined: bool
     """Anything at all is confined (``off`` runs as the worker)."""
     namespaces: bool
@@ -60,7 +59,6 @@ class Capabilities:
         gate = kind == "gate"
         return cls(
             level=level,
-            kind=kind,
             confined=confinement.own_uid,
             namespaces=confinement.namespaces,
             writes_tree=not gate,

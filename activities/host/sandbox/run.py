@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -121,7 +122,7 @@ class SandboxRun:
     def state_file(self) -> Path:
         return self.state_dir / f"{self.name}.sandbox.json"
 
-    @property
+    @functools.cached_property
     def can(self) -> Capabilities:
         """What this run may do (its level and kind, worked out once)."""
         return Capabilities.of(self.policy, self.kind)
