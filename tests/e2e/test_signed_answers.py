@@ -48,6 +48,28 @@ async def events(handle, kind: str) -> list[str]:
     return [e.detail for e in trace.events if e.kind == kind]
 
 
+FORGERIES = ["unsigned", "a name it chose", "another key", "another task", "stale"]
+
+
+def forged(workflow_id: str, task_id: str, key: Path, other: Path) -> list[ApproveSignal]:
+    """The cheapest forgeries of an approval, in ``FORGERIES``' order: none signed, a good
+    one with another name put in, one signed with another key, one signed for another
+    task, and one signed with the right key an hour ago."""
+    good = signed(ApproveSignal(note="ok"), task_id, "approve", "alice", key)
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    stale = ApproveSignal(by="alice", at=an_hour_ago)
+    stale.signature = answers.sign(
+        answers.read_key(key), workflow_id, SIGNAL_APPROVE, stale.model_dump(mode="json")
+    )
+    return [
+        ApproveSignal(note="lgtm", by="the reviewer"),
+        good.model_copy(update={"by": "the reviewer"}),
+        signed(ApproveSignal(), task_id, "approve", "alice", other),
+        signed(ApproveSignal(), "not-this-one", "approve", "alice", key),
+        stale,
+    ]
+
+
 async def test_only_signed_answers_are_taken(
     client: Client,
     env: WorkflowEnvironment,
@@ -66,19 +88,7 @@ async def test_only_signed_answers_are_taken(
         handle, _ = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
         await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
 
-        good = signed(ApproveSignal(note="ok"), task_id, "approve", "alice", key)
-        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-        stale = ApproveSignal(by="alice", at=an_hour_ago)
-        stale.signature = answers.sign(
-            answers.read_key(key), handle.id, SIGNAL_APPROVE, stale.model_dump(mode="json")
-        )
-        tries = {
-            "unsigned": ApproveSignal(note="lgtm", by="the reviewer"),
-            "a name it chose": good.model_copy(update={"by": "the reviewer"}),
-            "another key": signed(ApproveSignal(), task_id, "approve", "alice", other),
-            "another task": signed(ApproveSignal(), "not-this-one", "approve", "alice", key),
-            "stale": stale,
-        }
+        tries = dict(zip(FORGERIES, forged(handle.id, task_id, key, other), strict=True))
         for payload in tries.values():
             await handle.signal(SIGNAL_APPROVE, payload)
         feedback = signed(FeedbackSignal(text="once"), task_id, "feedback", "alice", key)
@@ -146,23 +156,12 @@ async def test_a_forged_update_is_refused_in_its_validator(
         slow, _ = await start_task(client, TaskSpec.model_validate(running), settings.task_queue)
         await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
 
-        good = signed(ApproveSignal(note="ok"), task_id, "approve", "alice", key)
-        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-        stale = ApproveSignal(by="alice", at=an_hour_ago)
-        stale.signature = answers.sign(
-            answers.read_key(key), handle.id, SIGNAL_APPROVE, stale.model_dump(mode="json")
-        )
-        tries = {
-            "unsigned": ApproveSignal(note="lgtm", by="the reviewer"),
-            "the signature does not hold": good.model_copy(update={"by": "the reviewer"}),
-            "the signature does not hold (another key)": signed(
-                ApproveSignal(), task_id, "approve", "alice", other
-            ),
-            "the signature does not hold (another task)": signed(
-                ApproveSignal(), "not-this-one", "approve", "alice", key
-            ),
-            "(stale)": stale,
-        }
+        labels = [
+            "unsigned", "the signature does not hold",
+            "the signature does not hold (another key)",
+            "the signature does not hold (another task)", "(stale)",
+        ]  # fmt: skip
+        tries = dict(zip(labels, forged(handle.id, task_id, key, other), strict=True))
         reasons = {}
         for label, payload in tries.items():
             with pytest.raises(WorkflowUpdateFailedError) as refused:
