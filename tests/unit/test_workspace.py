@@ -297,12 +297,18 @@ async def test_a_person_checking_out_the_task_branch_is_told_where(
     assert f"branch loop/t1 is checked out in {repo}" in str(err.value)
 
 
-async def test_an_earlier_versions_worktree_gives_way_to_a_clone(
-    acts: WorkspaceActivities, repo: Path, settings: Settings
-) -> None:
+def earlier_worktree(repo: Path, settings: Settings) -> Path:
+    """Task t1's worktree as an earlier version of Loopwork made it (``git worktree add``)."""
     old = settings.worktrees.resolve() / "t1"
     old.parent.mkdir(parents=True)
     sh(repo, "worktree", "add", "-q", "-b", "loop/t1", str(old))
+    return old
+
+
+async def test_an_earlier_versions_worktree_gives_way_to_a_clone(
+    acts: WorkspaceActivities, repo: Path, settings: Settings
+) -> None:
+    old = earlier_worktree(repo, settings)
     (old / "earlier.txt").write_text("x\n")
     sh(old, "add", ".")
     sh(old, "commit", "-q", "-m", "earlier work")
@@ -316,9 +322,7 @@ async def test_an_earlier_versions_worktree_gives_way_to_a_clone(
 async def test_an_earlier_versions_dirty_worktree_is_kept(
     acts: WorkspaceActivities, repo: Path, settings: Settings
 ) -> None:
-    old = settings.worktrees.resolve() / "t1"
-    old.parent.mkdir(parents=True)
-    sh(repo, "worktree", "add", "-q", "-b", "loop/t1", str(old))
+    old = earlier_worktree(repo, settings)
     (old / "unsaved.txt").write_text("precious\n")
     with pytest.raises(ApplicationError) as err:
         await prepare(acts, repo, run_id="r2")
