@@ -1,0 +1,299 @@
+"""What one model call cost, read from the provider's own response as it streams past.
+
+A model gateway forwards an agent CLI's requests to the provider; the agent's own
+report of its usage is a claim, the provider's response is the bill. So the gateway
+feeds each response body, in whatever chunks it arrives, to a ``Meter``, and asks for
+usage to be reported where a provider only reports it on request (``prepare``).
+
+The shapes are the providers' SDK types (``anthropic``, ``openai``), read the way
+their own clients read a response: ``model_construct``, which these SDKs override to
+build nested models from the annotations without validating. Validating would lose
+a call's usage whenever the provider is ahead of the installed SDK (a new
+``stop_reason``, a newly required field) or an OpenAI-compatible server leaves out
+what it does not use (``created_at``, ``sequence_number``); the counts alone, the
+only thing metered, are checked to be whole numbers in range.
+
+The body is hostile input: nothing in it makes ``feed`` or ``result`` raise, and at
+most ``MAX_HELD`` bytes of it are kept; past that, metering stops.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from anthropic.types import (
+    Message,
+    MessageDeltaUsage,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    Usage,
+)
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.completion_usage import CompletionUsage
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseFailedEvent,
+    ResponseIncompleteEvent,
+    ResponseUsage,
+)
+
+from loop.rules.clis.base import count
+
+__all__ = ["MAX_HELD", "Api", "CallUsage", "Meter", "prepare", "streamed"]
+
+Api = Literal["openai", "anthropic"]
+
+MAX_HELD = 16 * 1024 * 1024
+"""Bytes kept of a non-streamed body, or of a streamed event not yet complete."""
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_DONE = b"[DONE]"
+
+
+@dataclass
+class CallUsage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    model: str = ""
+    """The model the response names, else the one the request asked for."""
+    found: bool = False
+    """Whether any usage was read at all: a call without it is unmetered, not free."""
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What one piece of a response says; None where it says nothing, so that an
+    Anthropic ``message_delta``, which restates only some counts, keeps the others."""
+
+    input: int | None = None
+    cache_creation: int | None = None
+    cache_read: int | None = None
+    output: int | None = None
+    model: str | None = None
+
+    def over(self, earlier: _Reading) -> _Reading:
+        """Every provider's counts are running totals: a later one replaces, never adds."""
+        later = {f.name: getattr(self, f.name) for f in fields(self)}
+        return _Reading(**{k: getattr(earlier, k) if v is None else v for k, v in later.items()})
+
+    def usage(self, requested: str) -> CallUsage:
+        parts = (self.input, self.cache_creation, self.cache_read, self.output)
+        return CallUsage(
+            tokens_in=sum(n or 0 for n in parts[:3]),
+            tokens_out=self.output or 0,
+            model=self.model or requested,
+            found=any(n is not None for n in parts),
+        )
+
+
+def _name(model: object) -> str | None:
+    return model if isinstance(model, str) and model else None
+
+
+def _anthropic_usage(usage: object) -> _Reading:
+    """Anthropic counts cache writes and reads apart from ``input_tokens``; all are input."""
+    if not isinstance(usage, Usage | MessageDeltaUsage):
+        return _Reading()
+    return _Reading(
+        input=count(usage.input_tokens),
+        cache_creation=count(usage.cache_creation_input_tokens),
+        cache_read=count(usage.cache_read_input_tokens),
+        output=count(usage.output_tokens),
+    )
+
+
+def _message(message: object) -> _Reading:
+    if not isinstance(message, Message):
+        return _Reading()
+    return _Reading(model=_name(message.model)).over(_anthropic_usage(message.usage))
+
+
+def _anthropic_event(doc: dict[str, Any]) -> _Reading:
+    """``message_start`` holds the input and a first output count, ``message_delta`` the
+    output so far (and, lately, the input again); the other events say nothing of usage."""
+    if doc.get("type") == "message_start":
+        return _message(RawMessageStartEvent.model_construct(**doc).message)
+    if doc.get("type") == "message_delta":
+        return _anthropic_usage(RawMessageDeltaEvent.model_construct(**doc).usage)
+    return _Reading()
+
+
+def _chat(completion: ChatCompletion | ChatCompletionChunk) -> _Reading:
+    """A whole completion, or a chunk of one: only the last chunk (asked for by
+    ``prepare``, its ``choices`` empty) has the usage; every chunk names the model."""
+    usage = completion.usage
+    reading = _Reading(model=_name(completion.model))
+    if not isinstance(usage, CompletionUsage):
+        return reading
+    counts = _Reading(input=count(usage.prompt_tokens), output=count(usage.completion_tokens))
+    return counts.over(reading)
+
+
+def _response(response: object) -> _Reading:
+    """A Responses ``input_tokens`` already includes the cached ones, unlike Anthropic's."""
+    if not isinstance(response, Response):
+        return _Reading()
+    reading = _Reading(model=_name(response.model))
+    usage = response.usage
+    if not isinstance(usage, ResponseUsage):
+        return reading
+    counts = _Reading(input=count(usage.input_tokens), output=count(usage.output_tokens))
+    return counts.over(reading)
+
+
+_RESPONSE_ENDS: dict[
+    str, type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent]
+] = {
+    "response.completed": ResponseCompletedEvent,
+    "response.incomplete": ResponseIncompleteEvent,
+    "response.failed": ResponseFailedEvent,
+}
+"""The events that end a Responses stream, each with the whole response and its usage
+(a failed or cut-short response may still have been billed)."""
+
+
+def _responses_event(doc: dict[str, Any]) -> _Reading:
+    end = _RESPONSE_ENDS.get(str(doc.get("type")))
+    return _Reading() if end is None else _response(end.model_construct(**doc).response)
+
+
+_Reader = Callable[[dict[str, Any]], _Reading]
+
+
+def _route(path: str) -> str:
+    return path.split("?", 1)[0].rstrip("/")
+
+
+def _reader(api: Api, path: str, is_streamed: bool) -> _Reader | None:
+    """How to read one JSON document of this call's response, or None for a call that
+    is not a model call (``/v1/models``, ``/v1/messages/count_tokens``)."""
+    route = _route(path)
+    if api == "anthropic" and route.endswith("/messages"):
+        return (
+            _anthropic_event if is_streamed else (lambda d: _message(Message.model_construct(**d)))
+        )
+    if api == "openai" and route.endswith("/chat/completions"):
+        kind = ChatCompletionChunk if is_streamed else ChatCompletion
+        return lambda d: _chat(kind.model_construct(**d))
+    if api == "openai" and route.endswith("/responses"):
+        return (
+            _responses_event
+            if is_streamed
+            else (lambda d: _response(Response.model_construct(**d)))
+        )
+    return None
+
+
+def _read(reader: _Reader, data: bytes) -> _Reading:
+    """One JSON document's usage; nothing from one that is not JSON or not the SDK's shape."""
+    try:
+        doc = json.loads(data)
+        return reader(doc) if isinstance(doc, dict) else _Reading()
+    except Exception:  # any failure on a hostile body (even a RecursionError) is no usage
+        return _Reading()
+
+
+class _Events:
+    """Server-sent events framing: lines ended by CRLF, LF or CR; ``data:`` lines joined
+    by newlines; a blank line ends an event. Holds only the event not yet ended."""
+
+    def __init__(self) -> None:
+        self._line = bytearray()
+        self._data: list[bytes] = []
+        self._size = 0
+        self.over = False
+        """The held part grew past ``MAX_HELD``: framing is lost, nothing more is read."""
+
+    @property
+    def held(self) -> int:
+        return len(self._line) + self._size
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of each event this chunk ends."""
+        if self.over:
+            return []
+        start = max(len(self._line) - 1, 0)  # a CR held back may end a line now
+        self._line += chunk
+        ended: list[bytes] = []
+        if _EOL.search(self._line, start) is not None:
+            ended = self._lines()
+        if self.held > MAX_HELD:
+            self.over, self._line, self._data, self._size = True, bytearray(), [], 0
+        return ended
+
+    def _lines(self) -> list[bytes]:
+        """Split off the ended lines; a trailing CR waits, for it may be half a CRLF."""
+        cr = self._line.endswith(b"\r")
+        *lines, rest = _EOL.split(self._line[:-1] if cr else self._line)
+        self._line = bytearray(rest + b"\r" if cr else rest)
+        ended = []
+        for line in lines:
+            if not line and self._data:
+                ended.append(b"\n".join(self._data))
+                self._data, self._size = [], 0
+            elif line.startswith(b"data:"):
+                value = bytes(line[6:] if line.startswith(b"data: ") else line[5:])
+                self._data.append(value)
+                self._size += len(value)
+        return ended
+
+
+class Meter:
+    """One call's response, fed as it arrives."""
+
+    def __init__(self, api: Api, path: str, *, streamed: bool, model: str = "") -> None:
+        self._reader = _reader(api, path, streamed)
+        self._streamed = streamed
+        self._requested = model
+        self._reading = _Reading()
+        self._events = _Events()
+        self._body = bytearray()
+        self._stopped = self._reader is None
+
+    @property
+    def held(self) -> int:
+        """Bytes kept of the response: what ``MAX_HELD`` bounds."""
+        return self._events.held if self._streamed else len(self._body)
+
+    def feed(self, chunk: bytes) -> None:
+        """Any chunking: an event or a JSON body may be split anywhere."""
+        if self._stopped or self._reader is None:
+            return
+        if not self._streamed:
+            self._body += chunk
+            self._stopped = len(self._body) > MAX_HELD
+            if self._stopped:
+                self._body = bytearray()
+            return
+        for data in self._events.feed(chunk):
+            self._stopped = data == _DONE
+            if self._stopped:
+                return
+            self._reading = _read(self._reader, data).over(self._reading)
+
+    def result(self) -> CallUsage:
+        """The usage read so far: a stream's running totals, or the whole body's."""
+        reading = self._reading
+        if not self._streamed and self._reader is not None and self._body:
+            reading = _read(self._reader, bytes(self._body))
+        return reading.usage(self._requested)
+
+
+def streamed(body: dict[str, Any]) -> bool:
+    return body.get("stream") is True
+
+
+def prepare(api: Api, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The request body as forwarded: a streamed chat completion reports its usage only
+    when asked (``stream_options.include_usage``); other calls report it anyway."""
+    forwarded = dict(body)
+    if api == "openai" and _route(path).endswith("/chat/completions") and streamed(body):
+        options = body.get("stream_options")
+        kept = options if isinstance(options, dict) else {}
+        forwarded["stream_options"] = {**kept, "include_usage": True}
+    return forwarded
