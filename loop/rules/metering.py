@@ -169,23 +169,38 @@ def _route(path: str) -> str:
     return path.split("?", 1)[0].rstrip("/")
 
 
+def _whole_message(doc: dict[str, Any]) -> _Reading:
+    return _message(Message.model_construct(**doc))
+
+
+def _completion(doc: dict[str, Any]) -> _Reading:
+    return _chat(ChatCompletion.model_construct(**doc))
+
+
+def _chunk(doc: dict[str, Any]) -> _Reading:
+    return _chat(ChatCompletionChunk.model_construct(**doc))
+
+
+def _whole_response(doc: dict[str, Any]) -> _Reading:
+    return _response(Response.model_construct(**doc))
+
+
+_READERS: dict[tuple[Api, str], tuple[_Reader, _Reader]] = {
+    ("anthropic", "/messages"): (_whole_message, _anthropic_event),
+    ("openai", "/chat/completions"): (_completion, _chunk),
+    ("openai", "/responses"): (_whole_response, _responses_event),
+}
+"""The model calls, by API and the end of their path: how to read the whole body, and
+how to read each event of a stream."""
+
+
 def _reader(api: Api, path: str, is_streamed: bool) -> _Reader | None:
-    """How to read one JSON document of this call's response, or None for a call that
-    is not a model call (``/v1/models``, ``/v1/messages/count_tokens``)."""
+    """None for a call that is not a model call (``/v1/models``, ``count_tokens``, getting
+    a stored response back): it has no usage, or one already metered."""
     route = _route(path)
-    if api == "anthropic" and route.endswith("/messages"):
-        return (
-            _anthropic_event if is_streamed else (lambda d: _message(Message.model_construct(**d)))
-        )
-    if api == "openai" and route.endswith("/chat/completions"):
-        kind = ChatCompletionChunk if is_streamed else ChatCompletion
-        return lambda d: _chat(kind.model_construct(**d))
-    if api == "openai" and route.endswith("/responses"):
-        return (
-            _responses_event
-            if is_streamed
-            else (lambda d: _response(Response.model_construct(**d)))
-        )
+    for (owner, ending), (whole, events) in _READERS.items():
+        if owner == api and route.endswith(ending):
+            return events if is_streamed else whole
     return None
 
 
