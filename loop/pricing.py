@@ -43,8 +43,10 @@ BUILTIN_PRICES: dict[str, dict[str, float]] = {
     "o3": {"input": 2.00, "output": 8.00},
     "o3-mini": {"input": 1.10, "output": 4.40},
     "o4-mini": {"input": 1.10, "output": 4.40},
-    # Anthropic, through OpenAI-compatible gateways (both spellings of the 3.x names)
+    # Anthropic (both spellings of the 3.x names)
     "claude-opus-4": {"input": 15.00, "output": 75.00},
+    "claude-opus-4-5": {"input": 5.00, "output": 25.00},
+    "claude-haiku-4": {"input": 1.00, "output": 5.00},
     "claude-sonnet-4": {"input": 3.00, "output": 15.00},
     "claude-3-7-sonnet": {"input": 3.00, "output": 15.00},
     "claude-3.7-sonnet": {"input": 3.00, "output": 15.00},

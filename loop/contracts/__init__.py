@@ -87,7 +87,6 @@ from loop.contracts.messages import (
 )
 from loop.contracts.model import (
     AgentInput,
-    AgentLimits,
     AgentResult,
     AttemptStart,
     EndAttemptInput,
@@ -148,6 +147,7 @@ from loop.contracts.states import (
 from loop.contracts.steps import (
     CHANGED_SHOWN,
     ENDPOINT_PREFLIGHT_S,
+    AgentLimits,
     CommitInput,
     CommitResult,
     EscalateInput,
@@ -200,12 +200,15 @@ from loop.contracts.stubs import (
 )
 from loop.contracts.task import (
     HOST_PATTERN,
+    PROVIDER_VARIABLES,
     RESERVED_ENV_PREFIXES,
     AgentSpec,
     Autonomy,
     Budget,
     Finalize,
     Network,
+    Provider,
+    ProviderApi,
     SandboxLevel,
     SandboxLimits,
     SandboxPolicy,
@@ -272,6 +275,7 @@ __all__ = [
     "PING",
     "POLICY_VIOLATION",
     "PREPARE_WORKSPACE",
+    "PROVIDER_VARIABLES",
     "PULL_REQUEST",
     "QUERY_LEDGER",
     "QUERY_STATUS",
@@ -386,6 +390,8 @@ __all__ = [
     "PingResult",
     "PrepareInput",
     "PromptParts",
+    "Provider",
+    "ProviderApi",
     "PullRequestInput",
     "PullRequestResult",
     "RegressionTestGate",

@@ -10,16 +10,8 @@ from loop.contracts.base import _Record
 from loop.contracts.evidence import GateResult
 from loop.contracts.gates import LlmReviewGate
 from loop.contracts.results import Usage
-from loop.contracts.steps import Workspace
+from loop.contracts.steps import AgentLimits, Workspace
 from loop.contracts.task import SandboxPolicy, TaskSpec, ToolPolicy
-
-
-class AgentLimits(_Record):
-    """What this attempt may still spend (None: no limit)."""
-
-    tokens: int | None = None
-    cost_usd: float | None = None
-    tool_calls: int | None = None
 
 
 class AgentInput(_Record):

@@ -96,11 +96,22 @@ CHANGED_SHOWN = 1_000
 """Changed files a ``MakeResult`` lists; an attempt of 10,000 files lists the first ones."""
 
 
+class AgentLimits(_Record):
+    """What this attempt may still spend (None: no limit)."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    tool_calls: int | None = None
+
+
 class MakeInput(_Record):
     task: TaskSpec
     workspace: Workspace
     attempt: int
     prompt: PromptParts
+    limits: AgentLimits | None = None
+    """What the attempt may spend (the task's budget within the period's grant): the
+    gateway stops a command agent's calls there (``agent.provider``)."""
 
 
 class MakeResult(_Record):
@@ -154,6 +165,15 @@ class MakeResult(_Record):
     changed_count: int = 0
     """How many files the commit changes (0 in histories from before: ``changed_files`` is
     all of them then)."""
+    model_calls: int = 0
+    """Calls the gateway forwarded for the agent (``agent.provider``); their tokens and
+    cost are the attempt's, measured from the provider's answers."""
+    metered: bool = False
+    """The attempt's usage is the gateway's measurement, not the agent's report."""
+    budget_spent: str = ""
+    """Set when the gateway refused a call because the budget was spent mid-attempt."""
+    gateway_refused: list[str] = Field(default_factory=list)
+    """What the gateway refused the agent (another run's token, a path, a size)."""
 
 
 class VerifyInput(_Record):

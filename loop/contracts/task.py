@@ -42,6 +42,41 @@ UsageSource = Literal["auto", "file", "claude-code", "aider", "codex", "none"]
 usage file, or nowhere."""
 
 
+ProviderApi = Literal["openai", "anthropic"]
+PROVIDER_DEFAULTS: dict[str, tuple[str, str]] = {
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "anthropic": ("https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+}
+"""Each api's real endpoint and the worker's variable holding its key, by default."""
+PROVIDER_VARIABLES: dict[str, tuple[tuple[str, ...], str]] = {
+    "openai": (("OPENAI_BASE_URL", "OPENAI_API_BASE"), "OPENAI_API_KEY"),
+    "anthropic": (("ANTHROPIC_BASE_URL",), "ANTHROPIC_API_KEY"),
+}
+"""What a run with ``agent.provider`` finds in its environment: the endpoint variables
+(pointing at the gateway) and the key variable (holding the run's own token)."""
+
+
+class Provider(_TaskFileModel):
+    """The model API the agent calls, through the worker's gateway: the key stays in the
+    worker, the sandbox gets a token valid for one run (docs/concepts/gateway.md)."""
+
+    api: ProviderApi
+    """``openai`` (chat completions, responses) or ``anthropic`` (messages)."""
+    base_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    """The real endpoint, reached from the worker; default per api."""
+    key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The worker's variable holding the key (or ``<key_env>_FILE`` naming a file of it);
+    default per api. It never enters the sandbox."""
+
+    @property
+    def upstream(self) -> str:
+        return (self.base_url or PROVIDER_DEFAULTS[self.api][0]).rstrip("/")
+
+    @property
+    def key_variable(self) -> str:
+        return self.key_env or PROVIDER_DEFAULTS[self.api][1]
+
+
 class AgentSpec(_TaskFileModel):
     backend: Literal["command", "openai"] = "command"
     """``command`` runs an external agent CLI in the worktree; ``openai`` drives a model."""
@@ -63,6 +98,9 @@ class AgentSpec(_TaskFileModel):
     usage: UsageSource = "auto"
     """Where a command agent's usage is read: ``auto`` knows Claude Code, aider and Codex
     by their command; ``file`` is ``LOOP_USAGE_FILE``; ``none`` reports nothing."""
+    provider: Provider | None = None
+    """The model API a command agent calls through the worker's gateway, which holds the
+    key, meters every call and stops the agent when the budget is spent."""
     ignore: list[str] = Field(default_factory=lambda: list(AGENT_BYPRODUCTS))
     """Globs of the agent's byproducts in the worktree (a folder covers its contents):
     never committed, never a change; ``[]`` commits everything."""
@@ -79,6 +117,11 @@ class AgentSpec(_TaskFileModel):
                 raise ValueError("the command backend needs a non-empty 'command' argv list")
         if self.backend == "openai" and not self.model:
             raise ValueError("the openai backend needs 'model' (e.g. gpt-4o-mini)")
+        if self.backend == "openai" and self.provider is not None:
+            raise ValueError(
+                "agent.provider is for command agents; the openai backend calls its model "
+                "from the worker (agent.base_url)"
+            )
         return self
 
 
@@ -273,6 +316,22 @@ class TaskSpec(_TaskFileModel):
     """How the agent, the ``run`` tool and ``run`` gates are confined."""
     finalize: Finalize = Field(default_factory=Finalize)
     """Hand the verified change over as a pull request instead of merging."""
+
+    @model_validator(mode="after")
+    def _key_stays_in_worker(self) -> TaskSpec:
+        provider = self.agent.provider
+        if provider is None:
+            return self
+        names = {provider.key_variable, *PROVIDER_VARIABLES[provider.api][0],
+                 PROVIDER_VARIABLES[provider.api][1]}  # fmt: skip
+        passed = sorted(names & set(self.sandbox.env))
+        if passed:
+            raise ValueError(
+                f"sandbox.env: {passed[0]} is set by agent.provider inside the sandbox (the "
+                "gateway's address or the run's token), and the real key stays in the worker; "
+                f"remove {passed[0]} from sandbox.env"
+            )
+        return self
 
     @model_validator(mode="after")
     def _off_needs_consent(self) -> TaskSpec:
