@@ -19,6 +19,8 @@ from temporalio import activity
 from activities import gates
 from activities.gates import run as run_gate
 from activities.host import sandbox
+from activities.host.gateway import provider_key
+from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import git
 from activities.host.sandbox.egress_rules import listed
 from activities.make import agent_home, endpoints
@@ -31,6 +33,7 @@ from loop.contracts import (
     GateResult,
     LlmReviewGate,
     MakeResult,
+    Provider,
     RunGate,
     SandboxLevel,
     TaskSpec,
@@ -153,7 +156,10 @@ class ExploreActivities:
 async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
     """Every model endpoint the task calls answers and takes the key: from the worker
     (the openai backend, llm_review gates), or from the sandbox (a known agent CLI)."""
-    if task.agent.backend == "command":
+    provider = task.agent.provider
+    if provider is not None:
+        await _provider_answers(provider, wait_s)
+    elif task.agent.backend == "command":
         cli = BY_NAME.get(usage_source(task.agent.command or [], task.agent.usage))
         if cli is not None:
             await _cli_endpoint_answers(task, cli.endpoint, wait_s)
@@ -167,6 +173,16 @@ async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
                 wanted.setdefault(gate.llm_review.base_url or task.agent.base_url, model)
     for base_url, model in wanted.items():
         await preflight(base_url, model, bound_s=wait_s)
+
+
+async def _provider_answers(provider: Provider, wait_s: float) -> None:
+    """``agent.provider``: the worker holds the key, may call the upstream, and something
+    answers there (the gateway calls it from the worker, not from the sandbox)."""
+    provider_key(provider)
+    refused = await asyncio.to_thread(upstream_refusal, provider.upstream)
+    if refused:
+        raise permanent(f"agent.provider.base_url: {refused}; name the model API's endpoint")
+    await _answers(provider.upstream, wait_s)
 
 
 async def _cli_endpoint_answers(task: TaskSpec, cli: CliEndpoint, wait_s: float) -> None:

@@ -21,14 +21,17 @@ closes with ``end_attempt``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.host import artifact, sandbox
+from activities.host.gateway import Grant, provider_key
+from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git
 from activities.host.proc import tail_of
 from activities.host.remote import publish
@@ -44,6 +47,7 @@ from loop.contracts import (
     CHANGED_SHOWN,
     END_ATTEMPT,
     MAKE,
+    AgentLimits,
     AttemptStart,
     EndAttemptInput,
     MakeInput,
@@ -64,6 +68,8 @@ from loop.settings import Settings
 CLAIM_CHARS = 16_000
 CLAIM_BYTES = 4 * CLAIM_CHARS
 SIZE_FILE = "start_size"
+CALLS_FILE = "calls.json"
+"""The attempt's model calls as the gateway measured them (the review page shows them)."""
 
 
 def agent_dir(attempt_dir: str | Path) -> Path:
@@ -122,6 +128,10 @@ class _Run(TypedDict, total=False):
     agent_error: str
     agent_error_fatal: bool
     protected_writes: list[str]
+    model_calls: int
+    metered: bool
+    budget_spent: str
+    gateway_refused: list[str]
 
 
 def finished(closed: MakeResult, **run: Unpack[_Run]) -> MakeResult:
@@ -156,7 +166,9 @@ class MakeActivities:
             readable.append(folder / "feedback.json")
 
         argv = list(inp.task.agent.command or [])
-        log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode)
+        grant = await self._grant(inp)
+        log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
+                 gateway=grant.upstream if grant else None)  # fmt: skip
         ran = await sandbox.run_sandboxed(
             sandbox.SandboxRun(
                 argv=argv,
@@ -175,6 +187,7 @@ class MakeActivities:
                 protected=inp.task.protected_paths(),
                 allow_hosts=endpoints(inp.task),
                 hidden=sandbox.hidden_for(ws),
+                gateway=grant,
             )
         )
         if superseded(folder):
@@ -211,12 +224,12 @@ class MakeActivities:
             claim, claim_path = redact(ran.output_tail), ran.log_path
         tail = redact(ran.output_tail)
         spent = await self._usage(inp.task, source, said, usage_file)
+        metered = await self._metered(grant, spent, folder, log)
         closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much
         # as one that went through: the agent tried to leave its worktree.
         refused = [f"refused by the sandbox: {r}" for r in ran.refused]
-        return finished(
-            closed,
+        run = _Run(
             outside_writes=closed.outside_writes + refused,
             removed=ran.removed + closed.removed,
             sandbox_level=ran.sandbox,
@@ -237,6 +250,60 @@ class MakeActivities:
             agent_error_fatal=spent.fatal,
             protected_writes=ran.refused_protected,
         )
+        run.update(metered)  # the gateway's measurement, where it ran, over the report
+        return finished(closed, **run)
+
+    async def _grant(self, inp: MakeInput) -> Grant | None:
+        """The attempt's right to call its model through the gateway (``agent.provider``):
+        the real key and upstream from the worker and the task file, the limits from the
+        attempt's reservation."""
+        provider = inp.task.agent.provider
+        if provider is None:
+            return None
+        key = provider_key(provider)
+        refused = await asyncio.to_thread(upstream_refusal, provider.upstream)
+        if refused:
+            raise permanent(f"agent.provider.base_url: {refused}; name the model API's endpoint")
+        limits = inp.limits or AgentLimits()
+        return Grant(
+            task_id=inp.task.id,
+            attempt=inp.attempt,
+            api=provider.api,
+            upstream=provider.upstream,
+            key=key,
+            key_variable=provider.key_variable,
+            model=inp.task.agent.model or "",
+            max_tokens=limits.tokens,
+            max_cost_usd=limits.cost_usd,
+            prices=self.prices,
+        )
+
+    async def _metered(
+        self, grant: Grant | None, said: usage.Reported, folder: Path, log: Any
+    ) -> _Run:
+        """The gateway's measurement of the attempt, which replaces what the agent said it
+        spent (kept as a cross-check in the log); every call in ``calls.json``."""
+        if grant is None:
+            return {}
+        calls = [dataclasses.asdict(c) for c in grant.calls]
+        await asyncio.to_thread((folder / CALLS_FILE).write_text, json.dumps(calls))
+        reported = said.tokens_in + said.tokens_out
+        if said.found and reported != grant.tokens:
+            log.info("the agent's own report differs from the gateway's", reported=reported,
+                     metered=grant.tokens, calls=grant.count)  # fmt: skip
+        spent = ""
+        if grant.spent_after is not None:
+            spent = (f"{grant.spent()} budget spent during the attempt after "
+                     f"{grant.spent_after} calls")  # fmt: skip
+        return {
+            "tokens": grant.tokens,
+            "cost_usd": grant.cost_usd,
+            "usage_reported": True,
+            "metered": True,
+            "model_calls": grant.count,
+            "budget_spent": spent,
+            "gateway_refused": [r for r in grant.refused if not r.endswith("budget spent")],
+        }
 
     async def _usage(
         self, task: TaskSpec, source: str, text: str, usage_file: Path

@@ -246,7 +246,9 @@ class TaskWorkflow(TaskRecord):
             backend=self.spec.agent.backend,
             instructions=self.spec.instructions,
         )
-        make_input = MakeInput(task=self.spec, workspace=self.ws, attempt=n, prompt=prompt)
+        make_input = MakeInput(
+            task=self.spec, workspace=self.ws, attempt=n, prompt=prompt, limits=self._limits(grant)
+        )
         try:
             if self.spec.agent.backend == "openai":
                 made, violation = await self._model_attempt(make_input, grant)
@@ -301,6 +303,11 @@ class TaskWorkflow(TaskRecord):
                 TaskState.NEEDS_HUMAN,
                 f"attempt {n}: the agent reported no usage, so {unpriced} cannot be held",
             )
+
+        if made.budget_spent:
+            # The gateway refused the agent's next call: its work stopped half-way, so
+            # there is nothing to judge; a person extends the budget or ends the task.
+            return _Stop(TaskState.NEEDS_HUMAN, made.budget_spent, budget=True)
 
         self.phase = Phase.VERIFY
         verdict = await judge(self.spec, self.ws, n, made)
@@ -357,17 +364,20 @@ class TaskWorkflow(TaskRecord):
         self.held = None
         await period.settle(self.spec, n, used)
 
-    async def _model_attempt(
-        self, make_input: MakeInput, grant: ReserveReply
-    ) -> tuple[MakeResult, str]:
-        """The openai backend: the model loop as a child workflow between open and close."""
+    def _limits(self, grant: ReserveReply) -> AgentLimits:
+        """What the attempt may spend: the task's own budget, within the period's grant."""
         used, limit = self.result, self.spec.budget.max_tool_calls
-        limits = AgentLimits(  # the task's own budget, within what the period granted
+        return AgentLimits(
             tokens=budget.smaller(budget.left(self.max_tokens, used.tokens), grant.tokens),
             cost_usd=budget.smaller(budget.left(self.max_cost, used.cost_usd), grant.cost_usd),
             tool_calls=budget.left(limit, used.tool_calls),
         )
-        made, agent = await model_attempt(make_input, limits)
+
+    async def _model_attempt(
+        self, make_input: MakeInput, grant: ReserveReply
+    ) -> tuple[MakeResult, str]:
+        """The openai backend: the model loop as a child workflow between open and close."""
+        made, agent = await model_attempt(make_input, self._limits(grant))
         self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
 

@@ -104,11 +104,13 @@ def _findable(spec: TaskSpec, folders: list[Path], source: str) -> None:
     budget has usage to count."""
     command = spec.agent.command or []
     limited = [k for k in ("max_tokens", "max_cost_usd") if getattr(spec.budget, k) is not None]
-    if command and limited and usage_source(command, spec.agent.usage) == "none":
+    metered = spec.agent.provider is not None  # the gateway measures every call
+    if command and limited and not metered and usage_source(command, spec.agent.usage) == "none":
         raise TaskFileError(
             f"{source}: budget.{limited[0]}: this command agent reports no usage, so the "
-            "budget could not be enforced; have it write LOOP_USAGE_FILE and set "
-            "agent.usage: file, or remove the limit"
+            "budget could not be enforced; name its model API in agent.provider (the gateway "
+            "meters every call), have it write LOOP_USAGE_FILE and set agent.usage: file, or "
+            "remove the limit"
         )
     for exe in programs(command) if command else []:
         if shutil.which(exe) is None and not any((f / exe).exists() for f in folders):

@@ -8,8 +8,9 @@ file) and, in this order:
 1. joins the run's cgroups, so everything it becomes and forks is counted and killed;
 2. sets the resource limits (inherited by everything after it);
 3. unless the network is ``host``: enters a network namespace of its own with only
-   ``lo`` up, and for ``proxy`` listens on 127.0.0.1:3128 there and hands that
-   socket to the worker over the control socket;
+   ``lo`` up; for ``proxy`` listens on 127.0.0.1:3128 there, and for a run with a
+   model gateway on 127.0.0.1:3129, and hands those sockets to the worker over the
+   control socket;
 4. ``basic``: enters a mount namespace and builds the view (``mounts.View``), drops
    to the task's uid (no groups, no capabilities, ``no_new_privs``) under the
    seccomp filter, and execs the command; ``strict``: execs bubblewrap, which builds
@@ -85,13 +86,25 @@ def _network(plan, control):
         return
     _check(libc.unshare(CLONE_NEWNET), "cannot make a network namespace")
     _lo_up()
-    if plan["net"] == "proxy":
+    wanted = {
+        "proxy": plan["proxy_port"] if plan["net"] == "proxy" else 0,
+        "gateway": plan.get("gateway_port") or 0,
+    }
+    names, listeners = [], []
+    for name, port in wanted.items():
+        if not port:
+            continue
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", plan["proxy_port"]))
+        listener.bind(("127.0.0.1", port))
         listener.listen(128)
-        socket.send_fds(control, [json.dumps({"listener": True}).encode()], [listener.fileno()])
-        listener.close()
+        names.append(name)
+        listeners.append(listener)
+    if listeners:
+        message = json.dumps({"listeners": names}).encode()
+        socket.send_fds(control, [message], [s.fileno() for s in listeners])
+        for listener in listeners:
+            listener.close()
 
 
 def _keep_flags(path):

@@ -67,6 +67,9 @@ class Setup:
     ready: bool = False
     error: str = ""
     listener: socket.socket | None = None
+    """The egress proxy's socket in the run's namespace."""
+    gateway: socket.socket | None = None
+    """The model gateway's socket in the run's namespace."""
 
 
 def read_setup(control: socket.socket, timeout_s: float = SETUP_TIMEOUT_S) -> Setup:
@@ -86,10 +89,15 @@ def read_setup(control: socket.socket, timeout_s: float = SETUP_TIMEOUT_S) -> Se
             setup.error = setup.error or "the sandbox launcher ended before it was ready"
             return setup
         message = json.loads(data)
-        if fds:
-            setup.listener = socket.socket(fileno=fds[0])
-            for extra in fds[1:]:
-                os.close(extra)
+        names = message.get("listeners") or []
+        for i, fd in enumerate(fds):
+            name = names[i] if i < len(names) else ""
+            if name == "proxy":
+                setup.listener = socket.socket(fileno=fd)
+            elif name == "gateway":
+                setup.gateway = socket.socket(fileno=fd)
+            else:
+                os.close(fd)
         if message.get("error"):
             setup.error = str(message["error"])
             return setup
@@ -154,6 +162,7 @@ def plan(
     bwrap: str = "",
     setpriv: str = "",
     proxy_port: int = 0,
+    gateway_port: int = 0,
 ) -> dict[str, Any]:
     """The launcher's plan for one run (``ops``: ``mounts.Op`` values, in order)."""
     from activities.host.sandbox.mounts import bwrap_args  # the one place ops become bwrap words
@@ -175,6 +184,7 @@ def plan(
         "gid": gid,
         "net": network,
         "proxy_port": proxy_port,
+        "gateway_port": gateway_port,
         "mounts": [
             {"kind": o.kind, "path": o.path, "writable": o.writable, "size": o.size} for o in ops
         ],

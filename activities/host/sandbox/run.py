@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from activities.host.gateway import GATEWAY, GATEWAY_PORT, GATEWAY_URL, Grant, host_listener
 from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
 from activities.host.sandbox import cgroups, egress, launcher, ownership, seccomp, uids
 from activities.host.sandbox.capabilities import Capabilities, Kind
@@ -105,6 +106,8 @@ class SandboxRun:
     hidden: list[Path] = field(default_factory=list)
     """Host folders covered besides LOOP_HOME: the repository a task's clone came from,
     which holds other tasks' branches once they are handed over."""
+    gateway: Grant | None = None
+    """The agent's model calls go through the worker's gateway under this grant."""
 
     @property
     def launched(self) -> list[str]:
@@ -222,6 +225,11 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
         extra["PYTHONNOUSERSITE"] = "1"
     if can.network == "proxy":
         extra.update(egress.proxy_env())
+    if run.gateway is not None and _gateway_inside(run):
+        extra.update(run.gateway.env(GATEWAY_URL))
+        # The gateway is on the namespace's own loopback, not behind the egress proxy
+        # (which would look for it on the host's); nothing else listens there.
+        extra["NO_PROXY"] = extra["no_proxy"] = "127.0.0.1,localhost"
     env = sandbox_env(policy, home, extra)
     places = [os.path.realpath(p) for p in run.writable]
     if home != FRESH_HOME:
@@ -267,6 +275,12 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
     return _Prepared(host.level, uid, tree, env, view, keep, places)
 
 
+def _gateway_inside(run: SandboxRun) -> bool:
+    """The gateway can listen in the run's own network namespace (the launcher makes one
+    unless the run is unconfined or shares the host's network)."""
+    return run.can.confined and run.can.network != "host"
+
+
 async def check_runnable(run: SandboxRun) -> None:
     """Raise the permanent reason ``run`` could not start here; run nothing."""
     await _prepare(run)
@@ -290,6 +304,7 @@ async def missing_programs(run: SandboxRun) -> list[str]:
         writable=[],
         agent_home=None,
         pass_fds=(),
+        gateway=None,
     )
     ran = await run_sandboxed(probe)
     if ran.timed_out or ran.exit_code != 0:
@@ -304,6 +319,17 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     Raises a non-retryable ``ApplicationError`` when the host cannot give the mode,
     or the task's uid cannot run the command: retrying cannot fix either.
     """
+    if run.gateway is not None and not _gateway_inside(run):
+        # No namespace of its own to listen in: a port on the host's loopback, guarded by
+        # the run's token alone.
+        grant, listener = run.gateway, host_listener()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        hidden = (*run.drop_env, *([grant.key_variable] if grant.key_variable else []))
+        bare = dataclasses.replace(
+            run, gateway=None, env={**run.env, **grant.env(url)}, drop_env=hidden
+        )
+        async with GATEWAY.serving(listener, grant):
+            return await run_sandboxed(bare)
     policy = run.policy
     run.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     await kill_leftovers(run.state_dir, run.name)
@@ -311,8 +337,8 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     if ready is None:
         for place in [*run.writable, *([run.agent_home] if run.agent_home else [])]:
             place.mkdir(parents=True, exist_ok=True, mode=0o700)
-        hidden = ("LOOP_", *run.drop_env)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(hidden)}
+        dropped = ("LOOP_", *run.drop_env)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         env.update(run.env)
         ran = await run_process(
             run.launched,
@@ -364,6 +390,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 bwrap=inspect_host().bwrap,
                 setpriv=inspect_host().setpriv,
                 proxy_port=egress.PROXY_PORT,
+                gateway_port=GATEWAY_PORT if run.gateway is not None else 0,
             ),
             extra_fds=(seccomp_fd, *run.pass_fds),
         )
@@ -385,6 +412,8 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                             )
                         )
                     )
+                if setup.gateway is not None and run.gateway is not None:
+                    await stack.enter_async_context(GATEWAY.serving(setup.gateway, run.gateway))
                 if not setup.ready:
                     raise permanent(f"the sandbox could not be set up: {setup.error}")
 

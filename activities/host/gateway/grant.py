@@ -1,0 +1,119 @@
+"""One run's right to call its model: its token, its upstream, its limits, its calls.
+
+A grant is made by the worker for one agent run, from the task file and the attempt's
+reservation: nothing in it comes from the sandbox. The gateway reads and updates it
+on its own event loop; the run's activity reads it only after the run has detached
+(``serving`` returns), so the counters need no lock between threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loop.contracts import PROVIDER_VARIABLES, Provider, ProviderApi
+from loop.errors import permanent
+from loop.pricing import BUILTIN_PRICES
+
+KEY_FILE_BYTES = 16 * 1024
+MAX_RECORDED = 500
+"""Calls and refusals kept per run; the counters go on past it."""
+
+
+@dataclass
+class Call:
+    """One forwarded call, as the gateway measured it."""
+
+    path: str
+    model: str
+    status: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    ms: float
+    metered: bool
+    """The provider's answer said its usage (else the call counts no tokens)."""
+
+
+@dataclass
+class Grant:
+    task_id: str
+    attempt: int
+    api: ProviderApi
+    upstream: str
+    """The real endpoint, from the task file (``Provider.upstream``): never the request's."""
+    key: str
+    key_variable: str = ""
+    """The worker's variable the key came from: left out of an unconfined run's
+    environment, as is its ``_FILE`` twin."""
+    model: str = ""
+    """``agent.model``: prices a call whose answer names no model."""
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    prices: dict[str, dict[str, float]] = field(default_factory=lambda: dict(BUILTIN_PRICES))
+    """The price table a call's usage is priced with (the worker's ``load_prices``)."""
+    token: str = field(default_factory=lambda: f"loop-{secrets.token_urlsafe(24)}")
+    calls: list[Call] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    count: int = 0
+    spent_after: int | None = None
+    """Calls made when the budget was first found spent (None: it never was)."""
+    one_at_a_time: asyncio.Lock | None = None
+    """Held around each call while a limit is set, so the overshoot is one call."""
+
+    @property
+    def limited(self) -> bool:
+        return self.max_tokens is not None or self.max_cost_usd is not None
+
+    def spent(self) -> str:
+        """Which budget is spent ("" while both have something left)."""
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return "token"
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            return "cost"
+        return ""
+
+    def add(self, call: Call) -> None:
+        self.count += 1
+        self.tokens += call.tokens_in + call.tokens_out
+        self.cost_usd += call.cost_usd
+        if len(self.calls) < MAX_RECORDED:
+            self.calls.append(call)
+
+    def refuse(self, why: str) -> None:
+        if len(self.refused) < MAX_RECORDED and why not in self.refused:
+            self.refused.append(why)
+
+    def env(self, gateway_url: str) -> dict[str, str]:
+        """What the run's CLI reads: its api's endpoint variables at the gateway, and the
+        run's token where it expects a key."""
+        urls, key_variable = PROVIDER_VARIABLES[self.api]
+        base = f"{gateway_url}/v1" if self.api == "openai" else gateway_url
+        return {**dict.fromkeys(urls, base), key_variable: self.token}
+
+
+def provider_key(provider: Provider) -> str:
+    """The real key, from the worker's variable or the file ``<key_env>_FILE`` names;
+    a permanent error saying which to set when neither holds one."""
+    name = provider.key_variable
+    key = os.environ.get(name, "").strip()
+    if key:
+        return key
+    file = os.environ.get(f"{name}_FILE", "")
+    if file:
+        try:
+            with Path(file).open("rb") as f:
+                key = f.read(KEY_FILE_BYTES).decode("utf-8", errors="replace").strip()
+        except OSError as e:
+            raise permanent(f"{name}_FILE names {file}, which the worker cannot read: {e}") from e
+        if key:
+            return key
+    raise permanent(
+        f"{name} is not set where the worker runs; set it there (or {name}_FILE to a file "
+        "holding the key): agent.provider keeps the key in the worker, never in the sandbox"
+    )

@@ -1,0 +1,342 @@
+"""The model gateway: the only way an agent's model calls leave its sandbox with a key.
+
+A run with ``agent.provider`` gets a token instead of the key, and its CLI's endpoint
+variables point at ``127.0.0.1:3129`` inside its own network namespace. The launcher
+listens there and hands the socket to the worker, as it does for the egress proxy;
+connections accepted on it belong to that run and no other (docs/concepts/gateway.md).
+
+For each request the gateway checks, in this order: the token is the run's (another
+live run's token is refused and logged with both tasks), the path is one of the api's
+model paths, the body is a JSON object under ``MAX_BODY``, and the attempt's budget
+is not spent. It then puts the real key in, sends the request to the upstream the
+task file names (never one the request names) over verified TLS, and streams the
+answer back as it arrives, metering it on the way (``loop.rules.metering``). While a
+budget is set the run's calls go one at a time, so no attempt overshoots by more than
+the one call in flight.
+
+One gateway serves every run of the worker process, on an event loop of its own in a
+thread: a slow upstream never stalls the worker's activities and workflows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
+
+import h11
+import httpx
+from loop.rules.metering import Meter, prepare, streamed
+
+from activities.host.gateway.grant import Call, Grant
+from loop.logs import log_for
+from loop.pricing import cost
+
+GATEWAY_PORT = 3129
+"""Where the gateway answers inside every sandbox's own network namespace."""
+GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
+MAX_BODY = 32 * 1024 * 1024
+"""A request body past this is refused (a model call's context is far smaller)."""
+MAX_HEAD = 64 * 1024
+CHUNK = 64 * 1024
+CONNECT_S = 10.0
+READ_S = 600.0
+"""How long an upstream may stay silent mid-answer (a long generation streams slowly)."""
+MAX_CONNECTIONS = 32
+"""Connections one run may hold open at once."""
+
+PATHS: dict[str, set[tuple[str, str]]] = {
+    "anthropic": {("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
+                  ("GET", "/v1/models")},
+    "openai": {("POST", "/v1/chat/completions"), ("POST", "/v1/responses"),
+               ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/v1/models")},
+}  # fmt: skip
+"""The model API's paths, per api: nothing else is forwarded."""
+ONE_MODEL = re.compile(r"/v1/models/[A-Za-z0-9._:@-]{1,200}")
+QUERY = re.compile(r"[A-Za-z0-9._~=&%-]{0,500}")
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+              "trailer", "transfer-encoding", "upgrade", "host", "content-length"}  # fmt: skip
+NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-api-key", "accept-encoding", "cookie"}
+NOT_RETURNED = HOP_BY_HOP | {"set-cookie"}
+ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error",
+               403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+               502: "api_error"}  # fmt: skip
+
+T = TypeVar("T")
+
+
+def allowed(api: str, method: str, path: str) -> bool:
+    return (method, path) in PATHS[api] or (method == "GET" and bool(ONE_MODEL.fullmatch(path)))
+
+
+def error_body(api: str, status: int, message: str) -> bytes:
+    """An error in the provider's own shape, so the CLI shows ``message`` as it would the
+    provider's (and does not retry a 4xx)."""
+    kind = ERROR_KINDS.get(status, "api_error")
+    if api == "anthropic":
+        doc: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        doc = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return json.dumps(doc).encode()
+
+
+def presented_token(headers: dict[str, str]) -> str:
+    bearer = headers.get("authorization", "")
+    if bearer.lower().startswith("bearer "):
+        return bearer[7:].strip()
+    return headers.get("x-api-key", "").strip()
+
+
+class Gateway:
+    """The worker's one gateway; runs attach to it for as long as their agent runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._live: dict[str, Grant] = {}
+        self._connections: dict[str, set[asyncio.Task[None]]] = {}
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="loop-gateway", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    async def _on_gateway(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on the gateway's loop and wait for it from the caller's."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._running()))
+
+    @contextlib.asynccontextmanager
+    async def serving(self, listener: socket.socket, grant: Grant) -> AsyncIterator[Grant]:
+        """Answer what ``listener`` accepts for ``grant``'s run until the block ends; the
+        token dies with it."""
+        server = await self._on_gateway(self._attach(listener, grant))
+        try:
+            yield grant
+        finally:
+            await asyncio.shield(self._on_gateway(self._detach(server, grant)))
+
+    async def _attach(self, listener: socket.socket, grant: Grant) -> asyncio.Server:
+        if self._client is None:
+            timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
+            self._client = httpx.AsyncClient(timeout=timeout, http2=False)
+        grant.one_at_a_time = asyncio.Lock()
+        self._live[grant.token] = grant
+        held = self._connections[grant.token] = set()
+
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            if len(held) >= MAX_CONNECTIONS:
+                writer.close()
+                return
+            held.add(task)
+            try:
+                await self._connection(reader, writer, grant)
+            except asyncio.CancelledError:
+                pass  # the run ended (``_detach``); asyncio's server would log it as an error
+            finally:
+                held.discard(task)
+
+        listener.setblocking(False)
+        return await asyncio.start_server(accepted, sock=listener)
+
+    async def _detach(self, server: asyncio.Server, grant: Grant) -> None:
+        self._live.pop(grant.token, None)
+        server.close()
+        held = self._connections.pop(grant.token, set())
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, grant: Grant
+    ) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        try:
+            while True:
+                got = await self._request(conn, reader, writer, grant)
+                if got is None:
+                    return
+                await self._answer(conn, writer, grant, *got)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError, OSError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        grant: Grant,
+    ) -> tuple[h11.Request, bytes] | None:  # fmt: skip
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(CHUNK))
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY:
+                    why = f"a request body over {MAX_BODY // (1024 * 1024)} MiB"
+                    self._refused(grant, why)
+                    await self._send(conn, writer, grant, 413, f"Loopwork: {why} is refused")
+                    return None
+            elif isinstance(event, h11.EndOfMessage) and request is not None:
+                return request, bytes(body)
+            else:
+                return None
+
+    async def _answer(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant,
+        request: h11.Request, body: bytes,
+    ) -> None:  # fmt: skip
+        method = request.method.decode("ascii", "replace")
+        path, _, query = request.target.decode("ascii", "replace").partition("?")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+        if method in ("HEAD", "GET") and path in ("/", "/v1", "/v1/"):
+            await self._send(conn, writer, grant, 200, "")  # a CLI's "can I connect"
+            return
+        token = presented_token(headers)
+        if token != grant.token:
+            other = self._live.get(token) if token else None
+            if other is not None:
+                why = (f"the token of task {other.task_id} (attempt {other.attempt}) was used "
+                       f"from task {grant.task_id}'s sandbox")  # fmt: skip
+                status = 403
+            else:
+                why, status = "a request without this run's token", 401
+            self._refused(grant, why)
+            await self._send(conn, writer, grant, status, f"Loopwork: {why}")
+            return
+        if not allowed(grant.api, method, path) or not QUERY.fullmatch(query):
+            target = request.target.decode("ascii", "replace")[:200]
+            why = f"{method} {target}: not a model API path"
+            self._refused(grant, why)
+            await self._send(conn, writer, grant, 404, f"Loopwork's gateway forwards no {why}")
+            return
+        doc = _json_object(body) if method == "POST" else {}
+        if doc is None:
+            await self._send(conn, writer, grant, 400, "Loopwork: the body is not a JSON object")
+            return
+        one_at_a_time = grant.one_at_a_time if grant.limited else None
+        async with one_at_a_time or contextlib.nullcontext():
+            spent = grant.spent()
+            if spent:
+                if grant.spent_after is None:
+                    grant.spent_after = grant.count
+                message = (f"Loopwork: this task's {spent} budget is spent "
+                           f"({_spent_words(grant)} after {grant.count} calls)")  # fmt: skip
+                self._refused(grant, f"{spent} budget spent")
+                await self._send(conn, writer, grant, 400, message)
+                return
+            await self._forward(conn, writer, grant, method, path, query, headers, body, doc)
+
+    async def _forward(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, method: str,
+        path: str, query: str, headers: dict[str, str], body: bytes, doc: dict[str, Any],
+    ) -> None:  # fmt: skip
+        assert self._client is not None
+        sent = prepare(grant.api, path, doc) if method == "POST" else doc
+        content = body if sent == doc else json.dumps(sent).encode()
+        tail = path.removeprefix("/v1") if grant.api == "openai" else path
+        url = grant.upstream + tail + (f"?{query}" if query else "")
+        out = {k: v for k, v in headers.items() if k not in NOT_FORWARDED}
+        out["accept-encoding"] = "identity"  # what is metered is what is passed on
+        if grant.api == "anthropic":
+            out["x-api-key"] = grant.key
+        else:
+            out["authorization"] = f"Bearer {grant.key}"
+        meter = Meter(grant.api, path, streamed=streamed(sent), model=str(doc.get("model", "")))
+        started = time.monotonic()
+        status = 502
+        try:
+            request = self._client.build_request(method, url, headers=out, content=content)
+            answer = await self._client.send(request, stream=True)
+        except httpx.HTTPError as e:
+            why = f"Loopwork's gateway could not reach {grant.upstream}: {type(e).__name__}"
+            await self._send(conn, writer, grant, 502, why)
+            return
+        try:
+            status = answer.status_code
+            kept = [(k, v) for k, v in answer.headers.raw if k.decode().lower() not in NOT_RETURNED]
+            writer.write(conn.send(h11.Response(status_code=status, headers=kept)) or b"")
+            async for chunk in answer.aiter_raw():
+                meter.feed(chunk)
+                writer.write(conn.send(h11.Data(data=chunk)) or b"")
+                await writer.drain()
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+        finally:
+            await answer.aclose()
+            self._count(grant, meter, path, status, started)
+
+    def _count(self, grant: Grant, meter: Meter, path: str, status: int, started: float) -> None:
+        used = meter.result()
+        model = used.model or grant.model
+        price = cost(model, used.tokens_in, used.tokens_out, grant.prices) if model else 0.0
+        grant.add(
+            Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
+                 tokens_out=used.tokens_out, cost_usd=price,
+                 ms=round((time.monotonic() - started) * 1000, 1), metered=used.found)
+        )  # fmt: skip
+
+    def _refused(self, grant: Grant, why: str) -> None:
+        grant.refuse(why)
+        log_for(grant.task_id, grant.attempt, "gateway").warning("gateway refused", why=why)
+
+    async def _send(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, status: int,
+        message: str,
+    ) -> None:  # fmt: skip
+        """A whole answer of the gateway's own: empty for 200, else the provider's shape."""
+        data = b"" if status == 200 else error_body(grant.api, status, message)
+        head = [("content-type", "application/json"), ("content-length", str(len(data)))]
+        if status >= 400 and conn.their_state is not h11.DONE:
+            head.append(("connection", "close"))  # the rest of its body is not read
+        writer.write(conn.send(h11.Response(status_code=status, headers=head)) or b"")
+        writer.write(conn.send(h11.Data(data=data)) or b"" if data else b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _spent_words(grant: Grant) -> str:
+    if grant.max_tokens is not None and grant.tokens >= grant.max_tokens:
+        return f"{grant.tokens} tokens of {grant.max_tokens}"
+    return f"${grant.cost_usd:.4f} of ${grant.max_cost_usd or 0:.4f}"
+
+
+GATEWAY = Gateway()
+"""The worker process's gateway (started on the first run that uses it)."""
+
+
+def host_listener() -> socket.socket:
+    """A listener on the host's loopback, for a run without a network namespace of its
+    own (``sandbox.mode: off`` or ``network: host``): reachable by anything on the host,
+    so only the token guards it (docs/concepts/gateway.md)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
