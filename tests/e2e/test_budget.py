@@ -33,26 +33,11 @@ from loop.contracts import (
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import result_of, task, wait_for
+from tests.support.tasks import result_of, set_limits, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
 TODAY = datetime.now(UTC).date().isoformat()
-
-
-async def set_limits(client: Client, settings: Settings, repo: str, limits: PeriodLimits):
-    return await client.execute_update_with_start_workflow(
-        UPDATE_SET_LIMITS,
-        limits,
-        start_workflow_operation=WithStartWorkflowOperation(
-            LEDGER_WORKFLOW,
-            LedgerState(repo=repo),
-            id=ledger_id_for(repo),
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        ),
-        result_type=LedgerState,
-    )
 
 
 async def test_twenty_reservations_at_once_never_overspend(client: Client, settings: Settings):
