@@ -1,9 +1,10 @@
 """The real agent CLIs run the shipped examples against local scripted endpoints.
 
 ``examples/claude-code.yaml``, ``aider.yaml`` and ``codex.yaml`` run as shipped: the
-test sets only the repository (the demo's), the endpoint (its URL in the CLI's own
-variable, its address in ``allow_hosts``) and a dummy key, and picks the sandbox level.
-Each fixes the demo's bug after one round of feedback, with its usage counted. Then
+test sets only the repository (the demo's), the provider's endpoint and a planted key
+in the worker's environment, and picks the sandbox level. Each fixes the demo's bug
+after one round of feedback through the worker's model gateway, with its usage
+measured there, and the key nowhere in the sandbox. Then
 what goes wrong, said where people look, before attempts burn: a missing key, an
 endpoint that is down or refuses the key, an agent that is not installed, a gate that
 cannot run at base.
@@ -68,14 +69,25 @@ def needs_cli(name: str) -> pytest.MarkDecorator:
 
 
 def example(name: str, repo: Path, level: str, endpoint: str, **changes: Any) -> TaskSpec:
-    """The shipped example with the test's repository, sandbox level and endpoint."""
+    """The shipped example with the test's repository, sandbox level and model endpoint
+    (the provider's ``base_url``: the gateway calls it from the worker)."""
     data = yaml.safe_load((EXAMPLES / name).read_text())
     data["id"] = f"{data['id']}-{level}-{os.urandom(3).hex()}"
     data["repo"] = str(repo)
     data["sandbox"]["mode"] = level
-    data["sandbox"]["allow_hosts"].append(endpoint)
+    data["agent"]["provider"]["base_url"] = endpoint
     data.update(changes)
     return TaskSpec.model_validate(data)
+
+
+def assert_key_nowhere(settings: Settings, r: TaskResult, repo: Path, key: str) -> None:
+    """The real key stayed in the worker: no file the run left (agent log, HOME, output,
+    claim, calls), no commit, nothing in the result has it."""
+    run = settings.runs / r.task_id
+    leaked = [p for p in run.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert not leaked, leaked
+    assert key not in git(repo, "log", "-p", "--all") and key not in r.model_dump_json()
+    assert all(a.make is not None and a.make.metered for a in r.attempts)
 
 
 async def approved(client: Client, spec: TaskSpec, queue: str) -> TaskResult:
@@ -126,16 +138,15 @@ async def test_claude_code_example(
 ) -> None:
     with ScriptedClaude(*claude_turns(HALF_FIX), *claude_turns(COMPLETE_FIX)) as model:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
-        spec = example("claude-code.yaml", demo_repo, level, f"127.0.0.1:{model.port}")
+        spec = example("claude-code.yaml", demo_repo, level, model.url)
         async with build_worker(client, settings):
             r = await approved(client, spec, settings.task_queue)
     assert_fixed_after_feedback(r, demo_repo)
-    # The key went to the endpoint, never into a log or the trace.
+    # The key went to the endpoint from the gateway, and nowhere in the sandbox.
     assert all(req["headers"]["x-api-key"] == "sk-ant-test-0000" for req in model.requests)
-    assert "sk-ant-test-0000" not in r.model_dump_json()
-    # The transcript is in agent.log; tokens are what the endpoint sent, the cost is
-    # Claude Code's own estimate for them.
+    assert_key_nowhere(settings, r, demo_repo, "sk-ant-test-0000")
+    # The transcript is in agent.log; tokens are what the endpoint sent, measured by the
+    # gateway and priced by the model each answer names.
     log = attempt_log(settings, r, 2)
     assert '"type":"result"' in log and '"name":"Write"' in log
     assert r.tokens == sum(model.usage_sent) == 6 * 1050
@@ -150,12 +161,11 @@ async def test_a_cost_budget_below_one_call_stops_claude_code(
 ) -> None:
     with ScriptedClaude(*claude_turns(HALF_FIX), *claude_turns(COMPLETE_FIX)) as model:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
         spec = example(
             "claude-code.yaml",
             demo_repo,
             "basic",
-            f"127.0.0.1:{model.port}",
+            model.url,
             budget={"max_attempts": 3, "max_cost_usd": 0.0001},
             approval_timeout=2,
         )
@@ -163,8 +173,10 @@ async def test_a_cost_budget_below_one_call_stops_claude_code(
             handle, _ = await start_task(client, spec, settings.task_queue)
             r = await result_of(handle, within=180)
     assert r.state == TaskState.BUDGET_EXCEEDED, r.reason
-    assert r.reason.startswith("cost budget spent")
-    assert len(r.attempts) == 1 and r.cost_usd > 0.0001
+    # Stopped at the gateway: the first call crossed the budget, the next was refused.
+    assert r.reason.startswith("cost budget spent during the attempt after 1 calls"), r.reason
+    assert len(r.attempts) == 1 and r.cost_usd > 0.0001 and len(model.requests) == 1
+    assert "this task's cost budget is spent" in attempt_log(settings, r, 1)
 
 
 # --------------------------------------------------------------------------- aider
@@ -182,15 +194,18 @@ async def test_aider_example(
     with ScriptedModel() as model:
         model.script([aider_reply(HALF_FIX), aider_reply(COMPLETE_FIX)])
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-aider-0000")
-        monkeypatch.setenv("OPENAI_API_BASE", model.url)
-        endpoint = model.url.removeprefix("http://").removesuffix("/v1")
-        spec = example("aider.yaml", demo_repo, level, endpoint)
+        spec = example("aider.yaml", demo_repo, level, model.url)
         async with build_worker(client, settings):
             r = await approved(client, spec, settings.task_queue)
     assert_fixed_after_feedback(r, demo_repo)
     assert len(model.requests) == 2 and all(req["body"]["stream"] for req in model.requests)
-    # aider counts streamed tokens itself and prices them (gpt-4o-mini is in its table).
-    assert all(a.usage.tokens > 0 and a.usage.cost_usd > 0 for a in r.attempts)
+    assert all(req["headers"]["authorization"] == "Bearer sk-test-aider-0000"
+               for req in model.requests)  # fmt: skip
+    assert_key_nowhere(settings, r, demo_repo, "sk-test-aider-0000")
+    # The gateway asked the stream for its usage and counted exactly that (10 + 5 a call).
+    assert all(req["body"]["stream_options"] == {"include_usage": True} for req in model.requests)
+    assert [a.usage.tokens for a in r.attempts] == [15, 15]
+    assert all(a.usage.cost_usd > 0 for a in r.attempts)
     assert "Tokens:" in attempt_log(settings, r, 1)
     # The claim is aider's reply, without its banner, file listing or token lines.
     for a in r.attempts:
@@ -229,14 +244,14 @@ async def test_codex_example(
     turns = [*codex_turns(BUGGY, HALF_FIX), *codex_turns(HALF_FIX, COMPLETE_FIX)]
     with ScriptedResponses(*turns) as model:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-codex-0000")
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{model.url}/v1")
-        spec = example("codex.yaml", demo_repo, level, f"127.0.0.1:{model.port}")
+        spec = example("codex.yaml", demo_repo, level, f"{model.url}/v1")
         async with build_worker(client, settings):
             r = await approved(client, spec, settings.task_queue)
     assert_fixed_after_feedback(r, demo_repo)
     assert all(req["headers"]["authorization"] == "Bearer sk-test-codex-0000"
                for req in model.requests)  # fmt: skip
-    # Codex reports tokens only; agent.model (gpt-5) prices them.
+    assert_key_nowhere(settings, r, demo_repo, "sk-test-codex-0000")
+    # Measured from response.completed; priced by the model the answers name (gpt-5).
     assert r.tokens == sum(model.usage_sent) == 6 * 1050
     assert r.cost_usd == pytest.approx(6 * (1000 * 1.25 + 50 * 10) / 1e6)
     # The claim is Codex's last agent message, not its JSON events.
@@ -258,7 +273,7 @@ async def test_a_missing_key_blocks_before_any_attempt(
 ) -> None:
     """Said in the --wait output and by loop status, with no attempt spent."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    spec = example("claude-code.yaml", demo_repo, "basic", "127.0.0.1:9")
+    spec = example("claude-code.yaml", demo_repo, "basic", "http://127.0.0.1:9")
     file = tmp_path / "task.yaml"
     file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
     env = {
@@ -290,10 +305,9 @@ async def test_an_endpoint_that_is_down_blocks_before_any_attempt(
 ) -> None:
     port = closed_port()
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
     settings = settings.model_copy(update={"endpoint_wait": 2.0})
     r = await blocked(client, settings, example("claude-code.yaml", demo_repo, "basic",
-                                                 f"127.0.0.1:{port}"))  # fmt: skip
+                                                 f"http://127.0.0.1:{port}"))  # fmt: skip
     assert r.state == TaskState.BLOCKED and r.attempts == []
     assert f"http://127.0.0.1:{port} did not answer for 2 s" in r.reason
 
@@ -304,11 +318,9 @@ async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
 ) -> None:
     with ScriptedClaude(*[refuse(401)] * 10) as model:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-wrong")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
         r = await blocked(
-            client, settings, example("claude-code.yaml", demo_repo, "basic",
-                                      f"127.0.0.1:{model.port}"),
-        )  # fmt: skip
+            client, settings, example("claude-code.yaml", demo_repo, "basic", model.url)
+        )
     assert r.state == TaskState.BLOCKED, r.reason
     assert len(r.attempts) == 1 and r.attempts[0].verdict is None
     assert "claude:" in r.reason and "(log: " in r.reason
