@@ -34,6 +34,25 @@ def print_doctor() -> None:
         print(f"  {line}")
     print_protected()
     print_credentials()
+    print_gateway()
+
+
+def print_gateway() -> None:
+    """Whether the model gateway (``agent.provider``; docs/concepts/gateway.md) starts
+    here, and which providers' keys the worker would hold."""
+    import asyncio
+    import os
+
+    from activities.host.gateway.trial import trial
+    from loop.contracts import Provider
+    from loop.logs import configure
+
+    configure("ERROR")  # the trial's refusal is the point, not news
+    print(f"model gateway (agent.provider): {asyncio.run(trial())}")
+    for api in ("anthropic", "openai"):
+        name = Provider(api=api).key_variable
+        held = "set" if os.environ.get(name) or os.environ.get(f"{name}_FILE") else "not set"
+        print(f"  {api}: the worker's {name} is {held}")
 
 
 def print_credentials() -> None:

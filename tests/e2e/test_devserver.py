@@ -363,6 +363,7 @@ def test_every_command_goes_where_the_connection_settings_say(tmp_path: Path) ->
     code, out, _ = run_loop(["doctor"], env)
     assert code == 0 and f"(Temporal at 127.0.0.1:{port})" in out
     assert f"{port}, {port + 10}" in out  # its gRPC and HTTP ports, refused to every sandbox
+    assert "model gateway (agent.provider): runs here" in out
 
 
 async def read_until(stream, marker: str, within_s: float = 60) -> str:
