@@ -293,8 +293,7 @@ class MakeActivities:
                      metered=grant.tokens, calls=grant.count)  # fmt: skip
         spent = ""
         if grant.spent_after is not None:
-            spent = (f"{grant.spent()} budget spent during the attempt after "
-                     f"{grant.spent_after} calls")  # fmt: skip
+            spent = f"{grant.spent()} during the attempt after {grant.spent_after} calls"
         return {
             "tokens": grant.tokens,
             "cost_usd": grant.cost_usd,

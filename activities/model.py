@@ -55,8 +55,9 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.logs import log_for
-from loop.pricing import cost, load_prices, lookup
+from loop.pricing import call_cost, load_prices
 from loop.redact import redact
+from loop.rules import metering
 from loop.settings import Settings
 
 SYSTEM_PROMPT = """\
@@ -179,17 +180,16 @@ class ModelActivities:
             message["tool_calls"] = calls
         usage_obj = getattr(response, "usage", None)
         usage = usage_obj.model_dump(mode="json", exclude_none=True) if usage_obj else {}
-        tokens_in, tokens_out = _tokens(usage)
         answered_by = getattr(response, "model", None) or inp.model
-        priced_as = inp.model
-        if lookup(inp.model, self.prices) is None and lookup(answered_by, self.prices):
-            priced_as = answered_by
+        used = _metered({"usage": usage, "model": answered_by})
         return {
             "message": message,
             "usage": usage,
             "finish_reason": getattr(choice, "finish_reason", None) or "",
             "model": answered_by,
-            "cost_usd": cost(priced_as, tokens_in, tokens_out, self.prices),
+            "cost_usd": call_cost(
+                used.model, inp.model, used.tokens_in, used.tokens_out, self.prices
+            ),
         }
 
 
@@ -259,7 +259,8 @@ def result_from(path: Path, step: int) -> ModelStepResult:
         ]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
         raise permanent(f"broken artifact {path}: {type(e).__name__}: {e}") from None
-    tokens_in, tokens_out = _tokens(art.get("usage") or {})
+    used = _metered({"usage": art.get("usage") or {}})
+    tokens_in, tokens_out = used.tokens_in, used.tokens_out
     return ModelStepResult(
         step=step,
         tool_calls=refs,
@@ -273,8 +274,9 @@ def result_from(path: Path, step: int) -> ModelStepResult:
     )
 
 
-def _tokens(usage: dict[str, Any]) -> tuple[int, int]:
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+def _metered(doc: dict[str, Any]) -> metering.CallUsage:
+    """A chat completion's usage, read as the model gateway reads a command agent's."""
+    return metering.usage_of("openai", "/v1/chat/completions", doc)
 
 
 def write_once(path: Path, data: bytes) -> None:

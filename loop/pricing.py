@@ -132,3 +132,12 @@ def cost(model: str, tokens_in: int, tokens_out: int, prices: dict) -> float:
         return 0.0
     usd = (tokens_in * entry["input"] + tokens_out * entry["output"]) / 1_000_000
     return round(usd, 10)
+
+
+def call_cost(
+    answered: str, configured: str, tokens_in: int, tokens_out: int, prices: dict
+) -> float:
+    """One model call's cost: priced as the model its answer names when the table knows
+    it, else as the task's configured model (a local alias the provider renames)."""
+    model = answered if answered and lookup(answered, prices) else configured or answered
+    return cost(model, tokens_in, tokens_out, prices) if model else 0.0

@@ -299,6 +299,19 @@ class Meter:
         return reading.usage(self._requested)
 
 
+def usage_of(api: Api, path: str, doc: dict[str, Any], *, model: str = "") -> CallUsage:
+    """A whole answer's usage, already parsed: what the ``openai`` backend's own calls
+    are metered with, by the same readers as the gateway's."""
+    reader = _reader(api, path, False)
+    if reader is None:
+        return CallUsage(model=model)
+    try:
+        reading = reader(doc)
+    except Exception:  # as in ``_read``: a body not of the SDK's shape has no usage
+        reading = _Reading()
+    return reading.usage(model)
+
+
 def streamed(body: dict[str, Any]) -> bool:
     return body.get("stream") is True
 

@@ -14,9 +14,10 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop.contracts import PROVIDER_VARIABLES, Provider, ProviderApi
+from loop.contracts import PROVIDER_VARIABLES, Provider, ProviderApi, Usage
 from loop.errors import permanent
 from loop.pricing import BUILTIN_PRICES
+from loop.rules import budget
 
 KEY_FILE_BYTES = 16 * 1024
 MAX_RECORDED = 500
@@ -71,12 +72,10 @@ class Grant:
         return self.max_tokens is not None or self.max_cost_usd is not None
 
     def spent(self) -> str:
-        """Which budget is spent ("" while both have something left)."""
-        if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            return "token"
-        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
-            return "cost"
-        return ""
+        """Which budget is spent ("token budget spent", ""): the rule the model loop of
+        the ``openai`` backend applies before each of its calls."""
+        used = Usage(tokens=self.tokens, cost_usd=self.cost_usd)
+        return budget.spent(used, self.max_tokens, self.max_cost_usd, None)
 
     def add(self, call: Call) -> None:
         self.count += 1

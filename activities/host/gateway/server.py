@@ -32,11 +32,11 @@ from typing import Any, TypeVar
 
 import h11
 import httpx
-from loop.rules.metering import Meter, prepare, streamed
 
 from activities.host.gateway.grant import Call, Grant
 from loop.logs import log_for
-from loop.pricing import cost
+from loop.pricing import call_cost
+from loop.rules.metering import Meter, prepare, streamed
 
 GATEWAY_PORT = 3129
 """Where the gateway answers inside every sandbox's own network namespace."""
@@ -239,9 +239,9 @@ class Gateway:
             if spent:
                 if grant.spent_after is None:
                     grant.spent_after = grant.count
-                message = (f"Loopwork: this task's {spent} budget is spent "
+                message = (f"Loopwork: this task's {spent.removesuffix(' spent')} is spent "
                            f"({_spent_words(grant)} after {grant.count} calls)")  # fmt: skip
-                self._refused(grant, f"{spent} budget spent")
+                self._refused(grant, spent)
                 await self._send(conn, writer, grant, 400, message)
                 return
             await self._forward(conn, writer, grant, method, path, query, headers, body, doc)
@@ -288,7 +288,7 @@ class Gateway:
     def _count(self, grant: Grant, meter: Meter, path: str, status: int, started: float) -> None:
         used = meter.result()
         model = used.model or grant.model
-        price = cost(model, used.tokens_in, used.tokens_out, grant.prices) if model else 0.0
+        price = call_cost(used.model, grant.model, used.tokens_in, used.tokens_out, grant.prices)
         grant.add(
             Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
                  tokens_out=used.tokens_out, cost_usd=price,
