@@ -32,11 +32,11 @@ from typing import Any, TypeVar
 
 import h11
 import httpx
-from loop.rules.metering import Meter, prepare, streamed
 
 from activities.host.gateway.grant import Call, Grant
 from loop.logs import log_for
 from loop.pricing import cost
+from loop.rules.metering import Meter, prepare, streamed
 
 GATEWAY_PORT = 3129
 """Where the gateway answers inside every sandbox's own network namespace."""
