@@ -27,6 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from temporalio.client import Client
 
 from loop import tracing
+from loop.client import connect
 from loop.contracts import TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
@@ -100,11 +101,17 @@ def attributes(span: Span) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("traced_client", [False, True], ids=["worker", "client"])
 async def test_each_model_call_is_a_span_under_the_attempts_make_activity(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, collector: Collector,
+    monkeypatch: pytest.MonkeyPatch, collector: Collector, traced_client: bool,
 ) -> None:  # fmt: skip
+    """With the worker alone tracing, the attempt's activity span is the trace's root;
+    with a traced client (``loop.client.connect``, as ``loop run`` makes it) the task's
+    start is, and the worker, which runs its client's interceptor, adds no second one."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    if traced_client:
+        client = await connect(client.service_client.config.target_host, client.namespace)
     with ScriptedModel() as model:
         model.script([reply("ok", usage=(400, 20))] * 3)
         spec = calling_spec(tmp_path, demo_repo, "basic", model.url, calls=3)
@@ -135,6 +142,11 @@ async def test_each_model_call_is_a_span_under_the_attempts_make_activity(
             "loop.attempt": 1,
             "loop.cost_usd": pytest.approx((400 * 0.15 + 20 * 0.6) / 1e6),
         }
+    if traced_client:
+        (start,) = collector.named("StartWorkflow:TaskWorkflow")
+        assert make.trace_id == start.trace_id
+    else:
+        assert not make.parent_span_id
     # One after the other, as the agent made them.
     starts = sorted(s.start_time_unix_nano for s in calls)
     assert all(a < b for a, b in itertools.pairwise(starts))
