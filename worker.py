@@ -41,7 +41,7 @@ from activities.summarize import SummarizeActivities
 from activities.tools import ToolActivities
 from activities.verify import VerifyActivities
 from activities.workspace import WorkspaceActivities
-from loop import logs
+from loop import logs, tracing
 from loop.client import connect, ensure_search_attributes
 from loop.contracts import ping_queue
 from loop.devserver import ensure_running
@@ -150,6 +150,7 @@ class HostWorkers:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
         self.lease.close()
+        await asyncio.to_thread(tracing.flush)  # the last attempts' spans leave with them
 
     @property
     def is_running(self) -> bool:
@@ -161,17 +162,18 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Hos
     settings.home.chmod(0o700)  # other users (and every task uid) see nothing in it
     sandbox.protect(protected_services(client, settings), settings.home)
     lease = Lease(settings.workers)
+    traced = tracing.worker_interceptors(list(client.config()["interceptors"]))
     common: dict[str, object] = {
         "graceful_shutdown_timeout": DRAIN,
         "max_concurrent_activities": settings.max_activities,
-        "interceptors": [Liveness(lease)],
+        "interceptors": [*traced, Liveness(lease)],
     }
     shared: dict[str, object] = {
         **common,
         "task_queue": settings.task_queue,
         "workflows": WORKFLOWS,
         # Answer updates' signatures are checked in their validators, before history.
-        "interceptors": [Liveness(lease), AnswerChecks(settings)],
+        "interceptors": [*traced, Liveness(lease), AnswerChecks(settings)],
         "activities": activities_for(settings),
         "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
         "max_cached_workflows": settings.workflow_cache,
@@ -251,6 +253,7 @@ async def serve(
             await stop.wait()
             log.info("draining: waiting for running activities", seconds=DRAIN.total_seconds())
     finally:
+        await asyncio.to_thread(tracing.shutdown)
         if server is not None:
             server.stop()
 

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
+import opentelemetry.context
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -276,6 +277,7 @@ class MakeActivities:
             max_tokens=limits.tokens,
             max_cost_usd=limits.cost_usd,
             prices=self.prices,
+            trace_context=opentelemetry.context.get_current(),
         )
 
     async def _metered(

@@ -9,7 +9,9 @@ configured the client goes to ``127.0.0.1:7233`` (where ``loop dev`` listens),
 namespace ``default``.
 
 Every client uses the pydantic data converter, so the contracts in
-``loop.contracts`` travel as they are. Connecting fails fast with
+``loop.contracts`` travel as they are, and carries Temporal's tracing interceptor while
+tracing is on (``loop.tracing``): a workflow gets spans only under a traced client's
+start. Connecting fails fast with
 :class:`~loop.errors.ServerUnavailable` when nothing answers, instead of
 hanging in retries.
 
@@ -34,7 +36,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from loop import contracts
+from loop import contracts, tracing
 from loop.codec import data_converter
 from loop.errors import ServerUnavailable
 
@@ -89,6 +91,7 @@ async def connect(
             Client.connect(
                 **config,
                 data_converter=data_converter(),
+                interceptors=tracing.interceptors(),
                 connect_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
             ),
             timeout=CONNECT_TIMEOUT_S,

@@ -14,6 +14,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opentelemetry.context import Context
+
 from loop.contracts import PROVIDER_VARIABLES, Provider, ProviderApi, Usage
 from loop.errors import permanent
 from loop.pricing import BUILTIN_PRICES
@@ -66,6 +68,9 @@ class Grant:
     """Calls made when the budget was first found spent (None: it never was)."""
     one_at_a_time: asyncio.Lock | None = None
     """Held around each call while a limit is set, so the overshoot is one call."""
+    trace_context: Context | None = None
+    """The attempt's trace where the grant was made (its ``make`` activity's span): each
+    call's span is its child, though the gateway runs on a thread of its own."""
 
     @property
     def limited(self) -> bool:

@@ -10,9 +10,9 @@ live run's token is refused and logged with both tasks), the path is one of the 
 model paths, the body is a JSON object under ``MAX_BODY``, and the attempt's budget
 is not spent. It then puts the real key in, sends the request to the upstream the
 task file names (never one the request names) over verified TLS, and streams the
-answer back as it arrives, metering it on the way (``loop.rules.metering``). While a
-budget is set the run's calls go one at a time, so no attempt overshoots by more than
-the one call in flight.
+answer back as it arrives, metering it on the way (``loop.rules.metering``) and tracing
+it where tracing is on (``spans``). While a budget is set the run's calls go one at a
+time, so no attempt overshoots by more than the one call in flight.
 
 One gateway serves every run of the worker process, on an event loop of its own in a
 thread: a slow upstream never stalls the worker's activities and workflows.
@@ -34,6 +34,7 @@ import h11
 import httpx
 
 from activities.host.gateway.grant import Call, Grant
+from activities.host.gateway.spans import record_call
 from loop.logs import log_for
 from loop.pricing import call_cost
 from loop.rules.metering import Meter, prepare, streamed
@@ -261,7 +262,8 @@ class Gateway:
             out["x-api-key"] = grant.key
         else:
             out["authorization"] = f"Bearer {grant.key}"
-        meter = Meter(grant.api, path, streamed=streamed(sent), model=str(doc.get("model", "")))
+        requested = str(doc.get("model", ""))
+        meter = Meter(grant.api, path, streamed=streamed(sent), model=requested)
         started = time.monotonic()
         status = 502
         try:
@@ -283,17 +285,20 @@ class Gateway:
             await writer.drain()
         finally:
             await answer.aclose()
-            self._count(grant, meter, path, status, started)
+            self._count(grant, meter, path, status, started, requested)
 
-    def _count(self, grant: Grant, meter: Meter, path: str, status: int, started: float) -> None:
+    def _count(
+        self, grant: Grant, meter: Meter, path: str, status: int, started: float, requested: str
+    ) -> None:
         used = meter.result()
         model = used.model or grant.model
         price = call_cost(used.model, grant.model, used.tokens_in, used.tokens_out, grant.prices)
-        grant.add(
-            Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
-                 tokens_out=used.tokens_out, cost_usd=price,
-                 ms=round((time.monotonic() - started) * 1000, 1), metered=used.found)
-        )  # fmt: skip
+        took = time.monotonic() - started
+        call = Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
+                    tokens_out=used.tokens_out, cost_usd=price, ms=round(took * 1000, 1),
+                    metered=used.found)  # fmt: skip
+        grant.add(call)
+        record_call(grant, call, requested, took)
 
     def _refused(self, grant: Grant, why: str) -> None:
         grant.refuse(why)
