@@ -45,6 +45,7 @@ from activities.host.worktree import (
 )
 from loop.contracts import (
     BEGIN_ATTEMPT,
+    CALLS_FILE,
     CHANGED_SHOWN,
     END_ATTEMPT,
     MAKE,
@@ -69,8 +70,6 @@ from loop.settings import Settings
 CLAIM_CHARS = 16_000
 CLAIM_BYTES = 4 * CLAIM_CHARS
 SIZE_FILE = "start_size"
-CALLS_FILE = "calls.json"
-"""The attempt's model calls as the gateway measured them (the review page shows them)."""
 
 
 def agent_dir(attempt_dir: str | Path) -> Path:

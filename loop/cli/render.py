@@ -121,6 +121,9 @@ def print_result(out: Console, r: TaskResult) -> None:
             out.print(
                 f"attempt {a.attempt}: the egress proxy refused {refused}{more}", markup=False
             )
+        if made.gateway_refused:
+            refused = "; ".join(made.gateway_refused[:3])
+            out.print(f"attempt {a.attempt}: the model gateway refused {refused}", markup=False)
         if made.ignored_files:
             shown = ", ".join(made.ignored_files[:5])
             out.print(f"attempt {a.attempt}: ignored by git, so not judged: {shown}", markup=False)

@@ -145,6 +145,7 @@ from loop.contracts.states import (
     TaskState,
 )
 from loop.contracts.steps import (
+    CALLS_FILE,
     CHANGED_SHOWN,
     ENDPOINT_PREFLIGHT_S,
     AgentLimits,
@@ -246,6 +247,7 @@ __all__ = [
     "ALL_ACTIVITIES",
     "ANSWER_REFUSED",
     "BEGIN_ATTEMPT",
+    "CALLS_FILE",
     "CHANGED_SHOWN",
     "CHECK_ANSWER",
     "CLOSED_HOLDERS",

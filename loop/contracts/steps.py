@@ -104,6 +104,11 @@ class AgentLimits(_Record):
     tool_calls: int | None = None
 
 
+CALLS_FILE = "calls.json"
+"""In an attempt's folder: its model calls as the gateway measured them (path, model,
+status, tokens in and out, cost, milliseconds), written by the worker."""
+
+
 class MakeInput(_Record):
     task: TaskSpec
     workspace: Workspace

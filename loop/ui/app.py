@@ -171,7 +171,7 @@ def create_app(
             goal=page.spec.goal if page.spec else "",
             autonomy=str(page.spec.autonomy) if page.spec else "",
             repo=page.spec.repo if page.spec else "",
-            timeline=views.timeline(result, open_=page.open),
+            timeline=views.timeline(result, open_=page.open, calls=page.calls),
             bars=views.budget_bars(page.used, page.limits),
             escalations=views.escalations(result),
             events=views.events(result),

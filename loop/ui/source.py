@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 
 from loop.client import ui_url
 from loop.contracts import (
+    CALLS_FILE,
     LEDGER_WORKFLOW,
     QUERY_LEDGER,
     QUERY_STATUS,
@@ -69,6 +70,7 @@ REPOS_TTL_S = 30.0
 DIFF_LIMIT = 1 << 20
 DIFF_FILES = 300
 LOG_LIMIT = 1 << 20
+CALLS_LIMIT = 1 << 20
 CACHE_SIZE = 512
 _LOG_NAME = re.compile(r"^(attempt-\d{1,4}/(gate-[A-Za-z0-9._-]{1,63}|agent)\.log|brief\.md)$")
 
@@ -100,6 +102,8 @@ class TaskPage:
     temporal_ui: str
     started: datetime | None
     logs: set[str] = field(default_factory=set)
+    calls: dict[int, list[views.CallRow]] = field(default_factory=dict)
+    """Each attempt's model calls, as the gateway measured them (``calls.json``)."""
 
 
 class _Lru(OrderedDict[str, Any]):
@@ -246,6 +250,7 @@ class Source:
             temporal_ui=ui_url(self.client, wid),
             started=desc.start_time,
             logs=self.logs_of(task_id),
+            calls=self.calls_of(task_id),
         )
 
     async def _closed_result(
@@ -323,6 +328,19 @@ class Source:
                     name = f"{attempt.name}/{log.name}"
                     if _LOG_NAME.fullmatch(name):
                         found.add(name)
+        return found
+
+    def calls_of(self, task_id: str) -> dict[int, list[views.CallRow]]:
+        """Each attempt's model calls through the gateway, from the worker's ``calls.json``."""
+        found: dict[int, list[views.CallRow]] = {}
+        with contextlib.suppress(OSError):
+            for attempt in (self.runs / task_id).glob("attempt-*"):
+                n = attempt.name.removeprefix("attempt-")
+                if not n.isdigit() or attempt.is_symlink():
+                    continue
+                data, note = read_untrusted(attempt / CALLS_FILE, CALLS_LIMIT)
+                if not note:
+                    found[int(n)] = views.call_rows(data.decode("utf-8", "replace"))
         return found
 
     def read_log(self, task_id: str, name: str) -> tuple[str, str]:

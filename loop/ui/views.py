@@ -25,6 +25,7 @@ from loop.contracts import (
     TaskStatus,
 )
 from loop.rules.answers import answer_with, applies, waiting_words
+from loop.rules.clis.base import count
 from loop.rules.record import spent
 from loop.rules.verdicts import headline
 from loop.tasks import ANSWERS
@@ -263,6 +264,48 @@ class FeedbackView:
 
 
 @dataclass
+class CallRow:
+    """One model call of an attempt, as the gateway measured it."""
+
+    model: str
+    status: str
+    tokens_in: int
+    tokens_out: int
+    cost: str
+    ms: str
+
+
+def call_rows(text: str) -> list[CallRow]:
+    """``calls.json`` (the worker's file) as rows; anything not of its shape is left out."""
+    try:
+        calls = json.loads(text)
+    except ValueError:
+        return []
+    rows = []
+    for c in calls if isinstance(calls, list) else []:
+        if not isinstance(c, dict):
+            continue
+        rows.append(
+            CallRow(
+                model=str(c.get("model") or "?")[:80],
+                status=str(c.get("status", "")),
+                tokens_in=count(c.get("tokens_in")) or 0,
+                tokens_out=count(c.get("tokens_out")) or 0,
+                cost=_shown(c.get("cost_usd"), "${:.4f}"),
+                ms=_shown(c.get("ms"), "{:.0f} ms"),
+            )
+        )
+    return rows
+
+
+def _shown(value: object, form: str) -> str:
+    """A number of the worker's file in ``form``; "" for anything else (a bool included)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return ""
+    return form.format(value)
+
+
+@dataclass
 class AttemptView:
     n: int
     outcome: str
@@ -280,6 +323,8 @@ class AttemptView:
     took: FeedbackView | None = None
     """The feedback this attempt was given (attempt 2 on)."""
     fingerprint: str = ""
+    calls: list[CallRow] = field(default_factory=list)
+    """Its model calls through the gateway (``agent.provider``)."""
 
 
 def gate_row(g: GateResult) -> GateRow:
@@ -352,7 +397,11 @@ def _agent_line(a: AttemptRecord) -> tuple[str, list[str]]:
         parts.append(f"{m.duration_s:.1f} s")
     if m.sandbox_level:
         parts.append(m.sandbox_level.split(";")[0])
+    if m.metered:
+        parts.append(f"{m.model_calls} model calls through the gateway")
     notes = []
+    if m.gateway_refused:
+        notes.append("refused by the model gateway: " + "; ".join(m.gateway_refused[:5]))
     if m.ignored_files:
         notes.append("ignored by git, so not judged: " + ", ".join(m.ignored_files[:10]))
     if m.network_refused:
@@ -368,7 +417,9 @@ def _agent_line(a: AttemptRecord) -> tuple[str, list[str]]:
     return " · ".join(parts), notes
 
 
-def timeline(result: TaskResult, *, open_: bool = False) -> list[AttemptView]:
+def timeline(
+    result: TaskResult, *, open_: bool = False, calls: dict[int, list[CallRow]] | None = None
+) -> list[AttemptView]:
     """Every attempt: the agent's claim next to the gates' verdict, and the feedback that
     went into the next attempt."""
     views = []
@@ -396,6 +447,7 @@ def timeline(result: TaskResult, *, open_: bool = False) -> list[AttemptView]:
                 fed=feedback_view(nxt.feedback) if nxt else None,
                 took=feedback_view(a.feedback),
                 fingerprint=a.fingerprint,
+                calls=(calls or {}).get(a.attempt, []),
             )
         )
     return views

@@ -219,6 +219,30 @@ def test_an_attempt_still_running_and_a_blocked_one() -> None:
     assert last.outcome == "blocked" and last.gates[0].verdict == "BLOCKED"
 
 
+def test_an_attempt_shows_its_model_calls_as_the_gateway_measured_them() -> None:
+    result = trace()
+    made = result.attempts[0].make
+    assert made is not None
+    result.attempts[0].make = made.model_copy(
+        update={"metered": True, "model_calls": 2, "gateway_refused": ["GET /v1/files"]}
+    )
+    calls = json.dumps([
+        {"model": "gpt-4o-mini", "status": 200, "tokens_in": 400, "tokens_out": 20,
+         "cost_usd": 0.000072, "ms": 12.5},
+        {"model": "<b>x</b>", "status": 400, "tokens_in": "9e9", "tokens_out": True},
+        "not a call",
+    ])  # fmt: skip
+    rows = views.call_rows(calls)
+    assert [(r.model, r.status, r.tokens_in, r.tokens_out) for r in rows] == [
+        ("gpt-4o-mini", "200", 400, 20), ("<b>x</b>", "400", 0, 0)
+    ]  # fmt: skip
+    assert (rows[0].cost, rows[0].ms, rows[1].cost) == ("$0.0001", "12 ms", "")
+    assert views.call_rows("{broken") == [] and views.call_rows('{"a": 1}') == []
+    first = views.timeline(result, calls={1: rows})[0]
+    assert first.calls == rows and "2 model calls through the gateway" in first.agent
+    assert "refused by the model gateway: GET /v1/files" in first.notes
+
+
 def test_events_mark_the_decisions_and_who_made_them() -> None:
     attempt, signal = views.events(trace())
     assert not attempt.decision
