@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,14 +30,14 @@ from loop.contracts import (
     LedgerState,
     PeriodLimits,
     ProviderApi,
-    TaskSpec,
     TaskState,
     ledger_id_for,
 )
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agent_endpoints import ScriptedClaude, ScriptedResponses, turn
-from tests.support.agents import agent_file, write_agent
+from tests.support.agents import agent_file
+from tests.support.gateway import KEY, calling_spec
 from tests.support.host import LEVELS
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import git
@@ -46,7 +45,6 @@ from tests.support.tasks import result_of, set_limits
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(60)
-KEY = "sk-real-key-planted-0000"
 TOOL = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
 
 
@@ -212,41 +210,6 @@ def test_the_orchestrator_is_no_upstream() -> None:
 
 
 # --------------------------------------------------------------------------- in a task
-
-CALLING_AGENT = """
-import urllib.error, urllib.request
-base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-seen = {"env": dict(os.environ),
-        "proc": pathlib.Path("/proc/self/environ").read_bytes().decode(errors="replace"),
-        "home": {str(p): p.read_text(errors="replace") for p in
-                 pathlib.Path(os.environ["HOME"]).rglob("*") if p.is_file()}}
-answers = []
-for i in range(CALLS):
-    body = {"model": "gpt-4o-mini", "stream": i % 2 == 1,
-            "messages": [{"role": "user", "content": "fix it"}]}
-    request = urllib.request.Request(
-        base + "/chat/completions", data=json.dumps(body).encode(),
-        headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-    try:
-        answers.append(urllib.request.urlopen(request, timeout=30).status)
-    except urllib.error.HTTPError as e:
-        answers.append(e.code)
-        print("refused:", e.read().decode())
-        break
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text(json.dumps({"seen": seen, "answers": answers}))
-"""
-
-
-def calling_spec(folder: Path, repo: Path, level: str, url: str, calls: int, **more: Any):
-    command = write_agent(folder, f"CALLS = {calls}\n" + CALLING_AGENT)
-    return TaskSpec.model_validate(
-        {"id": f"gw-{level}-{uuid.uuid4().hex[:6]}", "goal": "fix slugify", "repo": str(repo),
-         "agent": {"command": command, "model": "gpt-4o-mini",
-                   "provider": {"api": "openai", "base_url": url}},
-         "verify": [{"name": "tests", "run": "python3 -m unittest discover -s tests -t ."}],
-         "sandbox": {"mode": level}, **more}
-    )  # fmt: skip
 
 
 @pytest.mark.timeout(180)

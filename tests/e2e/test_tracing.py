@@ -31,7 +31,7 @@ from loop.client import connect
 from loop.contracts import TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.e2e.test_gateway import KEY, calling_spec
+from tests.support.gateway import KEY, calling_spec
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.tasks import result_of
 from worker import build_worker

@@ -1,0 +1,49 @@
+"""A command agent that calls its model through the gateway, as a CLI would, and notes
+what it could see of its environment, /proc and HOME (where a leaked key would be)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from loop.contracts import TaskSpec
+from tests.support.agents import write_agent
+
+KEY = "sk-real-key-planted-0000"
+"""The real key the worker holds in the tests: it must never reach a sandbox."""
+
+CALLING_AGENT = """
+import urllib.error, urllib.request
+base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+seen = {"env": dict(os.environ),
+        "proc": pathlib.Path("/proc/self/environ").read_bytes().decode(errors="replace"),
+        "home": {str(p): p.read_text(errors="replace") for p in
+                 pathlib.Path(os.environ["HOME"]).rglob("*") if p.is_file()}}
+answers = []
+for i in range(CALLS):
+    body = {"model": "gpt-4o-mini", "stream": i % 2 == 1,
+            "messages": [{"role": "user", "content": "fix it"}]}
+    request = urllib.request.Request(
+        base + "/chat/completions", data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    try:
+        answers.append(urllib.request.urlopen(request, timeout=30).status)
+    except urllib.error.HTTPError as e:
+        answers.append(e.code)
+        print("refused:", e.read().decode())
+        break
+pathlib.Path("slugify.py").write_text(COMPLETE)
+out.write_text(json.dumps({"seen": seen, "answers": answers}))
+"""
+
+
+def calling_spec(folder: Path, repo: Path, level: str, url: str, calls: int, **more: Any):
+    command = write_agent(folder, f"CALLS = {calls}\n" + CALLING_AGENT)
+    return TaskSpec.model_validate(
+        {"id": f"gw-{level}-{uuid.uuid4().hex[:6]}", "goal": "fix slugify", "repo": str(repo),
+         "agent": {"command": command, "model": "gpt-4o-mini",
+                   "provider": {"api": "openai", "base_url": url}},
+         "verify": [{"name": "tests", "run": "python3 -m unittest discover -s tests -t ."}],
+         "sandbox": {"mode": level}, **more}
+    )  # fmt: skip
