@@ -356,3 +356,37 @@ async def test_a_gate_that_cannot_run_at_base_blocks_before_any_attempt(
     r = await blocked(client, settings, spec)
     assert r.state == TaskState.BLOCKED and r.attempts == []
     assert r.reason.startswith("explore failed: gate tests: `no-such-test-runner -q` runs")
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@pytest.mark.parametrize(
+    "cli",
+    [
+        pytest.param("claude", marks=needs_cli("claude")),
+        pytest.param("codex", marks=needs_cli("codex")),
+    ],
+)
+async def test_a_token_budget_stops_the_cli_at_the_call_that_crossed_it(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch, cli: str
+) -> None:
+    """1500 tokens, 1050 a call: the second call crosses it, the third is refused in the
+    provider's own error shape, and the CLI stops; the attempt is not judged."""
+    if cli == "claude":
+        scripted: Any = ScriptedClaude(*claude_turns(COMPLETE_FIX))
+        name, variable, url = "claude-code.yaml", "ANTHROPIC_API_KEY", ""
+    else:
+        scripted = ScriptedResponses(*codex_turns(BUGGY, COMPLETE_FIX))
+        name, variable, url = "codex.yaml", "OPENAI_API_KEY", "/v1"
+    with scripted as model:
+        monkeypatch.setenv(variable, "sk-test-budget-0000")
+        limits = {"max_attempts": 3, "max_tokens": 1500}
+        spec = example(name, demo_repo, "basic", model.url + url, budget=limits, approval_timeout=2)
+        async with build_worker(client, settings):
+            handle, _ = await start_task(client, spec, settings.task_queue)
+            r = await result_of(handle, within=180)
+    assert r.state == TaskState.BUDGET_EXCEEDED, r.reason
+    assert r.reason.startswith("token budget spent during the attempt after 2 calls"), r.reason
+    assert len(model.requests) == 2 and r.tokens == 2100  # over by less than one call
+    assert len(r.attempts) == 1 and r.attempts[0].verdict is None
