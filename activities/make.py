@@ -166,7 +166,7 @@ class MakeActivities:
             readable.append(folder / "feedback.json")
 
         argv = list(inp.task.agent.command or [])
-        grant = await self._grant(inp)
+        grant = await self._grant(inp, folder)
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
                  gateway=grant.upstream if grant else None)  # fmt: skip
         ran = await sandbox.run_sandboxed(
@@ -253,7 +253,7 @@ class MakeActivities:
         run.update(metered)  # the gateway's measurement, where it ran, over the report
         return finished(closed, **run)
 
-    async def _grant(self, inp: MakeInput) -> Grant | None:
+    async def _grant(self, inp: MakeInput, folder: Path) -> Grant | None:
         """The attempt's right to call its model through the gateway (``agent.provider``):
         the real key and upstream from the worker and the task file, the limits from the
         attempt's reservation."""
@@ -276,6 +276,7 @@ class MakeActivities:
             max_tokens=limits.tokens,
             max_cost_usd=limits.cost_usd,
             prices=self.prices,
+            transcript_dir=folder if inp.task.agent.transcript else None,
             trace_context=opentelemetry.context.get_current(),
         )
 

@@ -101,6 +101,9 @@ class AgentSpec(_TaskFileModel):
     provider: Provider | None = None
     """The model API a command agent calls through the worker's gateway, which holds the
     key, meters every call and stops the agent when the budget is spent."""
+    transcript: bool = False
+    """With ``provider``: keep each model call's request and answer (redacted, 256 KiB of
+    each) in the attempt's folder, shown on the review page with the calls."""
     ignore: list[str] = Field(default_factory=lambda: list(AGENT_BYPRODUCTS))
     """Globs of the agent's byproducts in the worktree (a folder covers its contents):
     never committed, never a change; ``[]`` commits everything."""

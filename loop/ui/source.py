@@ -72,7 +72,9 @@ DIFF_FILES = 300
 LOG_LIMIT = 1 << 20
 CALLS_LIMIT = 1 << 20
 CACHE_SIZE = 512
-_LOG_NAME = re.compile(r"^(attempt-\d{1,4}/(gate-[A-Za-z0-9._-]{1,63}|agent)\.log|brief\.md)$")
+_LOG_NAME = re.compile(
+    r"^(attempt-\d{1,4}/(gate-[A-Za-z0-9._-]{1,63}|agent|call-\d{4})\.log|brief\.md)$"
+)
 
 
 @dataclass

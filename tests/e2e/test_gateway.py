@@ -198,6 +198,24 @@ async def test_a_token_dies_with_its_run() -> None:
             pass
 
 
+async def test_a_transcript_keeps_each_call_bounded_and_without_the_key(tmp_path: Path) -> None:
+    with ScriptedModel() as model:
+        model.script([reply("the answer " + KEY), reply("second")])
+        g = grant("openai", model.url, transcript_dir=tmp_path)
+        async with attached(g) as client:
+            said = [{"role": "user", "content": f"fix it, token {g.token}"}]
+            body = {"model": "m", "messages": said}
+            await client.post("/v1/chat/completions", json=body, headers=bearer(g))
+            big = {"model": "m", "messages": [{"role": "user", "content": "x" * 400_000}]}
+            await client.post("/v1/chat/completions", json=big, headers=bearer(g))
+    first = (tmp_path / "call-0001.log").read_text()
+    assert first.startswith("POST /v1/chat/completions\n") and "fix it, token" in first
+    assert "--- answer: 200" in first and "the answer" in first
+    assert KEY not in first and g.token not in first  # redacted, though both were in it
+    second = (tmp_path / "call-0002.log").read_text()
+    assert "[cut at 256 KiB]" in second and len(second) < 300 * 1024 and "second" in second
+
+
 def test_the_orchestrator_is_no_upstream() -> None:
     """A task file naming the Temporal frontend (or another protected service) as its
     model endpoint is refused: the gateway calls from the worker, which could reach it."""

@@ -663,3 +663,24 @@ def test_login_never_redirects_off_site(tmp_path: Path) -> None:
             follow_redirects=False,
         )  # fmt: skip
         assert went.headers["location"] == "/"
+
+
+def test_the_source_reads_an_attempts_calls_and_transcripts_from_the_worker_files(
+    tmp_path: Path,
+) -> None:
+    from loop.ui.source import Source
+
+    source = Source(client=None, home=tmp_path, task_queue="q")  # type: ignore[arg-type]
+    attempt = source.runs / "t1" / "attempt-1"
+    attempt.mkdir(parents=True)
+    (attempt / "calls.json").write_text(json.dumps([{"model": "m", "status": 200}]))
+    (attempt / "call-0001.log").write_text("POST /v1/chat/completions")
+    (attempt / "call-1.log").write_text("not a transcript's name")
+    other = source.runs / "t1" / "attempt-2"
+    other.mkdir()
+    (tmp_path / "elsewhere.json").write_text(json.dumps([{"model": "leak"}]))
+    (other / "calls.json").symlink_to(tmp_path / "elsewhere.json")  # never followed
+    assert [r.model for r in source.calls_of("t1")[1]] == ["m"] and 2 not in source.calls_of("t1")
+    assert "attempt-1/call-0001.log" in source.logs_of("t1")
+    assert "attempt-1/call-1.log" not in source.logs_of("t1")
+    assert source.read_log("t1", "attempt-1/call-0001.log")[0] == "POST /v1/chat/completions"

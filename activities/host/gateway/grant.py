@@ -58,6 +58,8 @@ class Grant:
     max_cost_usd: float | None = None
     prices: dict[str, dict[str, float]] = field(default_factory=lambda: dict(BUILTIN_PRICES))
     """The price table a call's usage is priced with (the worker's ``load_prices``)."""
+    transcript_dir: Path | None = None
+    """Where each call's request and answer go (``agent.transcript``); None: nowhere."""
     token: str = field(default_factory=lambda: f"loop-{secrets.token_urlsafe(24)}")
     calls: list[Call] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)

@@ -35,6 +35,7 @@ import httpx
 
 from activities.host.gateway.grant import Call, Grant
 from activities.host.gateway.spans import record_call
+from activities.host.gateway.transcript import Transcript
 from loop.logs import log_for
 from loop.pricing import call_cost
 from loop.rules.metering import Meter, prepare, streamed
@@ -264,6 +265,7 @@ class Gateway:
             out["authorization"] = f"Bearer {grant.key}"
         requested = str(doc.get("model", ""))
         meter = Meter(grant.api, path, streamed=streamed(sent), model=requested)
+        transcript = Transcript(content) if grant.transcript_dir is not None else None
         started = time.monotonic()
         status = 502
         try:
@@ -279,6 +281,8 @@ class Gateway:
             writer.write(conn.send(h11.Response(status_code=status, headers=kept)) or b"")
             async for chunk in answer.aiter_raw():
                 meter.feed(chunk)
+                if transcript is not None:
+                    transcript.feed(chunk)
                 writer.write(conn.send(h11.Data(data=chunk)) or b"")
                 await writer.drain()
             writer.write(conn.send(h11.EndOfMessage()) or b"")
@@ -286,6 +290,11 @@ class Gateway:
         finally:
             await answer.aclose()
             self._count(grant, meter, path, status, started, requested)
+            if transcript is not None and grant.transcript_dir is not None:
+                file = grant.transcript_dir / f"call-{grant.count:04d}.log"
+                head = f"{method} {path}{f'?{query}' if query else ''}"
+                secrets = (grant.key, grant.token)
+                await asyncio.to_thread(transcript.write, file, head, status, secrets)
 
     def _count(
         self, grant: Grant, meter: Meter, path: str, status: int, started: float, requested: str
