@@ -27,12 +27,8 @@ Check column: the grant's count and tokens after each gateway phase equal what t
 endpoint sent (calls x (prompt + completion) tokens), i.e. every call was metered (a
 streamed one only if the gateway asked for the usage chunk).
 
-Two diagnostics, not what the worker does: "gateway, TCP_NODELAY" is a second gateway
-process whose listener is made with ``IPPROTO_TCP`` (``host_listener`` makes it with
-proto 0, so asyncio does not set ``TCP_NODELAY`` on the connections it accepts, and
-Nagle holds a plain answer's body behind its head until the client's delayed ACK);
-that process also times the gateway's stages with ``perf_counter`` (a few µs), printed
-as "Where the time goes".
+The gateway's process also times its stages with ``perf_counter`` (a few µs a call),
+printed as "Where the time goes".
 
     .venv/bin/python bench/gateway.py [--calls 500] [--seconds 10] [--streams 20] [--quick]
 """
@@ -43,7 +39,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -161,25 +156,16 @@ async def serve_endpoint(delay: float) -> None:
 # --------------------------------------------------------------------------- the worker
 
 
-async def serve_gateway(upstream: str, max_tokens: int | None, nodelay: bool) -> None:
-    """One run's grant on the worker's gateway; on each line of stdin, its counters.
-
-    With ``nodelay`` the listener is made with ``IPPROTO_TCP`` instead of by
-    ``host_listener`` (proto 0), so that asyncio sets ``TCP_NODELAY`` on what it
-    accepts: a diagnostic of the bench, not what the worker does."""
+async def serve_gateway(upstream: str, max_tokens: int | None) -> None:
+    """One run's grant on the worker's gateway; on each line of stdin, its counters."""
     from activities.host.gateway import GATEWAY, Grant, host_listener
 
-    if nodelay:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(64)
-    else:
-        listener = host_listener()
+    listener = host_listener()
     grant = Grant(
         task_id="bench", attempt=1, api="openai", upstream=upstream, key=KEY,
         model="gpt-4o-mini", max_tokens=max_tokens,
     )  # fmt: skip
-    stages = time_stages() if nodelay else {}
+    stages = time_stages() if max_tokens is None else {}
     loop = asyncio.get_running_loop()
     async with GATEWAY.serving(listener, grant):
         port = listener.getsockname()[1]
@@ -422,9 +408,8 @@ async def main(args: argparse.Namespace) -> None:
     upstream = Helper("--role", "endpoint", "--delay-ms", str(args.delay_ms))
     url = f"http://127.0.0.1:{upstream.info['port']}/v1"
     as_is = Helper("--role", "gateway", "--upstream", url)
-    nodelay = Helper("--role", "gateway", "--upstream", url, "--nodelay")
     limited = Helper("--role", "gateway", "--upstream", url, "--max-tokens", str(10**12))
-    helpers = [as_is, nodelay, limited, upstream]
+    helpers = [as_is, limited, upstream]
     pool = max(args.streams, 1) + 2
     try:
         direct = Path_("direct", f"http://127.0.0.1:{upstream.info['port']}", KEY, None, pool)
@@ -433,13 +418,12 @@ async def main(args: argparse.Namespace) -> None:
             return Path_(name, f"http://127.0.0.1:{g.info['port']}", g.info["token"], g, pool)
 
         gateway = via(as_is, "gateway")
-        fixed = via(nodelay, "gateway, TCP_NODELAY")
         budgeted = via(limited, "gateway, budget set")
         print(
             f"{args.calls} calls each way, {args.warmup} warm-up; body {args.body_kib} KiB; "
             f"a streamed answer sends the rest {args.delay_ms:g} ms after its first event\n"
         )
-        paths = [direct, gateway, fixed]
+        paths = [direct, gateway]
         rows = await latency(paths, args.calls, args.warmup, size, False)
         rows += await latency(paths, args.calls, args.warmup, size, True)
         print_table(
@@ -447,7 +431,7 @@ async def main(args: argparse.Namespace) -> None:
             title="1-2. Latency, one call at a time (streamed: to the first body byte)",
         )  # fmt: skip
         trows = []
-        for p in (direct, gateway, fixed, budgeted):
+        for p in (direct, gateway, budgeted):
             before = p.gateway.ask() if p.gateway else {}
             n, wall, rate, cpu = await throughput(p, args.seconds, args.streams, size)
             kind = f"{args.streams} streams"
@@ -461,10 +445,10 @@ async def main(args: argparse.Namespace) -> None:
         )  # fmt: skip
         srows = [[name, *(ms(SEEN_STAGES[k][name]) for k in SEEN_STAGES)] for name in STAGES]
         print_table(
-            ["stage (gateway, TCP_NODELAY), p50 ms", *SEEN_STAGES], srows,
+            ["stage (gateway), p50 ms", *SEEN_STAGES], srows,
             title="Where the time goes in the gateway",
         )  # fmt: skip
-        for p in (direct, gateway, fixed, budgeted):
+        for p in (direct, gateway, budgeted):
             await p.client.aclose()
     finally:
         for h in helpers:
@@ -485,7 +469,6 @@ def parse() -> argparse.Namespace:
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--max-tokens", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--nodelay", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.calls, args.warmup, args.seconds = 50, 10, 2.0
@@ -497,6 +480,6 @@ if __name__ == "__main__":
     if args.role == "endpoint":
         asyncio.run(serve_endpoint(args.delay_ms / 1000))
     elif args.role == "gateway":
-        asyncio.run(serve_gateway(args.upstream, args.max_tokens, args.nodelay))
+        asyncio.run(serve_gateway(args.upstream, args.max_tokens))
     else:
         asyncio.run(main(args))

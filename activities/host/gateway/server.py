@@ -130,7 +130,8 @@ class Gateway:
     async def _attach(self, listener: socket.socket, grant: Grant) -> asyncio.Server:
         if self._client is None:
             timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
-            self._client = httpx.AsyncClient(timeout=timeout, http2=False)
+            pool = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            self._client = httpx.AsyncClient(timeout=timeout, limits=pool, http2=False)
         grant.one_at_a_time = asyncio.Lock()
         self._live[grant.token] = grant
         held = self._connections[grant.token] = set()
@@ -142,6 +143,10 @@ class Gateway:
                 writer.close()
                 return
             held.add(task)
+            client = writer.get_extra_info("socket")
+            if client is not None:  # no Nagle: an answer's head and body go out at once
+                with contextlib.suppress(OSError):
+                    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 await self._connection(reader, writer, grant)
             except asyncio.CancelledError:
@@ -288,8 +293,8 @@ class Gateway:
             writer.write(conn.send(h11.EndOfMessage()) or b"")
             await writer.drain()
         finally:
+            self._count(grant, meter, path, status, started, requested)  # before any await
             await answer.aclose()
-            self._count(grant, meter, path, status, started, requested)
             if transcript is not None and grant.transcript_dir is not None:
                 file = grant.transcript_dir / f"call-{grant.count:04d}.log"
                 head = f"{method} {path}{f'?{query}' if query else ''}"
@@ -350,7 +355,7 @@ def host_listener() -> socket.socket:
     """A listener on the host's loopback, for a run without a network namespace of its
     own (``sandbox.mode: off`` or ``network: host``): reachable by anything on the host,
     so only the token guards it (docs/concepts/gateway.md)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     return listener
