@@ -62,6 +62,17 @@ async def attached(g: Grant) -> AsyncIterator[httpx.AsyncClient]:
             yield client
 
 
+async def raw(client: httpx.AsyncClient, request: str) -> bytes:
+    """Bytes sent as they are to the gateway ``client`` talks to; its answer's first line."""
+    url = httpx.URL(str(client.base_url))
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(request.encode())
+    await writer.drain()
+    line = await reader.readline()
+    writer.close()
+    return line
+
+
 def bearer(g: Grant) -> dict[str, str]:
     return {"authorization": f"Bearer {g.token}"}
 
@@ -147,13 +158,26 @@ async def test_no_token_another_runs_token_another_path_and_a_huge_body_are_refu
                 "/v1/chat/completions", headers=bearer(b),
                 json={"model": "m", "messages": [{"role": "user", "content": "x" * 10_000}]},
             )  # fmt: skip
+            # Another host, by the request's own words: an absolute target, a Host header.
+            absolute = await raw(
+                from_b,
+                f"GET http://203.0.113.5/v1/models HTTP/1.1\r\n"
+                f"Host: 203.0.113.5\r\nAuthorization: Bearer {b.token}\r\n\r\n",
+            )
+            hosted = await from_b.post(
+                "/v1/chat/completions", json=body, headers={**bearer(b), "host": "evil.example"}
+            )
+    assert absolute.startswith(b"HTTP/1.1 404"), absolute
+    assert hosted.status_code == 500 and len(model.requests) == 1  # the upstream's own answer
+    assert model.requests[0]["headers"]["host"] == httpx.URL(model.url).netloc.decode()
+    model.requests.clear()
     assert none.status_code == 401 and stolen.status_code == 403
     assert "task task-a" in stolen.json()["error"]["message"]
     assert elsewhere.status_code == 404 and escaped.status_code == 404
     assert huge.status_code == 413
     assert model.requests == []  # nothing refused reached the provider
     assert any("the token of task task-a" in r and "task-b's sandbox" in r for r in b.refused)
-    assert not a.refused and b.count == a.count == 0
+    assert not a.refused and a.count == 0 and b.count == 1
 
 
 async def test_a_spent_budget_stops_calls_with_the_providers_error_shape() -> None:
