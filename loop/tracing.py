@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Tracer
-from temporalio.client import Interceptor
-from temporalio.contrib.opentelemetry import TracingInterceptor
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Tracer
+    from temporalio.client import Interceptor
+    from temporalio.contrib.opentelemetry import TracingInterceptor
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 SERVICE = "loopwork-worker"
@@ -44,6 +43,13 @@ def tracer() -> Tracer | None:
         if _provider is None:
             if not enabled():
                 return None
+            # The SDK and the exporter load only when tracing is on: a worker that exports
+            # nothing does not pay for their import at every start.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
             name = os.environ.get("OTEL_SERVICE_NAME", "").strip() or SERVICE
             _provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
             _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -53,12 +59,20 @@ def tracer() -> Tracer | None:
 def interceptors() -> list[TracingInterceptor]:
     """Temporal's spans (workflows, activities, client calls) while tracing is on."""
     traced = tracer()
-    return [TracingInterceptor(traced)] if traced is not None else []
+    if traced is None:
+        return []
+    from temporalio.contrib.opentelemetry import TracingInterceptor  # it loads the SDK
+
+    return [TracingInterceptor(traced)]
 
 
 def worker_interceptors(on_client: list[Interceptor]) -> list[TracingInterceptor]:
     """What a worker adds: nothing when its client traces already (a worker runs its
     client's worker interceptors too, and twice would make every span twice)."""
+    if not enabled():
+        return []
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
     if any(isinstance(i, TracingInterceptor) for i in on_client):
         return []
     return interceptors()

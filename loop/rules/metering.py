@@ -23,26 +23,12 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal
-
-from anthropic.types import (
-    Message,
-    MessageDeltaUsage,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    Usage,
-)
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.completion_usage import CompletionUsage
-from openai.types.responses import (
-    Response,
-    ResponseCompletedEvent,
-    ResponseFailedEvent,
-    ResponseIncompleteEvent,
-    ResponseUsage,
-)
+from typing import TYPE_CHECKING, Any, Literal
 
 from loop.rules.clis.base import count
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["MAX_HELD", "Api", "CallUsage", "Meter", "prepare", "streamed"]
 
@@ -97,6 +83,8 @@ def _name(model: object) -> str | None:
 
 def _anthropic_usage(usage: object) -> _Reading:
     """Anthropic counts cache writes and reads apart from ``input_tokens``; all are input."""
+    from anthropic.types import MessageDeltaUsage, Usage  # see _message
+
     if not isinstance(usage, Usage | MessageDeltaUsage):
         return _Reading()
     return _Reading(
@@ -108,6 +96,10 @@ def _anthropic_usage(usage: object) -> _Reading:
 
 
 def _message(message: object) -> _Reading:
+    # The providers' types load on the first call that needs them: importing them all
+    # costs up to a second, which every worker start would pay for calls it may never see.
+    from anthropic.types import Message
+
     if not isinstance(message, Message):
         return _Reading()
     return _Reading(model=_name(message.model)).over(_anthropic_usage(message.usage))
@@ -116,6 +108,8 @@ def _message(message: object) -> _Reading:
 def _anthropic_event(doc: dict[str, Any]) -> _Reading:
     """``message_start`` holds the input and a first output count, ``message_delta`` the
     output so far (and, lately, the input again); the other events say nothing of usage."""
+    from anthropic.types import RawMessageDeltaEvent, RawMessageStartEvent  # see _message
+
     if doc.get("type") == "message_start":
         return _message(RawMessageStartEvent.model_construct(**doc).message)
     if doc.get("type") == "message_delta":
@@ -126,6 +120,8 @@ def _anthropic_event(doc: dict[str, Any]) -> _Reading:
 def _chat(completion: ChatCompletion | ChatCompletionChunk) -> _Reading:
     """A whole completion, or a chunk of one: only the last chunk (asked for by
     ``prepare``, its ``choices`` empty) has the usage; every chunk names the model."""
+    from openai.types.completion_usage import CompletionUsage  # see _message
+
     usage = completion.usage
     reading = _Reading(model=_name(completion.model))
     if not isinstance(usage, CompletionUsage):
@@ -136,6 +132,8 @@ def _chat(completion: ChatCompletion | ChatCompletionChunk) -> _Reading:
 
 def _response(response: object) -> _Reading:
     """A Responses ``input_tokens`` already includes the cached ones, unlike Anthropic's."""
+    from openai.types.responses import Response, ResponseUsage  # see _message
+
     if not isinstance(response, Response):
         return _Reading()
     reading = _Reading(model=_name(response.model))
@@ -146,19 +144,22 @@ def _response(response: object) -> _Reading:
     return counts.over(reading)
 
 
-_RESPONSE_ENDS: dict[
-    str, type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent]
-] = {
-    "response.completed": ResponseCompletedEvent,
-    "response.incomplete": ResponseIncompleteEvent,
-    "response.failed": ResponseFailedEvent,
-}
-"""The events that end a Responses stream, each with the whole response and its usage
-(a failed or cut-short response may still have been billed)."""
-
-
 def _responses_event(doc: dict[str, Any]) -> _Reading:
-    end = _RESPONSE_ENDS.get(str(doc.get("type")))
+    """The events that end a Responses stream hold the whole response and its usage (a
+    failed or cut-short response may still have been billed)."""
+    from openai.types.responses import (  # see _message
+        ResponseCompletedEvent,
+        ResponseFailedEvent,
+        ResponseIncompleteEvent,
+    )
+
+    ends: dict[str, type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent]]
+    ends = {
+        "response.completed": ResponseCompletedEvent,
+        "response.incomplete": ResponseIncompleteEvent,
+        "response.failed": ResponseFailedEvent,
+    }
+    end = ends.get(str(doc.get("type")))
     return _Reading() if end is None else _response(end.model_construct(**doc).response)
 
 
@@ -170,18 +171,26 @@ def _route(path: str) -> str:
 
 
 def _whole_message(doc: dict[str, Any]) -> _Reading:
+    from anthropic.types import Message  # see _message
+
     return _message(Message.model_construct(**doc))
 
 
 def _completion(doc: dict[str, Any]) -> _Reading:
+    from openai.types.chat import ChatCompletion  # see _message
+
     return _chat(ChatCompletion.model_construct(**doc))
 
 
 def _chunk(doc: dict[str, Any]) -> _Reading:
+    from openai.types.chat import ChatCompletionChunk  # see _message
+
     return _chat(ChatCompletionChunk.model_construct(**doc))
 
 
 def _whole_response(doc: dict[str, Any]) -> _Reading:
+    from openai.types.responses import Response  # see _message
+
     return _response(Response.model_construct(**doc))
 
 

@@ -190,3 +190,21 @@ def test_the_git_rule_catches_the_cheapest_bypass():
         assert _spawns(tree) and _names_git(tree), source
     for quiet in ('raise ValueError(["git", "log"])\n', 'await hardened.run(["log"], ".")\n'):
         assert not _spawns(ast.parse(quiet)), quiet
+
+
+def test_a_worker_start_loads_no_provider_types_or_tracing_sdk() -> None:
+    """The gateway's readers load the providers' types on the first call that needs them,
+    and the OpenTelemetry SDK loads only when traces are exported: together they cost a
+    worker start more than a second, which a crashed worker's retry waits for."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, worker; heavy = ('anthropic', 'openai.types.responses', "
+        "'opentelemetry.sdk', 'opentelemetry.exporter'); "
+        "print(sorted({m for m in sys.modules for h in heavy if m == h or m.startswith(h + '.')}))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=60)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout
