@@ -169,7 +169,8 @@ def demo(
 
 
 def doctor() -> None:
-    """Print the sandbox level this host supports, what it guarantees, and why."""
+    """Print the sandbox level this host supports, what it guarantees, and why; whether the
+    model gateway runs here and which providers' keys the worker holds."""
     from loop.cli.doctor import print_doctor  # the probe runs trial sandboxes
 
     print_doctor()
