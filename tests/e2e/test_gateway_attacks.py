@@ -328,3 +328,51 @@ async def test_a_deeply_nested_body_gets_an_answer() -> None:
         "`_json_object` does not catch (only ValueError), so the connection task dies "
         "with an unhandled exception instead of answering 400"
     )
+
+
+async def test_an_answer_past_the_meters_hold_is_still_metered() -> None:
+    """``n``, ``logprobs`` and ``top_logprobs: 20`` make a non-streamed answer as big as
+    the agent likes; past ``MAX_HELD`` the meter drops it, and its usage (at its end)."""
+    from loop.rules.metering import MAX_HELD
+
+    top = [{"token": "x", "logprob": -0.1, "bytes": [120]}] * 20
+    tokens = [{"token": "x", "logprob": -0.1, "bytes": [120], "top_logprobs": top}]
+    per_choice = (MAX_HELD // 8) // len(json.dumps(tokens[0])) + 1
+    choices = [{"index": i, "finish_reason": "length", "message": {"role": "assistant",
+                "content": "x" * per_choice}, "logprobs": {"content": tokens * per_choice}}
+               for i in range(8)]  # fmt: skip
+    big = {**CHAT, "choices": choices}
+    async with Upstream(whole(big)) as up:
+        g = grant(up.url, model="gpt-4o-mini")
+        async with attached(g) as client:
+            body = {"model": "gpt-4o-mini", "n": 8, "logprobs": True, "top_logprobs": 20,
+                    "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+            answer = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
+    size = len(answer.content)
+    assert answer.status_code == 200 and size > MAX_HELD
+    assert g.tokens == 1200, (
+        f"a {size // 2**20} MiB answer (n=8, top_logprobs=20) was metered as {g.tokens} "
+        f"tokens (metered={g.calls[0].metered}): past MAX_HELD the meter drops the body, and "
+        "the usage at its end; keep a bounded tail (or read `usage` incrementally)"
+    )
+
+
+async def test_only_the_model_apis_own_headers_are_forwarded() -> None:
+    """Headers an upstream (or a proxy in front of it) reads as routing or billing:
+    method overrides and rewritten URLs get past the path check there, and
+    ``OpenAI-Organization``/``-Project`` pick which org the worker's key bills."""
+    async with Upstream(whole(CHAT)) as up:
+        g = grant(up.url, model="gpt-4o-mini")
+        async with attached(g) as client:
+            planted = {"x-http-method-override": "DELETE", "x-original-url": "/v1/files",
+                       "x-rewrite-url": "/v1/files", "x-forwarded-host": "evil.example",
+                       "forwarded": "host=evil.example", "openai-organization": "org-other",
+                       "openai-project": "proj-other"}  # fmt: skip
+            await client.post("/v1/chat/completions", json={"model": "m", "messages": []},
+                              headers={**bearer(g), **planted})  # fmt: skip
+    passed = {k: v for k, v in up.requests[0]["headers"].items() if k in planted}
+    assert not passed, (
+        f"the agent's routing/billing headers reached the upstream: {passed}; forward an "
+        "allowlist (content-type, anthropic-version, anthropic-beta, openai-beta, ...), "
+        "and set organization/project from the task file if at all"
+    )
