@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import structlog
@@ -57,6 +58,11 @@ BUILTIN_PRICES: dict[str, dict[str, float]] = {
 }
 
 _BOUNDARY = "-:@"
+_SAME_PRICE = re.compile(r"v?\d[\w.@:-]*|latest|preview|low|medium|high|minimal")
+"""What may follow a family's name and keep its price: a version or date
+(``-2024-07-18``, ``-4-5-20250929``, ``-v2``), ``latest``, a reasoning effort. Not a tier:
+``o1-pro`` or ``gpt-5-pro`` cost several times their family, and a model the agent
+names is priced only as what it is."""
 _warned: set[str] = set()
 
 
@@ -112,6 +118,7 @@ def lookup(model: str, prices: dict) -> dict[str, float] | None:
                 len(key) > len(best)
                 and candidate.startswith(key)
                 and candidate[len(key)] in _BOUNDARY
+                and _SAME_PRICE.fullmatch(candidate[len(key) + 1 :])
             ):
                 best = key
         if best:

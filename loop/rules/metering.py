@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -267,32 +268,54 @@ class _Events:
         return ended
 
 
-class Meter:
-    """One call's response, fed as it arrives."""
+TAIL = 256 * 1024
+"""Kept of the end of a body past ``MAX_HELD``: where a whole answer's ``usage`` is."""
 
-    def __init__(self, api: Api, path: str, *, streamed: bool, model: str = "") -> None:
+
+class Meter:
+    """One call's response, fed as it arrives (decoded first when the provider compressed
+    it anyway: ``gzip`` or ``deflate``; another encoding is read as nothing)."""
+
+    def __init__(
+        self, api: Api, path: str, *, streamed: bool, model: str = "", encoding: str = ""
+    ) -> None:
         self._reader = _reader(api, path, streamed)
         self._streamed = streamed
         self._requested = model
         self._reading = _Reading()
         self._events = _Events()
         self._body = bytearray()
+        self._tail = bytearray()
         self._stopped = self._reader is None
+        self._decoder = _decoder(encoding)
+
+    @property
+    def metering(self) -> bool:
+        """The call is one whose answer holds a usage (a model call, not a listing)."""
+        return self._reader is not None
 
     @property
     def held(self) -> int:
         """Bytes kept of the response: what ``MAX_HELD`` bounds."""
-        return self._events.held if self._streamed else len(self._body)
+        return self._events.held if self._streamed else len(self._body) + len(self._tail)
 
     def feed(self, chunk: bytes) -> None:
         """Any chunking: an event or a JSON body may be split anywhere."""
         if self._stopped or self._reader is None:
             return
+        if self._decoder is not None:
+            try:
+                chunk = self._decoder.decompress(chunk, MAX_HELD)
+            except zlib.error:
+                self._stopped, self._body = True, bytearray()
+                return
         if not self._streamed:
-            self._body += chunk
-            self._stopped = len(self._body) > MAX_HELD
-            if self._stopped:
+            if self._tail or len(self._body) + len(chunk) > MAX_HELD:
+                # Too big to parse whole: keep its end, where the usage is.
+                self._tail = (self._tail + self._body + chunk)[-TAIL:]
                 self._body = bytearray()
+            else:
+                self._body += chunk
             return
         for data in self._events.feed(chunk):
             self._stopped = data == _DONE
@@ -305,7 +328,46 @@ class Meter:
         reading = self._reading
         if not self._streamed and self._reader is not None and self._body:
             reading = _read(self._reader, bytes(self._body))
+        elif not self._streamed and self._reader is not None and self._tail:
+            reading = _usage_in_tail(self._reader, bytes(self._tail))
         return reading.usage(self._requested)
+
+
+def _decoder(encoding: str) -> Any:
+    """A decompressor for a body the provider encoded though asked for ``identity``;
+    None for none; one that reads nothing for an encoding this cannot decode."""
+    kind = encoding.strip().lower()
+    if kind in ("", "identity"):
+        return None
+    if kind in ("gzip", "x-gzip"):
+        return zlib.decompressobj(wbits=31)
+    if kind == "deflate":
+        return zlib.decompressobj()
+    return _Undecodable()
+
+
+class _Undecodable:
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        raise zlib.error("an encoding the meter cannot read")
+
+
+def _usage_in_tail(reader: _Reader, tail: bytes) -> _Reading:
+    """The last ``"usage": {...}`` object at the end of a body too big to parse whole
+    (a provider puts it after the choices or the content)."""
+    text = tail.decode("utf-8", "replace")
+    at = text.rfind('"usage"')
+    if at < 0:
+        return _Reading()
+    colon = text.find(":", at + len('"usage"'))
+    try:
+        usage, _ = json.JSONDecoder().raw_decode(text, colon + 1 + _spaces(text, colon + 1))
+    except (ValueError, RecursionError):
+        return _Reading()
+    return _read(reader, json.dumps({"usage": usage}).encode()) if colon > 0 else _Reading()
+
+
+def _spaces(text: str, at: int) -> int:
+    return len(text[at:]) - len(text[at:].lstrip())
 
 
 def usage_of(api: Api, path: str, doc: dict[str, Any], *, model: str = "") -> CallUsage:

@@ -1,9 +1,9 @@
-"""A hostile agent against the model gateway: each test is a trick that works today.
+"""A hostile agent against the model gateway: each test is a trick that must not work.
 
 The agent holds only its run's token and sends what it likes. Each test attaches a
 grant (as ``test_gateway`` does) in front of a tiny raw upstream of its own, which
 answers as a real provider (or an OpenAI-compatible server) would and bills what it
-answers; the assertion says what the gateway should have done.
+answers; the assertion says what the gateway must do.
 """
 
 from __future__ import annotations
@@ -158,40 +158,21 @@ async def test_a_background_response_is_not_a_free_call() -> None:
     )
 
 
-async def test_a_truthy_non_boolean_stream_is_metered() -> None:
+async def test_a_truthy_non_boolean_stream_is_refused() -> None:
     """An OpenAI-compatible server (pydantic's lax bool: vLLM, LiteLLM) streams for
-    ``"stream": "true"`` or ``1``; the gateway then neither asks for usage nor reads
-    the stream as one."""
-
-    async def lenient(record: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        body = record["body"]
-        wants = str(body.get("stream")).lower() in ("true", "1", "yes", "on")
-        if not wants:
-            await whole(CHAT)(record, writer)
-            return
-        usage = (body.get("stream_options") or {}).get("include_usage") is True
-        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1,
-                 "model": "gpt-4o-mini",
-                 "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
-        events = [chunk] + ([{**chunk, "choices": [], "usage": USAGE}] if usage else [])
-        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-        data += b"data: [DONE]\n\n"
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     + f"content-length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
-
-    async with Upstream(lenient) as up:
+    ``"stream": "true"`` or ``1``, and the gateway would neither ask for the usage nor
+    read the stream as one: such a body goes nowhere."""
+    async with Upstream(whole(CHAT)) as up:
         g = grant(up.url, model="gpt-4o-mini")
         async with attached(g) as client:
-            body = {"model": "gpt-4o-mini", "stream": "true",
-                    "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-            answer = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
-    assert answer.headers["content-type"].startswith("text/event-stream")
-    sent = up.requests[0]["body"]
-    assert g.tokens > 0, (
-        f'"stream": "true" streamed upstream but was metered as {g.tokens} tokens '
-        f"(stream_options forwarded: {sent.get('stream_options')}): treat any non-false "
-        "`stream` as streamed (or refuse a non-boolean one), and frame by content-type"
-    )
+            answers = [
+                await client.post("/v1/chat/completions", headers=bearer(g),
+                                  json={"model": "gpt-4o-mini", "stream": value, "messages": []})
+                for value in ("true", 1, None)
+            ]  # fmt: skip
+    assert [a.status_code for a in answers] == [400] * 3
+    assert "`stream` must be true or false" in answers[0].json()["error"]["message"]
+    assert not up.requests
 
 
 # --- the stream is cut before its usage ----------------------------------------------
@@ -210,8 +191,13 @@ async def test_a_stream_the_agent_cuts_short_is_still_metered() -> None:
             data = b"data: " + json.dumps(doc).encode() + b"\n\n"
             return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
-        chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1,
-                 "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": "END"}}]}
+        chunk = {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "delta": {"content": "END"}}],
+        }
         writer.write(event(chunk))
         await writer.drain()
         for _ in range(40):  # the padding the agent asked for, and will not read
@@ -224,8 +210,13 @@ async def test_a_stream_the_agent_cuts_short_is_still_metered() -> None:
         g = grant(up.url, model="gpt-4o-mini")
         async with attached(g) as client:
             url = httpx.URL(str(client.base_url))
-            body = json.dumps({"model": "gpt-4o-mini", "stream": True,
-                               "messages": [{"role": "user", "content": "x" * 4000}]}).encode()
+            body = json.dumps(
+                {
+                    "model": "gpt-4o-mini",
+                    "stream": True,
+                    "messages": [{"role": "user", "content": "x" * 4000}],
+                }
+            ).encode()
             reader, writer = await asyncio.open_connection(url.host, url.port)
             writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                          + f"authorization: Bearer {g.token}\r\ncontent-type: application/json\r\n"
@@ -276,9 +267,11 @@ async def test_a_pricier_model_of_a_listed_family_is_not_priced_as_the_family(
     async with Upstream(whole(million)) as up:
         g = grant(up.url, model="gpt-4o-mini", max_cost_usd=5.0)
         async with attached(g) as client:
-            await client.post("/v1/chat/completions", headers=bearer(g),
-                              json={"model": model, "messages": []})  # fmt: skip
-    assert up.requests, "not forwarded"
+            answer = await client.post("/v1/chat/completions", headers=bearer(g),
+                                       json={"model": model, "messages": []})  # fmt: skip
+    if not up.requests:  # refused before it could cost anything: the table has no price
+        assert answer.status_code == 400 and "prices.json" in answer.json()["error"]["message"]
+        return
     assert g.cost_usd >= list_usd, (
         f"1M input tokens of {model} (list ${list_usd}) were priced ${g.cost_usd}: the "
         "agent chooses the model and a `-pro` tier is priced as its family; refuse a model "
@@ -376,3 +369,34 @@ async def test_only_the_model_apis_own_headers_are_forwarded() -> None:
         "allowlist (content-type, anthropic-version, anthropic-beta, openai-beta, ...), "
         "and set organization/project from the task file if at all"
     )
+
+
+async def test_an_answer_without_usage_stops_a_limited_run() -> None:
+    """Whatever the trick that kept an answer's usage from the meter (an encoding it cannot
+    read, a body cut short, a server that leaves it out), a run with a budget gets no
+    call after it: the budget could no longer be held."""
+    bare = {k: v for k, v in CHAT.items() if k != "usage"}
+    async with Upstream(whole(bare)) as up:
+        g = grant(up.url, model="gpt-4o-mini", max_tokens=100_000)
+        async with attached(g) as client:
+            body = {"model": "gpt-4o-mini", "messages": []}
+            first = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
+            second = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
+    assert first.status_code == 200 and second.status_code == 400
+    assert "usage could not be read" in second.json()["error"]["message"]
+    assert len(up.requests) == 1 and g.unmetered == 1
+
+
+async def test_a_request_without_the_token_is_answered_before_its_body_is_read() -> None:
+    async with Upstream(whole(CHAT)) as up:
+        g = grant(up.url)
+        async with attached(g) as client:
+            url = httpx.URL(str(client.base_url))
+            reader, writer = await asyncio.open_connection(url.host, url.port)
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\n"
+            writer.write(head + b"\r\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 5)  # no body was sent at all
+            writer.close()
+    assert line.startswith(b"HTTP/1.1 401"), line
+    assert not up.requests

@@ -337,14 +337,39 @@ def test_an_event_past_the_limit_stops_metering(monkeypatch: pytest.MonkeyPatch)
     assert meter.result() == CallUsage(70, 1, "claude-sonnet-4-6", True)
 
 
-def test_a_body_past_the_limit_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_body_past_the_limit_keeps_only_its_end_and_the_usage_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(metering, "MAX_HELD", 4096)
+    monkeypatch.setattr(metering, "TAIL", 1024)
     meter = Meter("openai", CHAT, streamed=False, model="gpt-4.1")
-    body = json.dumps({**chat_completion(), "padding": "z" * 5000}).encode()
+    body = json.dumps({"padding": "z" * 50_000, **chat_completion((700, 30))}).encode()
     for i in range(0, len(body), 100):
         meter.feed(body[i : i + 100])
         assert meter.held <= 4096
-    assert meter.result() == CallUsage(0, 0, "gpt-4.1", False)
+    assert meter.result() == CallUsage(700, 30, "gpt-4.1", True)
+    cut = Meter("openai", CHAT, streamed=False, model="gpt-4.1")
+    for i in range(0, len(body) - 200, 100):  # cut before its usage: nothing is made up
+        cut.feed(body[i : i + 100])
+    assert cut.result() == CallUsage(0, 0, "gpt-4.1", False)
+
+
+def test_a_compressed_answer_is_read_decoded() -> None:
+    import gzip
+    import zlib
+
+    body = json.dumps(chat_completion((40, 2))).encode()
+    packed = gzip.compress(body)
+    meter = Meter("openai", CHAT, streamed=False, model="m", encoding="gzip")
+    for i in range(0, len(packed), 7):
+        meter.feed(packed[i : i + 7])
+    assert meter.result().tokens_in == 40
+    deflated = Meter("openai", CHAT, streamed=False, encoding="deflate")
+    deflated.feed(zlib.compress(body))
+    assert deflated.result().tokens_out == 2
+    unknown = Meter("openai", CHAT, streamed=False, encoding="br")
+    unknown.feed(body)
+    assert not unknown.result().found  # an encoding it cannot read is read as nothing
 
 
 # ---------------------------------------------------------------- the request

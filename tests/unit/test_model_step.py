@@ -418,6 +418,9 @@ def test_versioned_names_priced_by_family():
     assert pricing.lookup("gpt-4oo", prices) is None  # a prefix must end at a boundary
     assert pricing.lookup("gpt-4.10", prices) is None
     assert pricing.lookup("o3-mini-high", prices) == prices["o3-mini"]
+    assert pricing.cost("claude-sonnet-4-5-20250929", 1_000_000, 0, prices) == pytest.approx(3.0)
+    # A tier is not its family: each costs several times as much.
+    assert [pricing.lookup(m, prices) for m in ("o1-pro", "gpt-5-pro", "o3-pro")] == [None] * 3
 
 
 async def test_preflight_before_the_first_attempt(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,6 +66,9 @@ class Grant:
     tokens: int = 0
     cost_usd: float = 0.0
     count: int = 0
+    unmetered: int = 0
+    """Answered model calls whose usage could not be read: with a limit set, the next
+    call is refused, for the budget could not be held."""
     spent_after: int | None = None
     """Calls made when the budget was first found spent (None: it never was)."""
     one_at_a_time: asyncio.Lock | None = None

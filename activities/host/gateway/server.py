@@ -37,14 +37,22 @@ from activities.host.gateway.grant import Call, Grant
 from activities.host.gateway.spans import record_call
 from activities.host.gateway.transcript import Transcript
 from loop.logs import log_for
-from loop.pricing import call_cost
+from loop.pricing import call_cost, lookup
 from loop.rules.metering import Meter, prepare, streamed
 
 GATEWAY_PORT = 3129
 """Where the gateway answers inside every sandbox's own network namespace."""
 GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
-MAX_BODY = 32 * 1024 * 1024
+MAX_BODY = 16 * 1024 * 1024
 """A request body past this is refused (a model call's context is far smaller)."""
+IDLE_S = 300.0
+"""How long a kept-alive connection may wait for its next request."""
+REQUEST_S = 60.0
+"""How long a request may take to arrive once it has begun (a stalled one is dropped)."""
+DRAIN_S = 120.0
+"""How long the agent may stop reading an answer before it counts as gone."""
+AFTER_GONE = 64 * 1024 * 1024
+"""Read of an answer after its agent has gone, for the usage at its end."""
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
 CONNECT_S = 10.0
@@ -57,14 +65,19 @@ PATHS: dict[str, set[tuple[str, str]]] = {
     "anthropic": {("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
                   ("GET", "/v1/models")},
     "openai": {("POST", "/v1/chat/completions"), ("POST", "/v1/responses"),
-               ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/v1/models")},
+               ("GET", "/v1/models")},
 }  # fmt: skip
-"""The model API's paths, per api: nothing else is forwarded."""
-ONE_MODEL = re.compile(r"/v1/models/[A-Za-z0-9._:@-]{1,200}")
+"""The model API's paths, per api: nothing else is forwarded. Each billed one is read by
+the meter (``loop.rules.metering``); legacy completions and embeddings are not."""
+ONE_MODEL = re.compile(r"/v1/models/[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 QUERY = re.compile(r"[A-Za-z0-9._~=&%-]{0,500}")
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
               "trailer", "transfer-encoding", "upgrade", "host", "content-length"}  # fmt: skip
-NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-api-key", "accept-encoding", "cookie"}
+FORWARDED = {"content-type", "accept", "user-agent", "anthropic-version", "anthropic-beta",
+             "anthropic-dangerous-direct-browser-access", "openai-beta", "x-request-id",
+             "idempotency-key"}  # fmt: skip
+"""The agent's headers that reach the provider (and the SDKs' ``x-stainless-*``): the
+API's own; none that a proxy reads as routing or that picks what the key bills."""
 NOT_RETURNED = HOP_BY_HOP | {"set-cookie"}
 ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -178,7 +191,7 @@ class Gateway:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError, OSError):
+        except (h11.ProtocolError, ConnectionError, OSError, TimeoutError):
             return
         finally:
             with contextlib.suppress(Exception):
@@ -188,14 +201,22 @@ class Gateway:
         self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         grant: Grant,
     ) -> tuple[h11.Request, bytes] | None:  # fmt: skip
+        """One request, admitted on its head (the token and the path) before its body is
+        read; None when the connection is done (closed, idle too long, refused)."""
         request: h11.Request | None = None
         body = bytearray()
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(CHUNK))
+                # Between requests a kept-alive connection may idle; within one, it may not.
+                wait = IDLE_S if request is None and conn.their_state is h11.IDLE else REQUEST_S
+                conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), wait))
             elif isinstance(event, h11.Request):
                 request = event
+                refusal = self._admit(request, grant)
+                if refusal is not None:
+                    await self._send(conn, writer, grant, *refusal)
+                    return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY:
@@ -208,6 +229,31 @@ class Gateway:
             else:
                 return None
 
+    def _admit(self, request: h11.Request, grant: Grant) -> tuple[int, str] | None:
+        """The gateway's own answer to a request that goes no further, from its head."""
+        method = request.method.decode("ascii", "replace")
+        path, _, query = request.target.decode("ascii", "replace").partition("?")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+        if method in ("HEAD", "GET") and path in ("/", "/v1", "/v1/"):
+            return 200, ""  # a CLI's "can I connect"
+        token = presented_token(headers)
+        if token != grant.token:
+            other = self._live.get(token) if token else None
+            if other is not None:
+                why = (f"the token of task {other.task_id} (attempt {other.attempt}) was used "
+                       f"from task {grant.task_id}'s sandbox")  # fmt: skip
+                self._refused(grant, why)
+                return 403, f"Loopwork: {why}"
+            why = "a request without this run's token"
+            self._refused(grant, why)
+            return 401, f"Loopwork: {why}"
+        if not allowed(grant.api, method, path) or not QUERY.fullmatch(query):
+            target = request.target.decode("ascii", "replace")[:200]
+            why = f"{method} {target}: not a model API path"
+            self._refused(grant, why)
+            return 404, f"Loopwork's gateway forwards no {why}"
+        return None
+
     async def _answer(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant,
         request: h11.Request, body: bytes,
@@ -215,30 +261,18 @@ class Gateway:
         method = request.method.decode("ascii", "replace")
         path, _, query = request.target.decode("ascii", "replace").partition("?")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        if method in ("HEAD", "GET") and path in ("/", "/v1", "/v1/"):
-            await self._send(conn, writer, grant, 200, "")  # a CLI's "can I connect"
-            return
-        token = presented_token(headers)
-        if token != grant.token:
-            other = self._live.get(token) if token else None
-            if other is not None:
-                why = (f"the token of task {other.task_id} (attempt {other.attempt}) was used "
-                       f"from task {grant.task_id}'s sandbox")  # fmt: skip
-                status = 403
-            else:
-                why, status = "a request without this run's token", 401
-            self._refused(grant, why)
-            await self._send(conn, writer, grant, status, f"Loopwork: {why}")
-            return
-        if not allowed(grant.api, method, path) or not QUERY.fullmatch(query):
-            target = request.target.decode("ascii", "replace")[:200]
-            why = f"{method} {target}: not a model API path"
-            self._refused(grant, why)
-            await self._send(conn, writer, grant, 404, f"Loopwork's gateway forwards no {why}")
-            return
-        doc = _json_object(body) if method == "POST" else {}
+        doc: dict[str, Any] | None = {}
+        if method == "POST":
+            # A big body is parsed off the gateway's loop: the other runs' calls go on.
+            doc = await asyncio.to_thread(_json_object, body) if len(body) > 1 << 20 else (
+                _json_object(body))  # fmt: skip
         if doc is None:
             await self._send(conn, writer, grant, 400, "Loopwork: the body is not a JSON object")
+            return
+        unmetered = _unmeterable(grant.api, path, doc)
+        if unmetered:
+            self._refused(grant, unmetered)
+            await self._send(conn, writer, grant, 400, f"Loopwork: {unmetered}")
             return
         one_at_a_time = grant.one_at_a_time if grant.limited else None
         async with one_at_a_time or contextlib.nullcontext():
@@ -251,6 +285,17 @@ class Gateway:
                 self._refused(grant, spent)
                 await self._send(conn, writer, grant, 400, message)
                 return
+            if grant.limited and grant.unmetered:
+                why = ("a call's usage could not be read from its answer, so this task's "
+                       "budget cannot be held")  # fmt: skip
+                self._refused(grant, why)
+                await self._send(conn, writer, grant, 400, f"Loopwork: {why}")
+                return
+            unpriced = _unpriced(grant, doc)
+            if unpriced:
+                self._refused(grant, unpriced)
+                await self._send(conn, writer, grant, 400, f"Loopwork: {unpriced}")
+                return
             await self._forward(conn, writer, grant, method, path, query, headers, body, doc)
 
     async def _forward(
@@ -262,17 +307,15 @@ class Gateway:
         content = body if sent == doc else json.dumps(sent).encode()
         tail = path.removeprefix("/v1") if grant.api == "openai" else path
         url = grant.upstream + tail + (f"?{query}" if query else "")
-        out = {k: v for k, v in headers.items() if k not in NOT_FORWARDED}
+        out = {k: v for k, v in headers.items() if k in FORWARDED or k.startswith("x-stainless-")}
         out["accept-encoding"] = "identity"  # what is metered is what is passed on
         if grant.api == "anthropic":
             out["x-api-key"] = grant.key
         else:
             out["authorization"] = f"Bearer {grant.key}"
         requested = str(doc.get("model", ""))
-        meter = Meter(grant.api, path, streamed=streamed(sent), model=requested)
         transcript = Transcript(content) if grant.transcript_dir is not None else None
         started = time.monotonic()
-        status = 502
         try:
             request = self._client.build_request(method, url, headers=out, content=content)
             answer = await self._client.send(request, stream=True)
@@ -280,18 +323,26 @@ class Gateway:
             why = f"Loopwork's gateway could not reach {grant.upstream}: {type(e).__name__}"
             await self._send(conn, writer, grant, 502, why)
             return
+        status = answer.status_code
+        encoding = answer.headers.get("content-encoding", "")
+        meter = Meter(grant.api, path, streamed=streamed(sent), model=requested, encoding=encoding)
+        gone = False
         try:
-            status = answer.status_code
             kept = [(k, v) for k, v in answer.headers.raw if k.decode().lower() not in NOT_RETURNED]
             writer.write(conn.send(h11.Response(status_code=status, headers=kept)) or b"")
+            relayed = 0
             async for chunk in answer.aiter_raw():
                 meter.feed(chunk)
                 if transcript is not None:
                     transcript.feed(chunk)
-                writer.write(conn.send(h11.Data(data=chunk)) or b"")
-                await writer.drain()
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
+                relayed += len(chunk)
+                if not gone:
+                    gone = not await self._relay(conn, writer, chunk)
+                elif relayed > AFTER_GONE:
+                    break  # the agent left long ago: its usage is not worth more bytes
+            if not gone:
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await asyncio.wait_for(writer.drain(), DRAIN_S)
         finally:
             self._count(grant, meter, path, status, started, requested)  # before any await
             await answer.aclose()
@@ -300,6 +351,21 @@ class Gateway:
                 head = f"{method} {path}{f'?{query}' if query else ''}"
                 secrets = (grant.key, grant.token)
                 await asyncio.to_thread(transcript.write, file, head, status, secrets)
+        if gone:
+            raise ConnectionError("the agent hung up mid-answer")
+
+    async def _relay(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, chunk: bytes
+    ) -> bool:
+        """Pass ``chunk`` on; False once the agent has gone (hung up, or stopped reading
+        for ``DRAIN_S``): the upstream is then read to its end for its usage, which the
+        provider bills whether or not the agent read it."""
+        try:
+            writer.write(conn.send(h11.Data(data=chunk)) or b"")
+            await asyncio.wait_for(writer.drain(), DRAIN_S)
+        except (ConnectionError, OSError, TimeoutError):
+            return False
+        return True
 
     def _count(
         self, grant: Grant, meter: Meter, path: str, status: int, started: float, requested: str
@@ -312,6 +378,8 @@ class Gateway:
                     tokens_out=used.tokens_out, cost_usd=price, ms=round(took * 1000, 1),
                     metered=used.found)  # fmt: skip
         grant.add(call)
+        if meter.metering and not used.found and status < 400:
+            grant.unmetered += 1
         record_call(grant, call, requested, took)
 
     def _refused(self, grant: Grant, why: str) -> None:
@@ -325,8 +393,8 @@ class Gateway:
         """A whole answer of the gateway's own: empty for 200, else the provider's shape."""
         data = b"" if status == 200 else error_body(grant.api, status, message)
         head = [("content-type", "application/json"), ("content-length", str(len(data)))]
-        if status >= 400 and conn.their_state is not h11.DONE:
-            head.append(("connection", "close"))  # the rest of its body is not read
+        if conn.their_state is not h11.DONE:
+            head.append(("connection", "close"))  # answered on its head: the rest is not read
         writer.write(conn.send(h11.Response(status_code=status, headers=head)) or b"")
         writer.write(conn.send(h11.Data(data=data)) or b"" if data else b"")
         writer.write(conn.send(h11.EndOfMessage()) or b"")
@@ -336,9 +404,32 @@ class Gateway:
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def _unmeterable(api: str, path: str, doc: dict[str, Any]) -> str:
+    """Why a call could be billed without its usage reaching the gateway ("" when not):
+    a ``stream`` that is not a boolean (a lenient server streams for ``"true"``, and the
+    usage would go unasked), or a Responses call run in the background (billed later)."""
+    if "stream" in doc and not isinstance(doc["stream"], bool):
+        return "`stream` must be true or false"
+    if api == "openai" and path == "/v1/responses" and doc.get("background"):
+        return "background responses are not forwarded: their usage comes after the call"
+    return ""
+
+
+def _unpriced(grant: Grant, doc: dict[str, Any]) -> str:
+    """Under a cost limit, a model the price table does not know costs 0, so the limit
+    could not hold: such a call is refused, with where to add its price."""
+    model = doc.get("model")
+    if grant.max_cost_usd is None or not isinstance(model, str) or not model:
+        return ""
+    if lookup(model, grant.prices) is not None:
+        return ""
+    return (f"model {model[:80]!r} has no price in LOOP_HOME/prices.json, so this task's cost "
+            "budget cannot be held; add its price there")  # fmt: skip
 
 
 def _spent_words(grant: Grant) -> str:
