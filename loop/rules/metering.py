@@ -347,7 +347,9 @@ def _decoder(encoding: str) -> Any:
 
 
 class _Undecodable:
-    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+    """A body in an encoding the meter cannot read (``br``, ``zstd``): read as nothing."""
+
+    def decompress(self, *_: object) -> bytes:
         raise zlib.error("an encoding the meter cannot read")
 
 
