@@ -38,7 +38,7 @@ from loop.tasks import start_task
 from tests.support.agent_endpoints import ScriptedClaude, ScriptedResponses, turn
 from tests.support.agents import agent_file
 from tests.support.gateway import KEY, calling_spec
-from tests.support.host import LEVELS
+from tests.support.host import LEVELS, needs
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import git
 from tests.support.tasks import result_of, set_limits
@@ -284,6 +284,30 @@ async def test_a_command_agent_calls_through_the_gateway_and_never_holds_the_key
     assert KEY not in git(Path(r.worktree), "show", made.commit)
     calls = json.loads((run / "attempt-1" / "calls.json").read_text())
     assert [c["tokens_in"] + c["tokens_out"] for c in calls] == [420] * 3
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("level", "network"),
+    [pytest.param("basic", "none", marks=needs("basic"), id="basic-none"), ("off", "proxy")],
+)
+async def test_the_gateway_is_reached_without_a_network_and_without_a_sandbox(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, level: str,
+    network: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """``network: none`` still has the gateway in its namespace; an unconfined run gets a
+    port on the host's loopback, and the key is left out of its environment all the same."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedModel() as model:
+        model.script([reply("ok", usage=(400, 20))] * 2)
+        spec = calling_spec(tmp_path, demo_repo, level, model.url, calls=2, network=network)
+        async with build_worker(client, settings):
+            handle, _ = await start_task(client, spec, settings.task_queue)
+            r = await result_of(handle, within=150)
+    assert r.state == TaskState.DONE_WITH_EVIDENCE, r.reason
+    assert r.tokens == 2 * 420 and r.attempts[0].make is not None
+    left = json.loads(agent_file(settings, spec.id, 1, "output.md").read_text())
+    assert left["answers"] == [200, 200] and KEY not in json.dumps(left["seen"]["env"])
 
 
 @pytest.mark.timeout(180)

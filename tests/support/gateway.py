@@ -14,12 +14,13 @@ KEY = "sk-real-key-planted-0000"
 """The real key the worker holds in the tests: it must never reach a sandbox."""
 
 CALLING_AGENT = """
-import urllib.error, urllib.request
+import itertools, urllib.error, urllib.request
 base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
 seen = {"env": dict(os.environ),
         "proc": pathlib.Path("/proc/self/environ").read_bytes().decode(errors="replace"),
-        "home": {str(p): p.read_text(errors="replace") for p in
-                 pathlib.Path(os.environ["HOME"]).rglob("*") if p.is_file()}}
+        "home": {str(p): p.read_text(errors="replace") for p in  # a sandbox's own HOME
+                 itertools.islice(pathlib.Path(os.environ["HOME"]).rglob("*"), 500)
+                 if p.is_file() and p.stat().st_size < 1 << 20}}
 answers = []
 for i in range(CALLS):
     body = {"model": "gpt-4o-mini", "stream": i % 2 == 1,
@@ -38,12 +39,14 @@ out.write_text(json.dumps({"seen": seen, "answers": answers}))
 """
 
 
-def calling_spec(folder: Path, repo: Path, level: str, url: str, calls: int, **more: Any):
+def calling_spec(
+    folder: Path, repo: Path, level: str, url: str, calls: int, network: str = "proxy", **more: Any
+) -> TaskSpec:
     command = write_agent(folder, f"CALLS = {calls}\n" + CALLING_AGENT)
     return TaskSpec.model_validate(
         {"id": f"gw-{level}-{uuid.uuid4().hex[:6]}", "goal": "fix slugify", "repo": str(repo),
          "agent": {"command": command, "model": "gpt-4o-mini",
                    "provider": {"api": "openai", "base_url": url}},
          "verify": [{"name": "tests", "run": "python3 -m unittest discover -s tests -t ."}],
-         "sandbox": {"mode": level}, **more}
+         "sandbox": {"mode": level, "network": network}, **more}
     )  # fmt: skip
