@@ -69,7 +69,6 @@ def issue(repo: str, number: int, title: str, labels: list[str], **fields: Any) 
         "html_url": f"https://github.com/{repo}/issues/{number}",
         "number": number,
         "state": "open",
-        "state_reason": None,
         "title": title,
         "body": f"Body of {title}.",
         "user": user,
