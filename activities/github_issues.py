@@ -36,7 +36,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.pull_request import API_TIMEOUT_S, GITHUB_API
-from loop.contracts import GitHubSource
+from loop.contracts import SOURCE_MISCONFIGURED, GitHubSource
 from loop.errors import permanent
 
 PER_PAGE = 100
@@ -76,7 +76,7 @@ def api_base() -> str:
 def token_of(source: GitHubSource) -> str:
     token = os.environ.get(source.token_env, "").strip()
     if not token:
-        raise permanent(
+        raise misconfigured(
             f"{source.token_env} is not set where the worker runs; export a token that can "
             f"read the issues of {source.repo} in the worker's environment (the source's "
             "token_env names the variable)"
@@ -163,18 +163,23 @@ def _failure(source: GitHubSource, e: RequestFailed) -> ApplicationError:
     status = e.response.status_code
     said = _message(e)
     if status == 401:
-        return permanent(
+        return misconfigured(
             f"the token was refused by GitHub ({source.token_env}: 401 {said}); "
             "set a valid one where the worker runs"
         )
     if status == 404:
-        return permanent(f"repository {source.repo} not found or not visible to the token")
+        return misconfigured(f"repository {source.repo} not found or not visible to the token")
     if status == 403:
         return permanent(
             f"GitHub refused to list the issues of {source.repo} (403 {said}); "
             f"the token in {source.token_env} needs read access to its issues"
         )
     return ApplicationError(f"GitHub answered {status} {said} for {source.repo}'s issues")
+
+
+def misconfigured(message: str) -> ApplicationError:
+    """Not retried, and ``loop triage`` exits 2: a person must fix the file or the token."""
+    return permanent(message, kind=SOURCE_MISCONFIGURED)
 
 
 def _message(e: RequestFailed) -> str:

@@ -20,10 +20,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.discover import DiscoverActivities
 from activities.github_issues import RATE_LIMITED
-from loop.contracts import DiscoverInput, GitHubSource
+from loop.contracts import SOURCE_MISCONFIGURED, DiscoverInput, GitHubSource
 from loop.loaders import load_sources
 from loop.settings import Settings
-from tests.e2e.test_triage import by_task, run_triage, started_spec
+from tests.e2e.test_triage import by_task, loop_cli, run_triage, started_spec
 from tests.support.agents import write_agent
 from tests.support.github import GitHubStandIn, issue, serving
 from tests.support.triage import NOTHING, template, write_sources
@@ -106,6 +106,32 @@ async def test_a_spent_rate_limit_is_waited_out_by_temporal(
     assert hub.seen[1].at >= until, "the retry came after the reset"
 
 
+async def test_loop_triage_exits_2_when_the_worker_has_no_token(
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    name = f"gh{uuid.uuid4().hex[:6]}"
+    file = sources_file(tmp_path, demo_repo, name)
+    monkeypatch.delenv("GITHUB_TOKEN")  # in the worker's environment: it runs in this process
+    async with build_worker(client, settings):
+        result = await run_triage(client, settings, file, dry_run=True)
+        ran = await loop_cli(client, settings)("triage", str(file), "--dry-run")
+    assert result.misconfigured == [name] and not hub.seen
+    assert result.errors == [
+        f"{name}: GITHUB_TOKEN is not set where the worker runs; export a token that can "
+        f"read the issues of {REPO} in the worker's environment (the source's token_env "
+        "names the variable)"
+    ]
+    assert ran.code == 2, (ran.out, ran.err)
+    assert [ln for ln in ran.err.splitlines() if ln.strip()] == [
+        f"source failed: {result.errors[0]}"
+    ]
+
+
 def discover(settings: Settings, **fields: object):
     source = GitHubSource.model_validate({"name": "gh", "kind": "github", "repo": REPO} | fields)
     return ActivityEnvironment().run(
@@ -129,7 +155,7 @@ async def test_token_errors_are_one_clear_line(
     monkeypatch.delenv("GITHUB_TOKEN")
     with pytest.raises(ApplicationError) as e:
         await discover(settings)
-    assert e.value.non_retryable and not hub.seen
+    assert e.value.non_retryable and e.value.type == SOURCE_MISCONFIGURED and not hub.seen
     assert e.value.message.startswith("GITHUB_TOKEN is not set where the worker runs; ")
 
     monkeypatch.setenv("LOOP_GH_TOKEN", "ghp_revoked")
