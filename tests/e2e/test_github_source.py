@@ -148,6 +148,12 @@ async def test_a_rate_limited_answer_retries_at_the_reset(settings: Settings, hu
     assert delay is not None and timedelta(seconds=590) < delay <= timedelta(seconds=602)
     assert "rate limit" in e.value.message and len(hub.seen) == 1
 
+    hub.limited_until, hub.throttled_for = 0, 90  # a secondary limit: 429 with Retry-After
+    with pytest.raises(ApplicationError) as e:
+        await discover(settings)
+    assert e.value.type == RATE_LIMITED and e.value.next_retry_delay == timedelta(seconds=90)
+    assert hub.responses() == [403, 429]
+
 
 async def test_token_errors_are_one_clear_line(
     settings: Settings, hub: GitHubStandIn, monkeypatch: pytest.MonkeyPatch

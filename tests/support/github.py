@@ -44,6 +44,8 @@ class GitHubStandIn:
     remaining: int = RATE_LIMIT
     limited_until: float = 0.0
     """While ``time.time()`` is before it, every request gets a spent limit's 403."""
+    throttled_for: int = 0
+    """When set, every request gets a secondary limit's 429 with ``Retry-After`` of it."""
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
 
@@ -168,6 +170,14 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                     "API rate limit exceeded for user ID 1.",
                     "rate-limits-for-the-rest-api",
                     _limits(0, reset),
+                )
+            if hub.throttled_for:
+                return _error(
+                    429,
+                    "You have exceeded a secondary rate limit. Please wait a few minutes "
+                    "before you try again.",
+                    "overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+                    {"Retry-After": str(hub.throttled_for)},
                 )
             scheme, _, given = self.headers.get("Authorization", "").partition(" ")
             if scheme.lower() not in ("token", "bearer") or given != hub.token:

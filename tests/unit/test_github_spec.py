@@ -121,6 +121,10 @@ def test_the_listing_pages_and_errors_match_the_description(hub: GitHubStandIn):
     limited = get(hub, first)
     assert limited.status_code == 403 and limited.headers["x-ratelimit-remaining"] == "0"
     shared("forbidden", limited)
+    hub.limited_until, hub.throttled_for = 0, 60
+    throttled = get(hub, first)
+    assert throttled.status_code == 429 and throttled.headers["retry-after"] == "60"
+    shared("forbidden", throttled)  # a basic-error body, as the 429 of GET /advisories
 
 
 async def test_what_githubkit_sends_matches_the_description(
