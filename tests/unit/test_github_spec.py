@@ -4,8 +4,8 @@ The description is the npm package ``@octokit/openapi`` (``.ci/run`` installs it
 ``.ci/node``); without it these tests skip, unless ``LOOP_GITHUB_SPEC_REQUIRED=1``.
 ``openapi-core`` checks the requests githubkit sent (route and query) and the listing's
 answers (``200`` with its ``Link`` header, ``404``). The answers GitHub gives to any
-operation and does not list under this one (``304``, ``401``, a spent limit's ``403``)
-are checked against the description's shared responses of those names.
+operation and does not list under this one (``304``, ``401``, a spent limit's ``403``,
+a secondary limit's ``429``) are checked against the description's shared responses.
 """
 
 from __future__ import annotations
