@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -115,6 +116,10 @@ async def open_issues(source: GitHubSource, home: Path) -> Listing:
             if resp.status_code == 304 and before is not None:
                 not_modified += 1
                 entry = before
+                if entry.next is None and len(entry.issues) >= PER_PAGE:
+                    # A full last page that did not change: an issue reopened since may
+                    # have made a page after it, which its old Link header cannot name.
+                    entry = entry.model_copy(update={"next": page + 1})
             else:
                 entry = _Page(
                     etag=resp.headers.get("etag", ""),
@@ -124,7 +129,8 @@ async def open_issues(source: GitHubSource, home: Path) -> Listing:
             pages[page] = entry
             issues += entry.issues
             page = entry.next
-    await asyncio.to_thread(_write_cache, cache_file, _Polled(repo=source.repo, pages=pages))
+    if pages != cached:  # every page unchanged: the file already says so
+        await asyncio.to_thread(_write_cache, cache_file, _Polled(repo=source.repo, pages=pages))
     return Listing(issues, requests, not_modified, partial=page is not None)
 
 
@@ -170,11 +176,15 @@ def _failure(source: GitHubSource, e: RequestFailed) -> ApplicationError:
     if status == 404:
         return misconfigured(f"repository {source.repo} not found or not visible to the token")
     if status == 403:
-        return permanent(
+        return misconfigured(
             f"GitHub refused to list the issues of {source.repo} (403 {said}); "
             f"the token in {source.token_env} needs read access to its issues"
         )
-    return ApplicationError(f"GitHub answered {status} {said} for {source.repo}'s issues")
+    if status == 410:
+        return misconfigured(f"repository {source.repo} has its issues turned off")
+    failure = f"GitHub answered {status} {said} for {source.repo}'s issues"
+    # GitHub's own trouble passes; any other answer would be the same on a retry.
+    return ApplicationError(failure) if status >= 500 else permanent(failure)
 
 
 def misconfigured(message: str) -> ApplicationError:
@@ -202,6 +212,6 @@ def _read_cache(file: Path, repo: str) -> dict[int, _Page]:
 
 def _write_cache(file: Path, polled: _Polled) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}")
+    tmp = file.with_name(f".{file.name}.{uuid.uuid4().hex}")  # two polls may overlap
     tmp.write_text(polled.model_dump_json())
     tmp.replace(file)

@@ -184,3 +184,16 @@ def test_the_sources_file_takes_a_github_source(tmp_path: Path, demo_repo: Path)
     assert isinstance(source, GitHubSource)
     assert (source.repo, source.token_env) == (REPO, "GITHUB_TOKEN")
     assert source.labels.include == ["loop"]
+
+
+async def test_an_issue_reopened_past_a_full_unchanged_page_is_found(
+    settings: Settings, hub: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("activities.github_issues.PER_PAGE", 2)  # the stand-in's page size
+    hub.repos[REPO] = hub.repos[REPO][:2]  # exactly one full page
+    first = await discover(settings)
+    assert [i.key for i in first.items] == ["1", "2"] and hub.responses() == [200]
+    hub.repos[REPO].append(issue(REPO, 0, "Reopened", ["loop"]))  # the oldest: sorts last
+    again = await discover(settings)
+    assert [i.key for i in again.items] == ["1", "2", "0"]
+    assert hub.responses() == [200, 304, 200]
