@@ -280,10 +280,10 @@ class TriageResult(_Record):
     """One line per source: what it saw, how many items it dropped past max_items."""
     errors: list[str] = Field(default_factory=list)
     """Sources that could not be read (``name: why``); the others were still triaged."""
-    misconfigured: list[str] = Field(default_factory=list)
-    """The names of those sources that a person must fix first (the sources file or the
-    worker's environment: a token not set or refused, a repository not found)."""
     open_tasks: int = 0
+    misconfigured: list[str] = Field(default_factory=list)
+    """The names of the sources among ``errors`` that a person must fix first (the sources
+    file or the worker's environment: a token not set or refused, a repository not found)."""
 
     def count(self, action: TriageAction) -> int:
         return sum(1 for d in self.decisions if d.action == action)
