@@ -9,6 +9,8 @@ fields), bounded by the source's ``max_items``:
   python-frontmatter; the goal is the front matter's ``goal`` or the title and body.
 - ``github_issues``: a JSON export in GitHub's REST shape; closed issues and pull
   requests are not work. Their text becomes a goal, never configuration.
+- ``github``: the same issues read live through GitHub's REST API
+  (``activities.github_issues``: every page, each asked with its last ETag).
 - ``ci``: the command runs in a temporary detached worktree of the base (so the
   main checkout, dirty or not, is neither used nor touched), removed afterwards;
   when it fails, one regression-repair task whose goal names the command and
@@ -40,6 +42,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import github_issues
 from activities.gates import gate_extra_env
 from activities.host import artifact, sandbox
 from activities.host.git import GitError, git
@@ -57,6 +60,7 @@ from loop.contracts import (
     DiscoverResult,
     ExistingTask,
     GitHubIssuesSource,
+    GitHubSource,
     IssueFilesSource,
     LookupInput,
     LookupResult,
@@ -93,6 +97,8 @@ class DiscoverActivities:
                 items, note = await asyncio.to_thread(_issue_files, source)
             case GitHubIssuesSource():
                 items, note = await asyncio.to_thread(_github_issues, source)
+            case GitHubSource():
+                items, note = await self._github(source)
             case CiSource():
                 items, note = await self._ci(source)
             case TodoSource():
@@ -129,6 +135,17 @@ class DiscoverActivities:
         return LookupResult(
             tasks={t.task_id: t for t in found if t is not None}, open_tasks=counted.count
         )
+
+    async def _github(self, source: GitHubSource) -> tuple[list[TriageItem], str]:
+        listing = await github_issues.open_issues(source, self.settings.home)
+        items = [_github_issue(source, issue) for issue in listing.issues]
+        note = (
+            f"{len(items)} open issues and pull requests in {source.repo} "
+            f"({listing.requests} requests, {listing.not_modified} not modified)"
+        )
+        if listing.partial:
+            note += f"; only the first {github_issues.MAX_PAGES} pages were read"
+        return items, note
 
     # ------------------------------------------------------------------ ci
 
@@ -297,7 +314,7 @@ def _github_issues(source: GitHubIssuesSource) -> tuple[list[TriageItem], str]:
     return items, f"{len(items)} issues in {file.name}"
 
 
-def _github_issue(source: GitHubIssuesSource, issue: dict[str, Any]) -> TriageItem:
+def _github_issue(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]) -> TriageItem:
     key = str(issue.get("number", "")) or "unnumbered"
     title = str(issue.get("title") or f"issue {key}")
     labels = [
@@ -397,7 +414,7 @@ async def _context(repo: str, commit: str, path: str, line: int) -> str:
 
 
 def _item(
-    source: IssueFilesSource | GitHubIssuesSource | CiSource | TodoSource,
+    source: IssueFilesSource | GitHubIssuesSource | GitHubSource | CiSource | TodoSource,
     *,
     key: str,
     title: str,

@@ -10,7 +10,9 @@
 
 Inside activities, failures are Temporal's ``ApplicationError``: ``permanent()``
 builds the non-retryable kind (a policy violation, a repository that vanished),
-while anything else raised is retried by the activity's retry policy.
+while anything else raised is retried by the activity's retry policy. A triage
+source that a person must fix first (a token not set or refused) fails with
+``kind=SOURCE_MISCONFIGURED``, so ``loop triage`` exits 2 as for bad input.
 """
 
 from __future__ import annotations

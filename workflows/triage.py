@@ -34,7 +34,12 @@ from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
@@ -42,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         LOOKUP_TASKS,
         SA_REPO,
         SA_STATE,
+        SOURCE_MISCONFIGURED,
         TASK_WORKFLOW,
         TRIAGE_WORKFLOW,
         CiSource,
@@ -74,8 +80,10 @@ class TriageWorkflow:
         found = await asyncio.gather(*(self._discover(s) for s in sources))
         items: list[TriageItem] = []
         for source, outcome in zip(sources, found, strict=True):
-            if isinstance(outcome, str):
-                result.errors.append(f"{source.name}: {outcome}")
+            if isinstance(outcome, ActivityError):
+                result.errors.append(f"{source.name}: {_text(outcome)}")
+                if _kind(outcome) == SOURCE_MISCONFIGURED:
+                    result.misconfigured.append(source.name)
                 continue
             items += outcome.items
             if outcome.note:
@@ -107,7 +115,7 @@ class TriageWorkflow:
                 )
         return result
 
-    async def _discover(self, source: Source) -> DiscoverResult | str:
+    async def _discover(self, source: Source) -> DiscoverResult | ActivityError:
         """One source's items, or why it could not be read (the others go on)."""
         ci_s = source.timeout + 120 if isinstance(source, CiSource) else None
         try:
@@ -122,7 +130,7 @@ class TriageWorkflow:
             )
             return found
         except ActivityError as e:
-            return _cause(e)
+            return e
 
     async def _start(self, decision: TriageDecision, spec: TaskSpec, rerun: bool) -> TriageDecision:
         try:
@@ -153,11 +161,21 @@ class TriageWorkflow:
         return decision.model_copy(update={"action": "started"})
 
 
-def _cause(e: BaseException) -> str:
+def _cause(e: BaseException) -> BaseException:
     while e.__cause__ is not None:
         e = e.__cause__
-    text = e.message if isinstance(e, FailureError) else str(e)
-    return text.splitlines()[0] if text else type(e).__name__
+    return e
+
+
+def _text(e: ActivityError) -> str:
+    cause = _cause(e)
+    text = cause.message if isinstance(cause, FailureError) else str(cause)
+    return text.splitlines()[0] if text else type(cause).__name__
+
+
+def _kind(e: ActivityError) -> str:
+    cause = _cause(e)
+    return cause.type or "" if isinstance(cause, ApplicationError) else ""
 
 
 def _first_line(text: str) -> str:

@@ -514,7 +514,9 @@ ENVIRONMENT = {
     ),
     "GITHUB_TOKEN": (
         "unset",
-        "`finalize.pull_request` opens the pull request on GitHub with this token.",
+        "`finalize.pull_request` opens the pull request on GitHub with this token; a "
+        "`github` triage source reads issues with it (or with the variable its `token_env` "
+        "names), in the worker's environment.",
     ),
     "GITHUB_API_URL": ("`https://api.github.com`", "The GitHub API that token is sent to."),
 }

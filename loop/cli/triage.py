@@ -13,7 +13,10 @@ on the Temporal UI's Schedules page under their NAME.
 
 The sources file is checked here before anything is started or created: unknown
 keys, each source's template as a task file (repository, base, agent), the paths
-of issue folders and JSON files. Bad input is one ``error:`` line and exit 2.
+of issue folders and JSON files. Bad input is one ``error:`` line and exit 2. What only
+the worker can tell (a ``github`` source's token, set and accepted where the worker runs;
+its repository, visible to that token) comes back in the result: such a source's line,
+and exit 2 too.
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ def triage(
             print_triage(console.out, result)
         for line in result.errors:
             console.err.print(f"source failed: {line}", markup=False)
+        if result.misconfigured:
+            return 2  # bad input, as a sources file that does not load
         return 1 if result.errors else 0
 
     raise typer.Exit(console.run(main))

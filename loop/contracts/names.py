@@ -33,6 +33,9 @@ QUERY_TRACE = "trace"
 PERMANENT = "LoopPermanent"
 POLICY_VIOLATION = "LoopPolicyViolation"
 """Error types of activity failures that no retry can fix (``loop.errors.permanent``)."""
+SOURCE_MISCONFIGURED = "LoopSourceMisconfigured"
+"""Error type of a triage source that no poll can read until a person fixes the sources
+file or the worker's environment (a token not set or refused, a repository not found)."""
 
 WAITING_APPROVAL = "approve/reject"
 WAITING_DECISION = "feedback/extend_budget/reject"

@@ -79,6 +79,24 @@ class GitHubIssuesSource(_SourceBase):
     """The JSON file (relative to the sources file)."""
 
 
+class GitHubSource(_SourceBase):
+    """A repository's open issues, read live through GitHub's REST API on every triage.
+
+    The token is the worker's: ``token_env`` names the variable that holds it (never the
+    token itself), and ``GITHUB_API_URL`` (default ``https://api.github.com``) the API.
+    Pull requests are not work; an issue's title and body become the goal, never
+    configuration. Each page's ETag is kept in ``LOOP_HOME/triage/`` so a poll of a
+    repository that did not change is answered ``304 Not Modified``, which costs no rate
+    limit; a rate-limited answer makes the discover activity retry at the reset time.
+    """
+
+    kind: Literal["github"]
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """The repository, ``owner/name``."""
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The worker's environment variable that holds the token (read access to issues)."""
+
+
 class CiSource(_SourceBase):
     """A command that must pass on the base branch; when it fails, a regression-repair task."""
 
@@ -127,7 +145,8 @@ class TodoSource(_SourceBase):
 
 
 Source = Annotated[
-    IssueFilesSource | GitHubIssuesSource | CiSource | TodoSource, Field(discriminator="kind")
+    IssueFilesSource | GitHubIssuesSource | GitHubSource | CiSource | TodoSource,
+    Field(discriminator="kind"),
 ]
 
 
@@ -262,6 +281,9 @@ class TriageResult(_Record):
     errors: list[str] = Field(default_factory=list)
     """Sources that could not be read (``name: why``); the others were still triaged."""
     open_tasks: int = 0
+    misconfigured: list[str] = Field(default_factory=list)
+    """The names of the sources among ``errors`` that a person must fix first (the sources
+    file or the worker's environment: a token not set or refused, a repository not found)."""
 
     def count(self, action: TriageAction) -> int:
         return sum(1 for d in self.decisions if d.action == action)

@@ -1,0 +1,261 @@
+"""A stand-in for GitHub's REST API: the issues listing of a ``github`` triage source.
+
+Real HTTP on 127.0.0.1, answers in GitHub's shapes (checked against GitHub's own
+OpenAPI description by ``tests/unit/test_github_source.py``): full issue objects,
+pagination through ``Link`` headers, ``ETag`` and ``304 Not Modified`` (which, as on
+GitHub, does not count against the rate limit), the rate-limit headers and a spent
+limit's ``403``, and ``401``/``404`` with GitHub's error bodies. It records every
+request, so a test can tell what the client sent and when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+RATE_LIMIT = 5_000
+DOCS = "https://docs.github.com/rest"
+
+
+@dataclass
+class Seen:
+    path: str
+    query: dict[str, str]
+    authorization: str
+    if_none_match: str
+    status: int
+    at: float
+
+
+@dataclass
+class GitHubStandIn:
+    token: str
+    repos: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """``owner/name`` to its issues and pull requests, open and closed (full objects)."""
+    per_page_max: int = 100
+    remaining: int = RATE_LIMIT
+    limited_until: float = 0.0
+    """While ``time.time()`` is before it, every request gets a spent limit's 403."""
+    throttled_for: int = 0
+    """When set, every request gets a secondary limit's 429 with ``Retry-After`` of it."""
+    seen: list[Seen] = field(default_factory=list)
+    url: str = ""
+
+    def spend_limit(self, seconds: float) -> None:
+        self.limited_until = time.time() + seconds
+
+    def responses(self) -> list[int]:
+        return [s.status for s in self.seen]
+
+
+def issue(repo: str, number: int, title: str, labels: list[str], **fields: Any) -> dict[str, Any]:
+    """An issue as the issues API returns it; ``pull_request={}`` makes it a pull request."""
+    api = f"https://api.github.com/repos/{repo}"
+    user = _user("octocat", 1)
+    data: dict[str, Any] = {
+        "id": 1_000_000 + number,
+        "node_id": f"I_kwDO{number:08d}",
+        "url": f"{api}/issues/{number}",
+        "repository_url": api,
+        "labels_url": f"{api}/issues/{number}/labels{{/name}}",
+        "comments_url": f"{api}/issues/{number}/comments",
+        "events_url": f"{api}/issues/{number}/events",
+        "html_url": f"https://github.com/{repo}/issues/{number}",
+        "number": number,
+        "state": "open",
+        "title": title,
+        "body": f"Body of {title}.",
+        "user": user,
+        "labels": [_label(repo, name, i) for i, name in enumerate(labels)],
+        "assignee": None,
+        "assignees": [],
+        "milestone": None,
+        "locked": False,
+        "active_lock_reason": None,
+        "comments": 0,
+        "closed_at": None,
+        "created_at": "2026-11-30T10:00:00Z",
+        "updated_at": "2026-11-30T11:00:00Z",
+        "author_association": "OWNER",
+    }
+    if "pull_request" in fields:
+        fields["pull_request"] = {
+            "url": f"{api}/pulls/{number}",
+            "html_url": f"https://github.com/{repo}/pull/{number}",
+            "diff_url": f"https://github.com/{repo}/pull/{number}.diff",
+            "patch_url": f"https://github.com/{repo}/pull/{number}.patch",
+            "merged_at": None,
+        }
+    return data | fields
+
+
+def _user(login: str, uid: int) -> dict[str, Any]:
+    api = f"https://api.github.com/users/{login}"
+    return {
+        "login": login,
+        "id": uid,
+        "node_id": f"MDQ6VXNlcj{uid}",
+        "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
+        "gravatar_id": "",
+        "url": api,
+        "html_url": f"https://github.com/{login}",
+        "followers_url": f"{api}/followers",
+        "following_url": f"{api}/following{{/other_user}}",
+        "gists_url": f"{api}/gists{{/gist_id}}",
+        "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+        "subscriptions_url": f"{api}/subscriptions",
+        "organizations_url": f"{api}/orgs",
+        "repos_url": f"{api}/repos",
+        "events_url": f"{api}/events{{/privacy}}",
+        "received_events_url": f"{api}/received_events",
+        "type": "User",
+        "site_admin": False,
+    }
+
+
+def _label(repo: str, name: str, i: int) -> dict[str, Any]:
+    return {
+        "id": 2_000_000 + i,
+        "node_id": f"LA_kwDO{i:08d}",
+        "url": f"https://api.github.com/repos/{repo}/labels/{name}",
+        "name": name,
+        "description": None,
+        "color": "d73a4a",
+        "default": False,
+    }
+
+
+def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            status, headers, body = self._answer(parts.path, query)
+            hub.seen.append(
+                Seen(
+                    path=parts.path,
+                    query=query,
+                    authorization=self.headers.get("Authorization", ""),
+                    if_none_match=self.headers.get("If-None-Match", ""),
+                    status=status,
+                    at=time.time(),
+                )
+            )
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _answer(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+            now = time.time()
+            if hub.limited_until > now:
+                reset = int(hub.limited_until) + 1
+                return _error(
+                    403,
+                    "API rate limit exceeded for user ID 1.",
+                    "rate-limits-for-the-rest-api",
+                    _limits(0, reset),
+                )
+            if hub.throttled_for:
+                return _error(
+                    429,
+                    "You have exceeded a secondary rate limit. Please wait a few minutes "
+                    "before you try again.",
+                    "overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+                    {"Retry-After": str(hub.throttled_for)},
+                )
+            scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() not in ("token", "bearer") or given != hub.token:
+                return _error(401, "Bad credentials", "authentication", {})
+            segments = path.strip("/").split("/")
+            repo = "/".join(segments[1:3])
+            if len(segments) != 4 or segments[0] != "repos" or segments[3] != "issues":
+                return _error(404, "Not Found", "", _limits(hub.remaining, int(now) + 3600))
+            if repo not in hub.repos:
+                return _error(404, "Not Found", "repos/repos#get-a-repository", {})
+            state = query.get("state", "open")
+            listed = [i for i in hub.repos[repo] if state == "all" or i["state"] == state]
+            per_page = min(int(query.get("per_page", "30")), hub.per_page_max)
+            page = int(query.get("page", "1"))
+            body = json.dumps(listed[(page - 1) * per_page : page * per_page]).encode()
+            etag = f'W/"{hashlib.sha256(body).hexdigest()}"'
+            reset = int(now) + 3600
+            if self.headers.get("If-None-Match") == etag:
+                return 304, {"ETag": etag, **_limits(hub.remaining, reset)}, b""
+            hub.remaining -= 1
+            last = max(1, -(-len(listed) // per_page))
+            headers = {
+                "Content-Type": "application/json; charset=utf-8",
+                "ETag": etag,
+                **_limits(hub.remaining, reset),
+            }
+            links = _links(hub.url, repo, query, page, last)
+            if links:
+                headers["Link"] = links
+            return 200, headers, body
+
+    return Handler
+
+
+def _limits(remaining: int, reset: int) -> dict[str, str]:
+    return {
+        "X-RateLimit-Limit": str(RATE_LIMIT),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": str(reset),
+        "X-RateLimit-Used": str(RATE_LIMIT - remaining),
+        "X-RateLimit-Resource": "core",
+    }
+
+
+def _error(
+    status: int, message: str, doc: str, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    body = {"message": message, "documentation_url": f"{DOCS}/{doc}", "status": str(status)}
+    return (
+        status,
+        {"Content-Type": "application/json; charset=utf-8", **headers},
+        (json.dumps(body).encode()),
+    )
+
+
+def _links(base: str, repo: str, query: dict[str, str], page: int, last: int) -> str:
+    def url(n: int) -> str:
+        args = "&".join(f"{k}={v}" for k, v in ({**query, "page": str(n)}).items())
+        return f"<{base}/repos/{repo}/issues?{args}>"
+
+    rels = []
+    if page < last:
+        rels += [f'{url(page + 1)}; rel="next"', f'{url(last)}; rel="last"']
+    if page > 1:
+        rels += [f'{url(1)}; rel="first"', f'{url(page - 1)}; rel="prev"']
+    return ", ".join(rels)
+
+
+@contextmanager
+def serving(hub: GitHubStandIn) -> Iterator[GitHubStandIn]:
+    """The stand-in on a free port of 127.0.0.1; ``hub.url`` is its API base."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server.daemon_threads = True
+    hub.url = f"http://127.0.0.1:{server.server_port}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()

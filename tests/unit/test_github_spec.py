@@ -1,0 +1,143 @@
+"""The GitHub stand-in answers as GitHub's own REST description says GitHub does.
+
+The description is the npm package ``@octokit/openapi`` (``.ci/run`` installs it into
+``.ci/node``); without it these tests skip, unless ``LOOP_GITHUB_SPEC_REQUIRED=1``.
+``openapi-core`` checks the requests githubkit sent (route and query) and the listing's
+answers (``200`` with its ``Link`` header, ``404``). The answers GitHub gives to any
+operation and does not list under this one (``304``, ``401``, a spent limit's ``403``,
+a secondary limit's ``429``) are checked against the description's shared responses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openapi_core import Config, OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
+from openapi_schema_validator import OAS30Validator
+from temporalio.testing import ActivityEnvironment
+
+from activities.discover import DiscoverActivities
+from loop.contracts import DiscoverInput, GitHubSource
+from loop.settings import Settings
+from tests.support.github import GitHubStandIn, issue, serving
+from tests.support.repos import ROOT
+
+SPEC = ROOT / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
+REQUIRED = os.environ.get("LOOP_GITHUB_SPEC_REQUIRED") == "1"
+TOKEN = "ghp_standin0123456789abcdefghijklmnopqrst"
+REPO = "acme/app"
+
+pytestmark = pytest.mark.skipif(
+    not SPEC.is_file() and not REQUIRED,
+    reason="no @octokit/openapi in .ci/node (npm install --prefix .ci/node @octokit/openapi)",
+)
+
+
+@cache
+def description() -> dict[str, Any]:
+    return json.loads(Path(SPEC).read_text())
+
+
+@cache
+def api() -> OpenAPI:
+    return OpenAPI.from_dict(description(), config=Config(spec_validator_cls=None))
+
+
+@pytest.fixture
+def hub() -> Iterator[GitHubStandIn]:
+    issues = [
+        issue(REPO, 1, "One", ["loop"]),
+        issue(REPO, 2, "A PR", ["loop"], pull_request={}),
+        issue(REPO, 3, "Three", []),
+    ]
+    with serving(GitHubStandIn(token=TOKEN, repos={REPO: issues}, per_page_max=2)) as h:
+        yield h
+
+
+def get(hub: GitHubStandIn, path: str, token: str = TOKEN, **headers: str) -> httpx.Response:
+    auth = {"Authorization": f"token {token}"} if token else {}
+    return httpx.get(f"{hub.url}{path}", headers=auth | headers)
+
+
+def checked(path: str, resp: httpx.Response) -> None:
+    """The answer against the listing operation's own responses."""
+    query = dict(httpx.URL(path).params)
+    request = MockRequest("https://api.github.com", "get", httpx.URL(path).path, args=query)
+    api().validate_request(request)
+    answer = MockResponse(
+        resp.content,
+        status_code=resp.status_code,
+        headers=dict(resp.headers),
+        content_type=resp.headers.get("content-type", "").split(";")[0],
+    )
+    api().validate_response(request, answer)
+
+
+def shared(name: str, resp: httpx.Response) -> None:
+    """The answer against one of the description's shared responses (a body, or none)."""
+    described = description()["components"]["responses"][name]
+    if "content" not in described:
+        assert resp.content == b""
+        return
+    schema = described["content"]["application/json"]["schema"]
+    ref = schema["$ref"].removeprefix("#/components/schemas/")
+    OAS30Validator(description()["components"]["schemas"][ref]).validate(resp.json())
+    for header in ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"):
+        if header in resp.headers:
+            assert resp.headers[header].isdigit()  # the description's x-rate-limit-*: integer
+
+
+def test_the_listing_pages_and_errors_match_the_description(hub: GitHubStandIn):
+    first = "/repos/acme/app/issues?state=open&per_page=100&page=1"
+    page1 = get(hub, first)
+    assert page1.status_code == 200 and len(page1.json()) == 2
+    checked(first, page1)
+    following = page1.links["next"]["url"].removeprefix(hub.url)
+    page2 = get(hub, following)
+    assert page2.status_code == 200 and [i["number"] for i in page2.json()] == [3]
+    checked(following, page2)
+    assert "pull_request" in page1.json()[1] and "pull_request" not in page1.json()[0]
+
+    missing = "/repos/acme/gone/issues?state=open"
+    gone = get(hub, missing)
+    assert gone.status_code == 404
+    checked(missing, gone)
+
+    unchanged = get(hub, first, **{"If-None-Match": page1.headers["etag"]})
+    assert unchanged.status_code == 304
+    shared("not_modified", unchanged)
+    refused = get(hub, first, token="ghp_revoked")
+    assert refused.status_code == 401
+    shared("requires_authentication", refused)
+    hub.spend_limit(60)
+    limited = get(hub, first)
+    assert limited.status_code == 403 and limited.headers["x-ratelimit-remaining"] == "0"
+    shared("forbidden", limited)
+    hub.limited_until, hub.throttled_for = 0, 60
+    throttled = get(hub, first)
+    assert throttled.status_code == 429 and throttled.headers["retry-after"] == "60"
+    shared("forbidden", throttled)  # a basic-error body, as the 429 of GET /advisories
+
+
+async def test_what_githubkit_sends_matches_the_description(
+    hub: GitHubStandIn, settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    source = GitHubSource(name="gh", kind="github", repo=REPO)
+    for _ in range(2):  # a full listing, then one answered 304
+        await ActivityEnvironment().run(
+            DiscoverActivities(settings).discover, DiscoverInput(source=source)
+        )
+    assert hub.responses() == [200, 200, 304, 304]
+    for seen in hub.seen:
+        request = MockRequest("https://api.github.com", "get", seen.path, args=seen.query)
+        api().validate_request(request)
