@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from loop.contracts.base import _Record
+from loop.contracts.base import _Record, _StepInput
 from loop.contracts.evidence import Feedback, Verdict
 from loop.contracts.states import TaskState
 from loop.contracts.task import TaskSpec
@@ -109,7 +109,7 @@ CALLS_FILE = "calls.json"
 status, tokens in and out, cost, milliseconds), written by the worker."""
 
 
-class MakeInput(_Record):
+class MakeInput(_StepInput):
     task: TaskSpec
     workspace: Workspace
     attempt: int
@@ -181,7 +181,7 @@ class MakeResult(_Record):
     """What the gateway refused the agent (another run's token, a path, a size)."""
 
 
-class VerifyInput(_Record):
+class VerifyInput(_StepInput):
     task: TaskSpec
     workspace: Workspace
     attempt: int
