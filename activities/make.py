@@ -70,6 +70,8 @@ from loop.settings import Settings
 CLAIM_CHARS = 16_000
 CLAIM_BYTES = 4 * CLAIM_CHARS
 SIZE_FILE = "start_size"
+CALLS_JOURNAL = "calls.jsonl"
+"""Every model call of the attempt's tries, appended by the gateway as each ends."""
 
 
 def agent_dir(attempt_dir: str | Path) -> Path:
@@ -265,7 +267,7 @@ class MakeActivities:
         if refused:
             raise permanent(f"agent.provider.base_url: {refused}; name the model API's endpoint")
         limits = inp.limits or AgentLimits()
-        return Grant(
+        grant = Grant(
             task_id=inp.task.id,
             attempt=inp.attempt,
             api=provider.api,
@@ -278,7 +280,10 @@ class MakeActivities:
             prices=self.prices,
             transcript_dir=folder if inp.task.agent.transcript else None,
             trace_context=opentelemetry.context.get_current(),
+            journal=folder / CALLS_JOURNAL,
         )
+        await asyncio.to_thread(grant.resume)  # a retried try: what the killed one spent
+        return grant
 
     async def _metered(
         self, grant: Grant | None, said: usage.Reported, folder: Path, log: Any

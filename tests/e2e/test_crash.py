@@ -69,3 +69,64 @@ async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo:
     assert [a.attempt for a in result.attempts] == [1, 2]
     assert isinstance(result, TaskResult) and result.attempts[1].verdict.passed
     assert second is not None and second.returncode == 0  # SIGTERM drains, exits cleanly
+
+
+# One model call through the gateway on each run; the first run then hangs (the worker
+# gets killed under it), the retried one fixes the bug.
+PAID = """
+import urllib.request
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}
+                    ).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+urllib.request.urlopen(request, timeout=30).read()
+runs = list(map(json.loads, log.read_text().splitlines()))
+if len(runs) == 1:
+    pathlib.Path(str(log) + ".orphan").write_text(str(os.getpid()))
+    time.sleep(60)
+pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+async def test_kill_9_during_make_keeps_what_its_model_calls_cost(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The killed try's call was billed: the retried try starts from it, so the attempt's
+    usage (and its budget) counts both calls, not only the retry's."""
+    from tests.support.gateway import KEY
+    from tests.support.model_server import ScriptedModel, reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedModel() as model:
+        model.script([reply("ok", usage=(1000, 50))] * 3)
+        agent = write_agent(tmp_path, PAID)
+        spec = TaskSpec.model_validate(
+            task(demo_repo, agent, budget={"max_attempts": 1, "max_tokens": 5000})
+            | {"agent": {"command": agent, "model": "gpt-4o-mini",
+                         "provider": {"api": "openai", "base_url": model.url}}}
+        )  # fmt: skip
+        orphan_file = agent_file(settings, spec.id, 1, "calls.jsonl.orphan")
+        host = Host(client, settings.home, settings.task_queue)
+        await host.start()
+        handle, _ = await start_task(client, spec, settings.task_queue)
+        deadline = time.monotonic() + 60
+        while not orphan_file.exists():
+            assert time.monotonic() < deadline, host.tail()
+            await asyncio.sleep(0.1)
+        assert host.process is not None
+        host.process.send_signal(signal.SIGKILL)
+        await host.process.wait()
+        await host.start()
+        try:
+            result = await result_of(handle, within=60)
+        finally:
+            await host.stop()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    made = result.attempts[0].make
+    assert made is not None and made.tries == 2
+    journal = settings.runs / spec.id / "attempt-1" / "calls.jsonl"
+    kept = journal.read_text() if journal.exists() else "no journal"
+    assert len(model.requests) == 2 and made.model_calls == 2, kept
+    assert result.tokens == 2 * 1050

@@ -211,6 +211,30 @@ async def test_concurrent_calls_under_a_budget_overshoot_by_one_call_at_most() -
     assert len(model.requests) == 1 and g.tokens == 1050
 
 
+async def test_a_retried_try_counts_what_the_killed_one_spent(tmp_path: Path) -> None:
+    """A worker killed mid-attempt leaves its calls billed; the retry of that attempt
+    starts from them (the journal), so the budget holds across tries."""
+    journal = tmp_path / "calls.jsonl"
+    with ScriptedModel() as model:
+        model.script([reply("x", usage=(1000, 50))] * 4)
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        first = grant("openai", model.url, max_tokens=2500, journal=journal)
+        async with attached(first) as client:
+            for _ in range(2):
+                await client.post("/v1/chat/completions", json=body, headers=bearer(first))
+        journal.write_text(journal.read_text() + '{"path": "/v1/chat/comp')  # cut by the kill
+        retried = grant("openai", model.url, max_tokens=2500, journal=journal)
+        retried.resume()
+        assert (retried.tokens, retried.count) == (2100, 2)
+        async with attached(retried) as client:
+            statuses = [
+                (await client.post("/v1/chat/completions", json=body, headers=bearer(retried)))
+                .status_code for _ in range(2)
+            ]  # fmt: skip
+    assert statuses == [200, 400] and len(model.requests) == 3
+    assert retried.tokens == 3150 and retried.spent_after == 3
+
+
 async def test_a_token_dies_with_its_run() -> None:
     with ScriptedModel() as model:
         g = grant("openai", model.url)

@@ -9,6 +9,8 @@ on its own event loop; the run's activity reads it only after the run has detach
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -58,6 +60,9 @@ class Grant:
     max_cost_usd: float | None = None
     prices: dict[str, dict[str, float]] = field(default_factory=lambda: dict(BUILTIN_PRICES))
     """The price table a call's usage is priced with (the worker's ``load_prices``)."""
+    journal: Path | None = None
+    """Where each forwarded call is appended as it ends (``calls.jsonl``, the worker's):
+    a retried try of the attempt starts from what the earlier ones spent (``resume``)."""
     transcript_dir: Path | None = None
     """Where each call's request and answer go (``agent.transcript``); None: nowhere."""
     token: str = field(default_factory=lambda: f"loop-{secrets.token_urlsafe(24)}")
@@ -93,6 +98,28 @@ class Grant:
         self.cost_usd += call.cost_usd
         if len(self.calls) < MAX_RECORDED:
             self.calls.append(call)
+
+    def note(self, call: Call) -> None:
+        """Count ``call`` and append it to the journal, so no try of the attempt forgets
+        what it cost (a provider bills a call whose try was killed)."""
+        self.add(call)
+        if self.journal is not None:
+            with self.journal.open("a") as f:
+                f.write(json.dumps(dataclasses.asdict(call)) + "\n")
+
+    def resume(self) -> None:
+        """Count what earlier tries of the attempt spent, from the journal they left."""
+        if self.journal is None:
+            return
+        try:
+            lines = self.journal.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            try:
+                self.add(Call(**json.loads(line)))
+            except (ValueError, TypeError):
+                continue  # a line cut by the crash that ended its try
 
     def refuse(self, why: str) -> None:
         if len(self.refused) < MAX_RECORDED and why not in self.refused:

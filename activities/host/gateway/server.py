@@ -326,7 +326,7 @@ class Gateway:
         status = answer.status_code
         encoding = answer.headers.get("content-encoding", "")
         meter = Meter(grant.api, path, streamed=streamed(sent), model=requested, encoding=encoding)
-        gone = False
+        gone = counted = False
         try:
             kept = [(k, v) for k, v in answer.headers.raw if k.decode().lower() not in NOT_RETURNED]
             writer.write(conn.send(h11.Response(status_code=status, headers=kept)) or b"")
@@ -340,11 +340,16 @@ class Gateway:
                     gone = not await self._relay(conn, writer, chunk)
                 elif relayed > AFTER_GONE:
                     break  # the agent left long ago: its usage is not worth more bytes
+            # Counted (and journaled) before the answer's end reaches the agent: no agent
+            # holds a whole answer whose cost a crash of this worker could forget.
+            self._count(grant, meter, path, status, started, requested)
+            counted = True
             if not gone:
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await asyncio.wait_for(writer.drain(), DRAIN_S)
         finally:
-            self._count(grant, meter, path, status, started, requested)  # before any await
+            if not counted:
+                self._count(grant, meter, path, status, started, requested)  # before any await
             await answer.aclose()
             if transcript is not None and grant.transcript_dir is not None:
                 file = grant.transcript_dir / f"call-{grant.count:04d}.log"
@@ -377,7 +382,7 @@ class Gateway:
         call = Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
                     tokens_out=used.tokens_out, cost_usd=price, ms=round(took * 1000, 1),
                     metered=used.found)  # fmt: skip
-        grant.add(call)
+        grant.note(call)
         if meter.metering and not used.found and status < 400:
             grant.unmetered += 1
         record_call(grant, call, requested, took)
