@@ -5,14 +5,18 @@ variables point at ``127.0.0.1:3129`` inside its own network namespace. The laun
 listens there and hands the socket to the worker, as it does for the egress proxy;
 connections accepted on it belong to that run and no other (docs/concepts/gateway.md).
 
-For each request the gateway checks, in this order: the token is the run's (another
-live run's token is refused and logged with both tasks), the path is one of the api's
-model paths, the body is a JSON object under ``MAX_BODY``, and the attempt's budget
-is not spent. It then puts the real key in, sends the request to the upstream the
-task file names (never one the request names) over verified TLS, and streams the
-answer back as it arrives, metering it on the way (``loop.rules.metering``) and tracing
-it where tracing is on (``spans``). While a budget is set the run's calls go one at a
-time, so no attempt overshoots by more than the one call in flight.
+For each request the gateway checks, on its head and before reading its body, that
+the token is the run's (another live run's token is refused and logged with both
+tasks) and the path is one of the api's model paths; then that the body is a JSON
+object under ``MAX_BODY`` whose usage will come back with the answer, and that the
+attempt's budget is not spent. It then puts the real key in, sends the request with
+the API's own headers to the upstream the task file names (never one the request
+names) over verified TLS, and streams the answer back as it arrives, metering it on
+the way (``loop.rules.metering``), counting and journaling it before the answer's end
+reaches the agent (``Grant.note``), and tracing it where tracing is on (``spans``).
+While a budget is set the run's calls go one at a time, so no attempt overshoots by
+more than the one call in flight; after an answer whose usage could not be read, such
+a run gets no more calls.
 
 One gateway serves every run of the worker process, on an event loop of its own in a
 thread: a slow upstream never stalls the worker's activities and workflows.
