@@ -21,7 +21,6 @@ closes with ``end_attempt``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -70,8 +69,6 @@ from loop.settings import Settings
 CLAIM_CHARS = 16_000
 CLAIM_BYTES = 4 * CLAIM_CHARS
 SIZE_FILE = "start_size"
-CALLS_JOURNAL = "calls.jsonl"
-"""Every model call of the attempt's tries, appended by the gateway as each ends."""
 
 
 def agent_dir(attempt_dir: str | Path) -> Path:
@@ -280,7 +277,7 @@ class MakeActivities:
             prices=self.prices,
             transcript_dir=folder if inp.task.agent.transcript else None,
             trace_context=opentelemetry.context.get_current(),
-            journal=folder / CALLS_JOURNAL,
+            journal=folder / CALLS_FILE,
         )
         await asyncio.to_thread(grant.resume)  # a retried try: what the killed one spent
         return grant
@@ -289,11 +286,9 @@ class MakeActivities:
         self, grant: Grant | None, said: usage.Reported, folder: Path, log: Any
     ) -> _Run:
         """The gateway's measurement of the attempt, which replaces what the agent said it
-        spent (kept as a cross-check in the log); every call in ``calls.json``."""
+        spent (kept as a cross-check in the log); every call is in its journal already."""
         if grant is None:
             return {}
-        calls = [dataclasses.asdict(c) for c in grant.calls]
-        await asyncio.to_thread((folder / CALLS_FILE).write_text, json.dumps(calls))
         reported = said.tokens_in + said.tokens_out
         if said.found and reported != grant.tokens:
             log.info("the agent's own report differs from the gateway's", reported=reported,

@@ -104,9 +104,10 @@ class AgentLimits(_Record):
     tool_calls: int | None = None
 
 
-CALLS_FILE = "calls.json"
+CALLS_FILE = "calls.jsonl"
 """In an attempt's folder: its model calls as the gateway measured them (path, model,
-status, tokens in and out, cost, milliseconds), written by the worker."""
+status, tokens in and out, cost, milliseconds), one JSON object a line, appended by the
+worker as each call ends, for every try of the attempt."""
 
 
 class MakeInput(_StepInput):

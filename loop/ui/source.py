@@ -105,7 +105,7 @@ class TaskPage:
     started: datetime | None
     logs: set[str] = field(default_factory=set)
     calls: dict[int, list[views.CallRow]] = field(default_factory=dict)
-    """Each attempt's model calls, as the gateway measured them (``calls.json``)."""
+    """Each attempt's model calls, as the gateway measured them (``calls.jsonl``)."""
 
 
 class _Lru(OrderedDict[str, Any]):
@@ -333,15 +333,16 @@ class Source:
         return found
 
     def calls_of(self, task_id: str) -> dict[int, list[views.CallRow]]:
-        """Each attempt's model calls through the gateway, from the worker's ``calls.json``."""
+        """Each attempt's model calls through the gateway, from the worker's ``calls.jsonl``
+        (the first ``CALLS_LIMIT`` bytes of a long one)."""
         found: dict[int, list[views.CallRow]] = {}
         with contextlib.suppress(OSError):
             for attempt in (self.runs / task_id).glob("attempt-*"):
                 n = attempt.name.removeprefix("attempt-")
                 if not n.isdigit() or attempt.is_symlink():
                     continue
-                data, note = read_untrusted(attempt / CALLS_FILE, CALLS_LIMIT)
-                if not note:
+                data, _ = read_untrusted(attempt / CALLS_FILE, CALLS_LIMIT)  # no link followed
+                if data:
                     found[int(n)] = views.call_rows(data.decode("utf-8", "replace"))
         return found
 

@@ -276,14 +276,15 @@ class CallRow:
 
 
 def call_rows(text: str) -> list[CallRow]:
-    """``calls.json`` (the worker's file) as rows; anything not of its shape is left out."""
-    try:
-        calls = json.loads(text)
-    except ValueError:
-        return []
+    """``calls.jsonl`` (the worker's file) as rows; a line not of its shape (one a crash
+    cut, say) is left out."""
     rows = []
-    for c in calls if isinstance(calls, list) else []:
-        if not isinstance(c, dict):
+    for line in text.splitlines():
+        try:
+            c = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(c, dict) or count(c.get("status")) is None:
             continue
         rows.append(
             CallRow(

@@ -306,7 +306,7 @@ async def test_a_command_agent_calls_through_the_gateway_and_never_holds_the_key
     run = settings.runs / spec.id
     assert not [p for p in run.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert KEY not in git(Path(r.worktree), "show", made.commit)
-    calls = json.loads((run / "attempt-1" / "calls.json").read_text())
+    calls = [json.loads(c) for c in (run / "attempt-1" / "calls.jsonl").read_text().splitlines()]
     assert [c["tokens_in"] + c["tokens_out"] for c in calls] == [420] * 3
 
 

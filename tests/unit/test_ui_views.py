@@ -226,12 +226,12 @@ def test_an_attempt_shows_its_model_calls_as_the_gateway_measured_them() -> None
     result.attempts[0].make = made.model_copy(
         update={"metered": True, "model_calls": 2, "gateway_refused": ["GET /v1/files"]}
     )
-    calls = json.dumps([
+    calls = "\n".join(json.dumps(c) for c in [
         {"model": "gpt-4o-mini", "status": 200, "tokens_in": 400, "tokens_out": 20,
          "cost_usd": 0.000072, "ms": 12.5},
         {"model": "<b>x</b>", "status": 400, "tokens_in": "9e9", "tokens_out": True},
         "not a call",
-    ])  # fmt: skip
+    ]) + '\n{"path": "/v1/chat/comp'  # the line a crash cut  # fmt: skip
     rows = views.call_rows(calls)
     assert [(r.model, r.status, r.tokens_in, r.tokens_out) for r in rows] == [
         ("gpt-4o-mini", "200", 400, 20), ("<b>x</b>", "400", 0, 0)
@@ -673,13 +673,13 @@ def test_the_source_reads_an_attempts_calls_and_transcripts_from_the_worker_file
     source = Source(client=None, home=tmp_path, task_queue="q")  # type: ignore[arg-type]
     attempt = source.runs / "t1" / "attempt-1"
     attempt.mkdir(parents=True)
-    (attempt / "calls.json").write_text(json.dumps([{"model": "m", "status": 200}]))
+    (attempt / "calls.jsonl").write_text(json.dumps({"model": "m", "status": 200}) + "\n")
     (attempt / "call-0001.log").write_text("POST /v1/chat/completions")
     (attempt / "call-1.log").write_text("not a transcript's name")
     other = source.runs / "t1" / "attempt-2"
     other.mkdir()
-    (tmp_path / "elsewhere.json").write_text(json.dumps([{"model": "leak"}]))
-    (other / "calls.json").symlink_to(tmp_path / "elsewhere.json")  # never followed
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"model": "leak", "status": 200}))
+    (other / "calls.jsonl").symlink_to(tmp_path / "elsewhere.json")  # never followed
     assert [r.model for r in source.calls_of("t1")[1]] == ["m"] and 2 not in source.calls_of("t1")
     assert "attempt-1/call-0001.log" in source.logs_of("t1")
     assert "attempt-1/call-1.log" not in source.logs_of("t1")
