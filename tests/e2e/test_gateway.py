@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +20,14 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities.host.gateway import GATEWAY, Grant, host_listener
+from activities.host.gateway import GATEWAY, host_listener
 from activities.host.gateway import server as gateway_server
 from activities.host.gateway.upstream import upstream_refusal
+from loop.budgets import set_limits
 from loop.contracts import (
     QUERY_LEDGER,
     LedgerState,
     PeriodLimits,
-    ProviderApi,
     TaskState,
     ledger_id_for,
 )
@@ -37,44 +35,15 @@ from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agent_endpoints import ScriptedClaude, ScriptedResponses, turn
 from tests.support.agents import agent_file
-from tests.support.gateway import KEY, calling_spec
+from tests.support.gateway import KEY, attached, bearer, calling_spec, grant, raw
 from tests.support.host import LEVELS, needs
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import git
-from tests.support.tasks import result_of, set_limits
+from tests.support.tasks import result_of
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(60)
 TOOL = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
-
-
-def grant(api: ProviderApi, upstream: str, task: str = "task-a", **limits: Any) -> Grant:
-    return Grant(task_id=task, attempt=1, api=api, upstream=upstream, key=KEY, **limits)
-
-
-@asynccontextmanager
-async def attached(g: Grant) -> AsyncIterator[httpx.AsyncClient]:
-    """``g``'s run attached to the gateway; a client at its address (as the CLI's base)."""
-    listener = host_listener()
-    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    async with GATEWAY.serving(listener, g):
-        async with httpx.AsyncClient(base_url=base, timeout=20, trust_env=False) as client:
-            yield client
-
-
-async def raw(client: httpx.AsyncClient, request: str) -> bytes:
-    """Bytes sent as they are to the gateway ``client`` talks to; its answer's first line."""
-    url = httpx.URL(str(client.base_url))
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(request.encode())
-    await writer.drain()
-    line = await reader.readline()
-    writer.close()
-    return line
-
-
-def bearer(g: Grant) -> dict[str, str]:
-    return {"authorization": f"Bearer {g.token}"}
 
 
 def sse_data(text: str) -> list[Any]:
@@ -85,7 +54,7 @@ def sse_data(text: str) -> list[Any]:
 async def test_a_chat_completion_goes_upstream_with_the_real_key_and_is_metered() -> None:
     with ScriptedModel() as model:
         model.script([reply("hello", usage=(700, 30))])
-        g = grant("openai", model.url, model="gpt-4o-mini")
+        g = grant(model.url, model="gpt-4o-mini")
         async with attached(g) as client:
             body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
             answer = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
@@ -101,7 +70,7 @@ async def test_a_chat_completion_goes_upstream_with_the_real_key_and_is_metered(
 async def test_a_streamed_chat_completion_is_asked_for_its_usage_and_streams_back() -> None:
     with ScriptedModel() as model:
         model.script([reply("streamed", usage=(120, 8))])
-        g = grant("openai", model.url)
+        g = grant(model.url)
         async with attached(g) as client:
             body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
             answer = await client.post("/v1/chat/completions", json=body, headers=bearer(g))
@@ -115,7 +84,7 @@ async def test_a_streamed_chat_completion_is_asked_for_its_usage_and_streams_bac
 
 async def test_anthropic_messages_streamed_are_metered_from_start_and_delta() -> None:
     with ScriptedClaude(turn("hi", ("Read", {"file_path": "x"}), usage=(900, 40))) as model:
-        g = grant("anthropic", model.url)
+        g = grant(model.url, "anthropic")
         async with attached(g) as client:
             body = {"model": "claude-sonnet-4-5", "stream": True, "max_tokens": 100,
                     "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
@@ -133,7 +102,7 @@ async def test_anthropic_messages_streamed_are_metered_from_start_and_delta() ->
 
 async def test_the_responses_api_is_metered_from_response_completed() -> None:
     with ScriptedResponses(turn("done", usage=(1000, 50))) as model:
-        g = grant("openai", f"{model.url}/v1")
+        g = grant(f"{model.url}/v1")
         async with attached(g) as client:
             body = {"model": "gpt-5", "stream": True, "tools": TOOL, "input": "x"}
             answer = await client.post("/v1/responses", json=body, headers=bearer(g))
@@ -146,8 +115,8 @@ async def test_no_token_another_runs_token_another_path_and_a_huge_body_are_refu
 ) -> None:
     monkeypatch.setattr(gateway_server, "MAX_BODY", 4096)
     with ScriptedModel() as model:
-        a = grant("openai", model.url, task="task-a")
-        b = grant("openai", model.url, task="task-b")
+        a = grant(model.url, task="task-a")
+        b = grant(model.url, task="task-b")
         body = {"model": "m", "messages": []}
         async with attached(a), attached(b) as from_b:
             none = await from_b.post("/v1/chat/completions", json=body)
@@ -183,7 +152,7 @@ async def test_no_token_another_runs_token_another_path_and_a_huge_body_are_refu
 async def test_a_spent_budget_stops_calls_with_the_providers_error_shape() -> None:
     with ScriptedModel() as model:
         model.script([reply("x", usage=(1000, 50))] * 5)
-        g = grant("openai", model.url, max_tokens=2500)
+        g = grant(model.url, max_tokens=2500)
         async with attached(g) as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
             statuses = [
@@ -200,7 +169,7 @@ async def test_a_spent_budget_stops_calls_with_the_providers_error_shape() -> No
 async def test_concurrent_calls_under_a_budget_overshoot_by_one_call_at_most() -> None:
     with ScriptedModel() as model:
         model.script([reply("x", usage=(1000, 50), delay=0.2)] * 8)
-        g = grant("openai", model.url, max_tokens=1000)
+        g = grant(model.url, max_tokens=1000)
         async with attached(g) as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
             answers = await asyncio.gather(
@@ -218,12 +187,12 @@ async def test_a_retried_try_counts_what_the_killed_one_spent(tmp_path: Path) ->
     with ScriptedModel() as model:
         model.script([reply("x", usage=(1000, 50))] * 4)
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-        first = grant("openai", model.url, max_tokens=2500, journal=journal)
+        first = grant(model.url, max_tokens=2500, journal=journal)
         async with attached(first) as client:
             for _ in range(2):
                 await client.post("/v1/chat/completions", json=body, headers=bearer(first))
         journal.write_text(journal.read_text() + '{"path": "/v1/chat/comp')  # cut by the kill
-        retried = grant("openai", model.url, max_tokens=2500, journal=journal)
+        retried = grant(model.url, max_tokens=2500, journal=journal)
         retried.resume()
         assert (retried.tokens, retried.count) == (2100, 2)
         async with attached(retried) as client:
@@ -237,7 +206,7 @@ async def test_a_retried_try_counts_what_the_killed_one_spent(tmp_path: Path) ->
 
 async def test_a_token_dies_with_its_run() -> None:
     with ScriptedModel() as model:
-        g = grant("openai", model.url)
+        g = grant(model.url)
         listener = host_listener()
         port = listener.getsockname()[1]
         async with GATEWAY.serving(listener, g):
@@ -249,7 +218,7 @@ async def test_a_token_dies_with_its_run() -> None:
 async def test_a_transcript_keeps_each_call_bounded_and_without_the_key(tmp_path: Path) -> None:
     with ScriptedModel() as model:
         model.script([reply("the answer " + KEY), reply("second")])
-        g = grant("openai", model.url, transcript_dir=tmp_path)
+        g = grant(model.url, transcript_dir=tmp_path)
         async with attached(g) as client:
             said = [{"role": "user", "content": f"fix it, token {g.token}"}]
             body = {"model": "m", "messages": said}
@@ -371,7 +340,7 @@ async def test_five_tasks_under_a_period_budget_pass_it_by_one_call_at_most(
             for _ in range(5)
         ]
         async with build_worker(client, settings):
-            await set_limits(client, settings, repo, PeriodLimits(tokens_per_day=3000))
+            await set_limits(client, repo, PeriodLimits(tokens_per_day=3000), settings.task_queue)
             handles = [(await start_task(client, s, settings.task_queue))[0] for s in specs]
             results = await asyncio.gather(*(result_of(h, within=200) for h in handles))
             ledger = client.get_workflow_handle(ledger_id_for(repo))

@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from activities.host.gateway import GATEWAY, Grant, host_listener
-from tests.support.gateway import KEY
+from tests.support.gateway import attached, bearer, grant
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,24 +79,6 @@ def whole(doc: dict[str, Any], headers: dict[str, str] | None = None, raw: bytes
                      f"content-length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
 
     return reply
-
-
-def grant(upstream: str, api: str = "openai", **limits: Any) -> Grant:
-    return Grant(task_id="task-a", attempt=1, api=api, upstream=upstream, key=KEY,  # type: ignore[arg-type]
-                 **limits)  # fmt: skip
-
-
-@asynccontextmanager
-async def attached(g: Grant) -> AsyncIterator[httpx.AsyncClient]:
-    listener = host_listener()
-    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    async with GATEWAY.serving(listener, g):
-        async with httpx.AsyncClient(base_url=base, timeout=20, trust_env=False) as client:
-            yield client
-
-
-def bearer(g: Grant) -> dict[str, str]:
-    return {"authorization": f"Bearer {g.token}"}
 
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200}

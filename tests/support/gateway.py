@@ -1,17 +1,54 @@
-"""A command agent that calls its model through the gateway, as a CLI would, and notes
-what it could see of its environment, /proc and HOME (where a leaked key would be)."""
+"""The model gateway as its tests reach it: a run's grant attached on a loopback listener
+and called as a CLI would, and a command agent that calls through it and notes what it
+could see of its environment, /proc and HOME (where a leaked key would be)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from loop.contracts import TaskSpec
+import httpx
+
+from activities.host.gateway import GATEWAY, Grant, host_listener
+from loop.contracts import ProviderApi, TaskSpec
 from tests.support.agents import write_agent
 
 KEY = "sk-real-key-planted-0000"
 """The real key the worker holds in the tests: it must never reach a sandbox."""
+
+
+def grant(upstream: str, api: ProviderApi = "openai", task: str = "task-a", **limits: Any) -> Grant:
+    return Grant(task_id=task, attempt=1, api=api, upstream=upstream, key=KEY, **limits)
+
+
+@asynccontextmanager
+async def attached(g: Grant) -> AsyncIterator[httpx.AsyncClient]:
+    """``g``'s run attached to the gateway; a client at its address (as the CLI's base)."""
+    listener = host_listener()
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    async with GATEWAY.serving(listener, g):
+        async with httpx.AsyncClient(base_url=base, timeout=20, trust_env=False) as client:
+            yield client
+
+
+def bearer(g: Grant) -> dict[str, str]:
+    return {"authorization": f"Bearer {g.token}"}
+
+
+async def raw(client: httpx.AsyncClient, request: str) -> bytes:
+    """Bytes sent as they are to the gateway ``client`` talks to; its answer's first line."""
+    url = httpx.URL(str(client.base_url))
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(request.encode())
+    await writer.drain()
+    line = await reader.readline()
+    writer.close()
+    return line
+
 
 CALLING_AGENT = """
 import itertools, urllib.error, urllib.request
