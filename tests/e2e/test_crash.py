@@ -33,28 +33,35 @@ else:
 """
 
 
-async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo: Path, tmp_path):
-    agent = write_agent(tmp_path, AGENT)
-    spec = TaskSpec.model_validate(task(demo_repo, agent, budget={"max_attempts": 3}))
-    orphan_file = agent_file(settings, spec.id, 2, "calls.jsonl.orphan")
+async def killed_under_make(
+    client: Client, settings: Settings, spec: TaskSpec, hanging: Path
+) -> tuple[TaskResult, Host, asyncio.subprocess.Process | None]:
+    """Start ``spec`` on a worker process, ``kill -9`` it once the agent says it hangs
+    (``hanging`` exists), start a new one; the result, the host and the new process."""
     host = Host(client, settings.home, settings.task_queue)
     await host.start()
     handle, _ = await start_task(client, spec, settings.task_queue)
     deadline = time.monotonic() + 60
-    while not orphan_file.exists():
+    while not hanging.exists():
         assert time.monotonic() < deadline, host.tail()
         await asyncio.sleep(0.1)
-    orphan = int(orphan_file.read_text())
-
     assert host.process is not None
     host.process.send_signal(signal.SIGKILL)  # the worker alone: its agent lives on
     await host.process.wait()
     await host.start()
     second = host.process
     try:
-        result = await result_of(handle, within=60)
+        return await result_of(handle, within=60), host, second
     finally:
         await host.stop()
+
+
+async def test_kill_9_during_make(client: Client, settings: Settings, demo_repo: Path, tmp_path):
+    agent = write_agent(tmp_path, AGENT)
+    spec = TaskSpec.model_validate(task(demo_repo, agent, budget={"max_attempts": 3}))
+    orphan_file = agent_file(settings, spec.id, 2, "calls.jsonl.orphan")
+    result, host, second = await killed_under_make(client, settings, spec, orphan_file)
+    orphan = int(orphan_file.read_text())
 
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     calls = agent_calls(settings, spec.id)
@@ -108,21 +115,7 @@ async def test_kill_9_during_make_keeps_what_its_model_calls_cost(
                          "provider": {"api": "openai", "base_url": model.url}}}
         )  # fmt: skip
         orphan_file = agent_file(settings, spec.id, 1, "calls.jsonl.orphan")
-        host = Host(client, settings.home, settings.task_queue)
-        await host.start()
-        handle, _ = await start_task(client, spec, settings.task_queue)
-        deadline = time.monotonic() + 60
-        while not orphan_file.exists():
-            assert time.monotonic() < deadline, host.tail()
-            await asyncio.sleep(0.1)
-        assert host.process is not None
-        host.process.send_signal(signal.SIGKILL)
-        await host.process.wait()
-        await host.start()
-        try:
-            result = await result_of(handle, within=60)
-        finally:
-            await host.stop()
+        result, _, _ = await killed_under_make(client, settings, spec, orphan_file)
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     made = result.attempts[0].make
     assert made is not None and made.tries == 2
