@@ -9,19 +9,16 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from temporalio.client import WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
 
+from loop.budgets import set_limits
 from loop.cli import console
 from loop.cli.render import count, money
 from loop.contracts import (
     LEDGER_WORKFLOW,
     QUERY_LEDGER,
-    UPDATE_SET_LIMITS,
     DaySpend,
     LedgerState,
     PeriodLimits,
-    ledger_id_for,
 )
 from loop.errors import LoopError
 from loop.hardened import git
@@ -46,19 +43,8 @@ def budget_set(
 
     async def main() -> None:
         client = await console.client()
-        state = await client.execute_update_with_start_workflow(
-            UPDATE_SET_LIMITS,
-            PeriodLimits(cost_per_day=cost_per_day, tokens_per_day=tokens_per_day),
-            start_workflow_operation=WithStartWorkflowOperation(
-                LEDGER_WORKFLOW,
-                LedgerState(repo=top),
-                id=ledger_id_for(top),
-                task_queue=settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                static_summary=f"period budget of {top}",
-            ),
-            result_type=LedgerState,
-        )
+        limits = PeriodLimits(cost_per_day=cost_per_day, tokens_per_day=tokens_per_day)
+        state = await set_limits(client, top, limits, settings.task_queue)
         _print_ledger(state)
 
     console.run(main)

@@ -10,16 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client
 
+from loop.budgets import set_limits
 from loop.contracts import (
-    LEDGER_WORKFLOW,
     QUERY_LEDGER,
     SIGNAL_FEEDBACK,
     UPDATE_REPORT,
     UPDATE_RESERVE,
-    UPDATE_SET_LIMITS,
     FeedbackSignal,
     LedgerState,
     PeriodLimits,
@@ -33,7 +31,7 @@ from loop.contracts import (
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import write_agent
-from tests.support.tasks import result_of, set_limits, task, wait_for
+from tests.support.tasks import result_of, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,7 +41,7 @@ TODAY = datetime.now(UTC).date().isoformat()
 async def test_twenty_reservations_at_once_never_overspend(client: Client, settings: Settings):
     repo = f"/repos/{settings.task_queue}"
     async with build_worker(client, settings):
-        await set_limits(client, settings, repo, PeriodLimits(cost_per_day=1.0))
+        await set_limits(client, repo, PeriodLimits(cost_per_day=1.0), settings.task_queue)
         ledger = client.get_workflow_handle(ledger_id_for(repo))
 
         async def attempt(i: int) -> ReserveReply:
@@ -78,7 +76,7 @@ async def test_spent_period_budget_parks_the_task_until_raised(
     agent = write_agent(tmp_path, FIX)
     spec = TaskSpec.model_validate(task(demo_repo, agent) | {"repo": repo})
     async with build_worker(client, settings):
-        await set_limits(client, settings, repo, PeriodLimits(cost_per_day=0))
+        await set_limits(client, repo, PeriodLimits(cost_per_day=0), settings.task_queue)
         handle, _ = await start_task(client, spec, settings.task_queue)
         st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
         assert st.reason == "period budget spent" and st.attempt == 0
@@ -132,18 +130,9 @@ async def holding(
 ):
     """A ledger with limits, and a task whose attempt holds a reservation of it."""
     repo = str(demo_repo.resolve())
-    await client.execute_update_with_start_workflow(
-        UPDATE_SET_LIMITS,
-        PeriodLimits(cost_per_day=20.0, tokens_per_day=5_000_000),
-        start_workflow_operation=WithStartWorkflowOperation(
-            LEDGER_WORKFLOW,
-            LedgerState(repo=repo, sweep_every_s=sweep_every_s),
-            id=ledger_id_for(repo),
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        ),
-        result_type=LedgerState,
-    )
+    limits = PeriodLimits(cost_per_day=20.0, tokens_per_day=5_000_000)
+    start = LedgerState(repo=repo, sweep_every_s=sweep_every_s)
+    await set_limits(client, repo, limits, settings.task_queue, start=start)
     data = task(
         demo_repo,
         write_agent(tmp_path, HANG),
@@ -198,7 +187,7 @@ async def test_the_ledger_releases_what_a_terminated_task_held(
 async def test_tokens_per_day_caps_as_cost_per_day_does(client: Client, settings: Settings):
     repo = f"/repos/{settings.task_queue}"
     async with build_worker(client, settings):
-        await set_limits(client, settings, repo, PeriodLimits(tokens_per_day=1000))
+        await set_limits(client, repo, PeriodLimits(tokens_per_day=1000), settings.task_queue)
         ledger = client.get_workflow_handle(ledger_id_for(repo))
         first = await ledger.execute_update(
             UPDATE_RESERVE,

@@ -11,19 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from loop.contracts import (
-    LEDGER_WORKFLOW,
     QUERY_STATUS,
-    UPDATE_SET_LIMITS,
-    LedgerState,
-    PeriodLimits,
     TaskSpec,
     TaskStatus,
-    ledger_id_for,
 )
 from loop.settings import Settings
 from loop.tasks import start_task
@@ -165,21 +159,3 @@ async def answers_in_history(handle: WorkflowHandle) -> list[str]:
         elif e.marker_recorded_event_attributes.marker_name == "core_local_activity":
             found.append("signature check")  # the task's one local activity
     return found
-
-
-async def set_limits(
-    client: Client, settings: Settings, repo: str, limits: PeriodLimits
-) -> LedgerState:
-    """Start (or find) the repository's ledger and give it ``limits``."""
-    return await client.execute_update_with_start_workflow(
-        UPDATE_SET_LIMITS,
-        limits,
-        start_workflow_operation=WithStartWorkflowOperation(
-            LEDGER_WORKFLOW,
-            LedgerState(repo=repo),
-            id=ledger_id_for(repo),
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        ),
-        result_type=LedgerState,
-    )
