@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import h11
@@ -204,20 +205,20 @@ class Gateway:
     async def _request(
         self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         grant: Grant,
-    ) -> tuple[h11.Request, bytes] | None:  # fmt: skip
+    ) -> tuple[_Head, bytes] | None:  # fmt: skip
         """One request, admitted on its head (the token and the path) before its body is
         read; None when the connection is done (closed, idle too long, refused)."""
-        request: h11.Request | None = None
+        head: _Head | None = None
         body = bytearray()
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 # Between requests a kept-alive connection may idle; within one, it may not.
-                wait = IDLE_S if request is None and conn.their_state is h11.IDLE else REQUEST_S
+                wait = IDLE_S if head is None and conn.their_state is h11.IDLE else REQUEST_S
                 conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), wait))
             elif isinstance(event, h11.Request):
-                request = event
-                refusal = self._admit(request, grant)
+                head = _Head.of(event)
+                refusal = self._admit(head, grant)
                 if refusal is not None:
                     await self._send(conn, writer, grant, *refusal)
                     return None
@@ -228,16 +229,14 @@ class Gateway:
                     self._refused(grant, why)
                     await self._send(conn, writer, grant, 413, f"Loopwork: {why} is refused")
                     return None
-            elif isinstance(event, h11.EndOfMessage) and request is not None:
-                return request, bytes(body)
+            elif isinstance(event, h11.EndOfMessage) and head is not None:
+                return head, bytes(body)
             else:
                 return None
 
-    def _admit(self, request: h11.Request, grant: Grant) -> tuple[int, str] | None:
+    def _admit(self, head: _Head, grant: Grant) -> tuple[int, str] | None:
         """The gateway's own answer to a request that goes no further, from its head."""
-        method = request.method.decode("ascii", "replace")
-        path, _, query = request.target.decode("ascii", "replace").partition("?")
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+        method, path, query, headers = head.method, head.path, head.query, head.headers
         if method in ("HEAD", "GET") and path in ("/", "/v1", "/v1/"):
             return 200, ""  # a CLI's "can I connect"
         token = presented_token(headers)
@@ -252,19 +251,16 @@ class Gateway:
             self._refused(grant, why)
             return 401, f"Loopwork: {why}"
         if not allowed(grant.api, method, path) or not QUERY.fullmatch(query):
-            target = request.target.decode("ascii", "replace")[:200]
-            why = f"{method} {target}: not a model API path"
+            why = f"{method} {head.target[:200]}: not a model API path"
             self._refused(grant, why)
             return 404, f"Loopwork's gateway forwards no {why}"
         return None
 
     async def _answer(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant,
-        request: h11.Request, body: bytes,
+        head: _Head, body: bytes,
     ) -> None:  # fmt: skip
-        method = request.method.decode("ascii", "replace")
-        path, _, query = request.target.decode("ascii", "replace").partition("?")
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+        method, path, query, headers = head.method, head.path, head.query, head.headers
         doc: dict[str, Any] | None = {}
         if method == "POST":
             # A big body is parsed off the gateway's loop: the other runs' calls go on.
@@ -405,9 +401,28 @@ class Gateway:
         if conn.their_state is not h11.DONE:
             head.append(("connection", "close"))  # answered on its head: the rest is not read
         writer.write(conn.send(h11.Response(status_code=status, headers=head)) or b"")
-        writer.write(conn.send(h11.Data(data=data)) or b"" if data else b"")
+        if data:
+            writer.write(conn.send(h11.Data(data=data)) or b"")
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
+
+
+@dataclass(frozen=True)
+class _Head:
+    """A request's line and headers, decoded once."""
+
+    method: str
+    target: str
+    path: str
+    query: str
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, request: h11.Request) -> _Head:
+        target = request.target.decode("ascii", "replace")
+        path, _, query = target.partition("?")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
+        return cls(request.method.decode("ascii", "replace"), target, path, query, headers)
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
