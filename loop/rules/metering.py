@@ -286,8 +286,8 @@ class Meter:
         self._events = _Events()
         self._body = bytearray()
         self._tail = bytearray()
-        self._stopped = self._reader is None
         self._decoder = _decoder(encoding)
+        self._stopped = self._reader is None or self._decoder is False
 
     @property
     def metering(self) -> bool:
@@ -333,24 +333,18 @@ class Meter:
         return reading.usage(self._requested)
 
 
+_DECODERS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+"""``zlib`` window bits per encoding a provider may send though asked for ``identity``."""
+
+
 def _decoder(encoding: str) -> Any:
-    """A decompressor for a body the provider encoded though asked for ``identity``;
-    None for none; one that reads nothing for an encoding this cannot decode."""
+    """A decompressor for ``encoding``; None for none. An encoding this cannot decode
+    (``br``, ``zstd``) stops the meter at once: its body is read as nothing."""
     kind = encoding.strip().lower()
     if kind in ("", "identity"):
         return None
-    if kind in ("gzip", "x-gzip"):
-        return zlib.decompressobj(wbits=31)
-    if kind == "deflate":
-        return zlib.decompressobj()
-    return _Undecodable()
-
-
-class _Undecodable:
-    """A body in an encoding the meter cannot read (``br``, ``zstd``): read as nothing."""
-
-    def decompress(self, *_: object) -> bytes:
-        raise zlib.error("an encoding the meter cannot read")
+    bits = _DECODERS.get(kind)
+    return zlib.decompressobj(wbits=bits) if bits is not None else False
 
 
 def _usage_in_tail(reader: _Reader, tail: bytes) -> _Reading:
@@ -358,18 +352,12 @@ def _usage_in_tail(reader: _Reader, tail: bytes) -> _Reading:
     (a provider puts it after the choices or the content)."""
     text = tail.decode("utf-8", "replace")
     at = text.rfind('"usage"')
-    if at < 0:
-        return _Reading()
-    colon = text.find(":", at + len('"usage"'))
+    _, colon, rest = text[at + len('"usage"') :].partition(":") if at >= 0 else ("", "", "")
     try:
-        usage, _ = json.JSONDecoder().raw_decode(text, colon + 1 + _spaces(text, colon + 1))
+        usage, _ = json.JSONDecoder().raw_decode(rest.lstrip())
     except (ValueError, RecursionError):
         return _Reading()
-    return _read(reader, json.dumps({"usage": usage}).encode()) if colon > 0 else _Reading()
-
-
-def _spaces(text: str, at: int) -> int:
-    return len(text[at:]) - len(text[at:].lstrip())
+    return _read(reader, json.dumps({"usage": usage}).encode()) if colon else _Reading()
 
 
 def usage_of(api: Api, path: str, doc: dict[str, Any], *, model: str = "") -> CallUsage:
