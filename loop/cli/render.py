@@ -119,10 +119,11 @@ def print_result(out: Console, r: TaskResult) -> None:
                 f" (+{len(made.network_refused) - 3} more)" if len(made.network_refused) > 3 else ""
             )
             out.print(
-                f"attempt {a.attempt}: the egress proxy refused {refused}{more}", markup=False
+                f"attempt {a.attempt}: the egress proxy refused {for_terminal(refused)}{more}",
+                markup=False,
             )
         if made.gateway_refused:
-            refused = "; ".join(made.gateway_refused[:3])
+            refused = for_terminal("; ".join(made.gateway_refused[:3]))  # the agent's words
             out.print(f"attempt {a.attempt}: the model gateway refused {refused}", markup=False)
         if made.ignored_files:
             shown = ", ".join(made.ignored_files[:5])

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.gateway import attached, bearer, grant
+from tests.support.gateway import attached, bearer, grant, raw
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -380,3 +380,34 @@ async def test_a_request_without_the_token_is_answered_before_its_body_is_read()
             writer.close()
     assert line.startswith(b"HTTP/1.1 401"), line
     assert not up.requests
+
+
+async def test_a_usage_the_model_writes_in_its_answer_is_not_the_answers_usage() -> None:
+    """The agent asks the model to write a tiny "usage" into its text; in an answer too big
+    to parse whole the meter reads the usage at its end, never one inside a string."""
+    from loop.rules.metering import MAX_HELD
+
+    forged = '"usage": {"prompt_tokens": 1, "completion_tokens": 1}'
+    big = {**CHAT, "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "x" * MAX_HELD + forged}}]}  # fmt: skip
+    first = {"usage": USAGE, **{k: v for k, v in big.items() if k != "usage"}}  # usage first
+    for answer, counted in ((big, 1200), (first, 0)):
+        async with Upstream(whole(answer)) as up:
+            g = grant(up.url, model="gpt-4o-mini")
+            async with attached(g) as client:
+                await client.post("/v1/chat/completions", headers=bearer(g),
+                                  json={"model": "gpt-4o-mini", "messages": []})  # fmt: skip
+        assert g.tokens == counted, (answer is first, g.tokens)  # the real one, or nothing
+        assert g.tokens != 2
+
+
+async def test_a_request_line_with_escapes_never_reaches_a_person() -> None:
+    """What the gateway refused is shown in ``loop status`` and on the review page; a
+    target holding a terminal escape is dropped by the HTTP parser, not recorded."""
+    async with Upstream(whole(CHAT)) as up:
+        g = grant(up.url)
+        async with attached(g) as client:
+            answer = await raw(client, f"GET /v1/\x1b]52;c;cHduZWQ=\x07x HTTP/1.1\r\nhost: x\r\n"
+                                       f"authorization: Bearer {g.token}\r\n\r\n")  # fmt: skip
+    assert not answer.startswith(b"HTTP/1.1 2")
+    assert not any("\x1b" in r or "\x07" in r for r in g.refused) and not up.requests
