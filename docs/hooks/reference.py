@@ -741,8 +741,9 @@ LOOP_HOME = {
         (
             "runs/<id>/",
             "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and "
-            "state files, the base's test report (`base/`), `workspace.json`; model and tool steps "
-            "(the worker's)",
+            "state files, the base's test report (`base/`), `workspace.json`; model and tool steps; "
+            "each attempt's model calls through the gateway (`calls.jsonl`, and `call-NNNN.log` "
+            "with `agent.transcript`) (the worker's)",
         ),
         (
             "runs/<id>/attempt-N/agent/",
@@ -793,7 +794,10 @@ LOOP_HOME = {
     "demo": [("demo/", "`loop demo`'s repository and scripted agent")],
     "eval-results.json": [("eval-results.json", "the latest harness comparisons (`loop eval`)")],
     "eval": [("eval/<suite>/<case>/", "repositories snapshotted from eval case sources")],
-    "triage": [("triage/ci-<source>/", "a `ci` source's log and the checkout it ran in")],
+    "triage": [
+        ("triage/ci-<source>/", "a `ci` source's log and the checkout it ran in"),
+        ("triage/github-<source>.json", "a `github` source's pages and their ETags, between polls"),
+    ],
 }
 """What each top-level entry of ``LOOP_HOME`` holds, with the paths below it."""
 
