@@ -740,8 +740,8 @@ LOOP_HOME = {
         ),
         (
             "runs/<id>/",
-            "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and "
-            "state files, the base's test report (`base/`), `workspace.json`; model and tool steps; "
+            "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and state "
+            "files, the base's test report (`base/`), `workspace.json`; model and tool steps; "
             "each attempt's model calls through the gateway (`calls.jsonl`, and `call-NNNN.log` "
             "with `agent.transcript`) (the worker's)",
         ),
