@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 from activities.host.git import git, git_ok, repo_lock
@@ -50,15 +51,22 @@ async def _has(repo: Path, commit: str) -> bool:
 async def make(path: Path, store: Path, branch: str, start: str, source: str) -> None:
     """A clone at ``path`` on ``branch`` at ``start``: objects from the store; ``start``
     fetched from ``source`` (the repository, or a mirror) when the store lacks it (a
-    task's own pushed work, taking it over from a lost host)."""
+    task's own pushed work, taking it over from a lost host).
+
+    It is made beside ``path`` and renamed into place when whole, so a worker killed
+    half-way leaves no half-made clone there for the retry to refuse; the retry removes
+    the half-made one (a name no task id can have: it starts with a dot)."""
+    making = path.with_name(f".{path.name}.making")
+    shutil.rmtree(making, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    await git(["init", "-q", "-b", branch, str(path)], path.parent)
-    alternates = path / ".git" / "objects" / "info" / "alternates"
+    await git(["init", "-q", "-b", branch, str(making)], path.parent)
+    alternates = making / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(f"{store / 'objects'}\n")
-    if not await _has(path, start):
-        await git([*ALLOW_LOCAL, "fetch", "-q", "--no-tags", source, start], path)
-    await git(["update-ref", f"refs/heads/{branch}", start], path)
-    await git(["reset", "-q", "--hard", start], path)
+    if not await _has(making, start):
+        await git([*ALLOW_LOCAL, "fetch", "-q", "--no-tags", source, start], making)
+    await git(["update-ref", f"refs/heads/{branch}", start], making)
+    await git(["reset", "-q", "--hard", start], making)
+    making.rename(path)
 
 
 async def bring(clone: str, into: str, branch: str, locks: Path) -> None:

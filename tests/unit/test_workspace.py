@@ -154,6 +154,32 @@ async def test_prepare_creates_worktree_from_base(
     assert (Path(ws.run_dir) / "workspace.json").is_file()
 
 
+async def test_a_clone_cut_short_by_a_killed_worker_leaves_nothing_the_retry_refuses(
+    acts: WorkspaceActivities, repo: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed between ``git init`` and the clone's last step left a repository
+    without its alternates at the task's path, which the retry took for a stranger's and
+    refused ("exists but is not a task's clone"). The clone is made beside it now."""
+    from activities.host import clone
+
+    real = clone.git
+
+    async def dies_at_update_ref(args: list[str], cwd: object, **kw: object) -> str:
+        if args[:1] == ["update-ref"]:
+            raise RuntimeError("the worker died here")
+        return await real(args, cwd, **kw)  # type: ignore[arg-type]  # git's own arguments
+
+    monkeypatch.setattr(clone, "git", dies_at_update_ref)
+    with pytest.raises(RuntimeError):
+        await prepare(acts, repo)
+    path = settings.worktrees.resolve() / "t1"
+    assert not path.exists() and (path.parent / ".t1.making" / ".git").is_dir()
+    monkeypatch.setattr(clone, "git", real)
+    ws = await prepare(acts, repo)  # the retry
+    assert (Path(ws.path) / "README.md").read_text() == "hello\n"
+    assert not (path.parent / ".t1.making").exists()
+
+
 async def test_prepare_detached_head_uses_the_commit(acts: WorkspaceActivities, repo: Path) -> None:
     commit = await head(repo)
     sh(repo, "checkout", "-q", "--detach")
