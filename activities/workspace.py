@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from temporalio import activity
 
 from activities.host import clone, remote
 from activities.host.git import GitError, git, git_ok, repo_lock
+from activities.host.proc import heartbeat
 from activities.host.worktree import (
     dirty_files,
     exists,
@@ -67,7 +69,13 @@ from loop.settings import Settings
 
 MARKER = "workspace.json"
 
-PUSH_TRIES = 5
+PUSH_TRIES = 12
+"""Pushes lost to other workers before the merge is left to a person: each loss means
+another task's merge landed first, so the base is fetched and merged again."""
+
+PUSH_BACKOFF_S = 0.1
+"""The first wait after a lost push; it doubles (to at most 2 s) with full jitter, so
+workers on several hosts racing for one base stop losing to each other in step."""
 
 
 async def _merge_commit(top: str, base: str, commit: str, message: str) -> tuple[str, str]:
@@ -362,7 +370,10 @@ class WorkspaceActivities:
         ws = inp.workspace
         top, url, base = ws.repo, ws.remote, ws.base_ref
         async with repo_lock(self.settings.locks, top):
-            for _ in range(PUSH_TRIES):
+            for tried in range(PUSH_TRIES):
+                if tried:
+                    heartbeat(f"push {tried + 1} to {base}")
+                    await asyncio.sleep(random.uniform(0, min(2.0, PUSH_BACKOFF_S * 2**tried)))
                 try:
                     await remote.fetch(top, url)
                 except remote.RemoteError as e:
