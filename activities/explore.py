@@ -40,6 +40,7 @@ from loop.contracts import (
     Verdict,
     Workspace,
 )
+from loop.contracts.step_context import keep
 from loop.errors import permanent
 from loop.rules import memory
 from loop.rules.clis import BY_NAME, CliEndpoint, usage_source
@@ -89,7 +90,11 @@ class ExploreActivities:
         if len(brief) > BRIEF_CHARS:
             brief = brief[:BRIEF_CHARS] + f"\n[… brief cut; full text in {path}]"
         return ExploreResult(
-            brief=brief, brief_path=str(path), files=len(files), reproducer=reproducer
+            brief=brief,
+            brief_path=str(path),
+            files=len(files),
+            reproducer=reproducer,
+            context=keep(inp, inp.context),
         )
 
     async def _agent_can_start(self, task: TaskSpec, ws: Workspace) -> None:

@@ -56,6 +56,7 @@ from loop.contracts import (
     TaskSpec,
     Workspace,
 )
+from loop.contracts.step_context import keep
 from loop.errors import permanent
 from loop.hardened.files import read_untrusted
 from loop.logs import log_for
@@ -131,6 +132,7 @@ class _Run(TypedDict, total=False):
     metered: bool
     budget_spent: str
     gateway_refused: list[str]
+    context: str
 
 
 def finished(closed: MakeResult, **run: Unpack[_Run]) -> MakeResult:
@@ -248,6 +250,7 @@ class MakeActivities:
             agent_error=redact(spent.error),
             agent_error_fatal=spent.fatal,
             protected_writes=ran.refused_protected,
+            context=keep(inp, inp.context),
         )
         run.update(metered)  # the gateway's measurement, where it ran, over the report
         return finished(closed, **run)

@@ -63,12 +63,15 @@ class VerifyActivities:
             await asyncio.to_thread(redact_file, log)
         for g in results:
             g.evidence.output_tail = redact(g.evidence.output_tail)
-        return Verdict(
+        verdict = Verdict(
             passed=all(g.passed for g in results),
             gates=results,
             artifact=made.commit,
             ignored_files=made.ignored_files,
         )
+        kept = log_dir / "verdict.json"
+        await asyncio.to_thread(kept.write_text, verdict.model_dump_json())
+        return verdict.model_copy(update={"kept": str(kept)})
 
 
 def checkouts(

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         Workspace,
     )
+    from loop.contracts.step_context import sent_once
     from workflows.steps import act
 
 REVIEW_SECONDS = 360
@@ -39,12 +40,17 @@ def verify_seconds(spec: TaskSpec) -> int:
 
 async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
     # The gates judge the commit and read the claim, never what the agent printed: its
-    # tail is in history once (make's result), not again in verify's input.
+    # tail is in history once (make's result), not again in verify's input; nor the task
+    # file and workspace where make kept them on this host.
+    step = VerifyInput(
+        task=spec,
+        workspace=ws,
+        attempt=n,
+        make=made.model_copy(update={"output_tail": "", "context": ""}),
+    )
     verdict = await act(
         VERIFY,
-        VerifyInput(
-            task=spec, workspace=ws, attempt=n, make=made.model_copy(update={"output_tail": ""})
-        ),
+        sent_once(step, ws.run_dir, made.context),
         summary=f"verify: attempt {n}",
         seconds=verify_seconds(spec),
         ws=ws,

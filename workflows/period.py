@@ -22,7 +22,10 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
         reservation_key,
     )
-    from workflows.steps import act
+    from workflows.steps import act, bookkeeping
+
+LOCAL = "period-local"
+"""Reservations run as local activities from here on; histories from before keep theirs."""
 
 
 def key(spec: TaskSpec, attempt: int) -> str:
@@ -33,7 +36,8 @@ async def reserve(
     spec: TaskSpec, attempt: int, *, cost_usd: float | None, tokens: int | None
 ) -> ReserveReply:
     """Ask the day's ledger for at most what the task may still spend (None: no own limit)."""
-    return await act(
+    step = bookkeeping if workflow.patched(LOCAL) else act
+    return await step(
         RESERVE_BUDGET,
         ReserveBudgetInput(
             repo=spec.repo,
@@ -50,7 +54,8 @@ async def reserve(
 
 async def settle(spec: TaskSpec, attempt: int, used: Usage) -> None:
     """Give back the reservation, counting what the attempt spent."""
-    await act(
+    step = bookkeeping if workflow.patched(LOCAL) else act
+    await step(
         REPORT_USAGE,
         ReportUsageInput(
             repo=spec.repo,

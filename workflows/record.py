@@ -44,6 +44,22 @@ class Decision:
     text: str = ""
 
 
+@dataclass
+class Cited:
+    """The verdict the next attempt's feedback comes from, as far as its host kept it."""
+
+    kept: str
+    """Where verify kept it (``Verdict.kept``); empty where it did not."""
+    gates: list[str]
+    """The gates whose evidence is in that file: verify's, not an LLM reviewer's."""
+    host: str
+
+    @classmethod
+    def of(cls, verdict: Verdict, host: str) -> Cited:
+        gates = [g.name for g in verdict.gates if g.kind != "llm_review"]
+        return cls(kept=verdict.kept, gates=gates, host=host)
+
+
 class TaskRecord:
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
@@ -68,6 +84,10 @@ class TaskRecord:
         self.result = TaskResult(task_id=spec.id, state=TaskState.RUNNING)
         self.held: int | None = None
         """The attempt whose period-budget reservation is not settled yet."""
+        self.kept = ""
+        self.cited: Cited | None = None
+        """Where the last make kept the task file and workspace on its host: later steps
+        there are sent that path instead of the two."""
         self.explored = False
         self.notifications: list[asyncio.Task[None]] = []
         self.seen_signatures: list[str] = []
@@ -194,16 +214,21 @@ class TaskRecord:
         ):
             workflow.upsert_memo({"state": told[0], "reason": told[1]})
             self.told = told
-        workflow.upsert_search_attributes(
-            [
-                SA_STATE.value_set(str(self.state)),
-                SA_ATTEMPTS.value_set(len(self.result.attempts)),
-                SA_COST.value_set(round(self.result.cost_usd, 6)),
-                SA_REPO.value_set(self.spec.repo),
-                # Only for workspaces that have a host: histories from before replay as recorded.
-                *([SA_HOST.value_set(self.ws.host)] if self.ws and self.ws.host else []),
-            ]
-        )
+        updates = [
+            SA_STATE.value_set(str(self.state)),
+            SA_ATTEMPTS.value_set(len(self.result.attempts)),
+            SA_COST.value_set(round(self.result.cost_usd, 6)),
+            SA_REPO.value_set(self.spec.repo),
+            # Only for workspaces that have a host: histories from before replay as recorded.
+            *([SA_HOST.value_set(self.ws.host)] if self.ws and self.ws.host else []),
+        ]
+        if workflow.patched("publish-changes"):
+            # What changed only, and nothing when nothing did: each upsert is in history.
+            now_set = workflow.info().typed_search_attributes
+            updates = [u for u in updates if now_set.get(u.key) != u.value]
+            if not updates:
+                return
+        workflow.upsert_search_attributes(updates)
 
 
 REASON_CHARS = 300

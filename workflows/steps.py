@@ -67,6 +67,8 @@ HEARTBEAT = timedelta(seconds=5)
 PING_WAIT = timedelta(seconds=5)
 """How long a host has to answer a ping once its queue went unpolled."""
 SHORT = timedelta(seconds=120)
+BOOKKEEPING = timedelta(seconds=30)
+"""One try of a local step: a ledger's update answers in milliseconds when it is up."""
 
 
 class StepFailed(Exception):
@@ -174,6 +176,27 @@ async def act(
             # Cancelled by the wall-clock timer or a cancel request, not a failure.
             raise asyncio.CancelledError from e
         raise StepFailed(f"{d.name} failed: {failure_reason(e)}") from e
+
+
+async def bookkeeping(d: ActivityDef[Any, Out], inp: BaseModel, *, summary: str) -> Out:
+    """Run a short step that touches no worktree (a ledger's reservation) as a local
+    activity: no task queue round trip, and one marker in history instead of an
+    activity's three events and a workflow task."""
+    try:
+        done: Out = await workflow.execute_local_activity(
+            d.name,
+            inp,
+            result_type=d.output,
+            start_to_close_timeout=BOOKKEEPING,
+            schedule_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=summary,
+        )
+    except ActivityError as e:
+        if isinstance(e.cause, CancelledError):
+            raise asyncio.CancelledError from e
+        raise StepFailed(f"{d.name} failed: {failure_reason(e)}") from e
+    return done
 
 
 async def notify(inp: EscalateInput) -> str:

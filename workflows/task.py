@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         Usage,
     )
+    from loop.contracts.step_context import sent_once
     from loop.rules import answers, budget, explain
     from loop.rules import feedback as fb
     from loop.rules.answers import waiting_words
@@ -84,7 +85,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
     from workflows.judge import judge
-    from workflows.record import Decision, TaskRecord, now
+    from workflows.record import Cited, Decision, TaskRecord, now
     from workflows.steps import HostLost, StepFailed, act, notify
 
 
@@ -189,12 +190,13 @@ class TaskWorkflow(TaskRecord):
         if not self.explored:
             explored = await act(
                 EXPLORE,
-                ExploreInput(task=self.spec, workspace=self.ws),
+                sent_once(ExploreInput(task=self.spec, workspace=self.ws), self.ws.run_dir, ""),
                 summary="explore",
                 seconds=sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
                 ws=self.ws,
             )
             self.brief, self.brief_host = explored.brief, self.ws.host
+            self.kept = explored.context
             self.result.explore_brief = explored.brief_path
             self._event(
                 "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
@@ -245,9 +247,18 @@ class TaskWorkflow(TaskRecord):
             human_feedback=list(self.human_feedback),
             backend=self.spec.agent.backend,
             instructions=self.spec.instructions,
+            **self._evidence_here(),
         )
-        make_input = MakeInput(
-            task=self.spec, workspace=self.ws, attempt=n, prompt=prompt, limits=self._limits(grant)
+        make_input = sent_once(
+            MakeInput(
+                task=self.spec,
+                workspace=self.ws,
+                attempt=n,
+                prompt=prompt,
+                limits=self._limits(grant),
+            ),
+            self.ws.run_dir,
+            self.kept,
         )
         try:
             if self.spec.agent.backend == "openai":
@@ -272,6 +283,7 @@ class TaskWorkflow(TaskRecord):
                 f"attempt {n}: make ran {made.tries} times (a worker died or the step failed; "
                 "each retry started again from the attempt's start commit)",
             )
+        self.kept = made.context
         used = Usage(tokens=made.tokens, cost_usd=made.cost_usd, tool_calls=made.tool_calls)
         await self._settle(n, used)
         record.make, record.usage = made, used
@@ -330,11 +342,20 @@ class TaskWorkflow(TaskRecord):
         else:
             self.stalled, self.last_fingerprint = 1, record.fingerprint
         self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
+        self.cited = Cited.of(verdict, self.ws.host)
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
         return None
 
     # ------------------------------------------------------------------ hosts
+
+    def _evidence_here(self) -> dict[str, Any]:
+        """The feedback's evidence by the verdict file verify kept, where the attempt runs on
+        that host (an LLM reviewer's evidence is not in it: that goes by its text)."""
+        cited = self.cited
+        if cited is None or self.ws is None or self.ws.host != cited.host or not cited.kept:
+            return {}
+        return {"evidence_from": cited.kept, "evidence_of": cited.gates}
 
     def _brief_here(self) -> bool:
         """Whether explore's brief file is on the host the worktree is on now."""

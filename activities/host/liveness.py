@@ -38,9 +38,13 @@ class _Beating(ActivityInboundInterceptor):
         self.lease = lease
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if info.is_local:
+            # Bookkeeping in the workflow's own worker: a dead worker's workflow task
+            # times out and its next worker runs it again, no heartbeat or lease needed.
+            return await super().execute_activity(input)
         if self.lease is None:
             return await heartbeating(super().execute_activity(input))
-        info = activity.info()
         key = self.lease.begin(
             info.task_token, info.workflow_id, info.workflow_run_id, info.activity_type
         )

@@ -71,9 +71,15 @@ def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
     return text
 
 
+def _beats() -> bool:
+    """Inside an activity the server tracks: a local one has no heartbeat to send (its
+    workflow task is what the server watches), and unit tests run outside any."""
+    return activity.in_activity() and not activity.info().is_local
+
+
 def heartbeat(*details: object) -> None:
-    """Heartbeat when running inside an activity; a no-op elsewhere (unit tests)."""
-    if activity.in_activity():
+    """Heartbeat where the server tracks the activity; a no-op elsewhere."""
+    if _beats():
         activity.heartbeat(*details)
 
 
@@ -223,7 +229,7 @@ async def run_process(
 
 async def heartbeating(awaitable: Awaitable[T]) -> T:
     """Await something slow (a model call, a big search), heartbeating every second."""
-    if not activity.in_activity():
+    if not _beats():
         return await awaitable
 
     async def beat() -> None:

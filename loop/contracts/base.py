@@ -7,9 +7,7 @@ budget must not silently mean "no budget"), payloads ignore them (a hand-typed
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, field_serializer
+from pydantic import BaseModel, ConfigDict
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 GATE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -52,18 +50,3 @@ class _Record(BaseModel):
     """Base of results and records produced by Loopwork itself."""
 
     model_config = ConfigDict(extra="ignore")
-
-
-class _StepInput(_Record):
-    """An activity's input that the workflow sends once per attempt: the models it holds
-    go without their defaults (the task file's sandbox limits, tool policy, empty lists),
-    which the activity fills in again when it reads them. Only inputs: history is read
-    back on replay for results, never for what an activity was given, so a default that
-    changes between releases cannot change a replayed decision
-    (docs/architecture.md, "What history holds")."""
-
-    @field_serializer("*", mode="wrap", when_used="json")
-    def _without_defaults(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
-        if isinstance(value, BaseModel):
-            return value.model_dump(mode="json", exclude_defaults=True)
-        return handler(value)

@@ -131,6 +131,9 @@ class Verdict(_Record):
     """The commit the gates ran on (the latest state of the worktree)."""
     ignored_files: list[str] = Field(default_factory=list)
     """Files the agent made that git ignores: never part of the artifact the gates judged."""
+    kept: str = ""
+    """Where verify kept this verdict on its host: the next attempt's feedback there cites
+    its evidence from the file (``PromptParts.evidence_from``)."""
 
     @property
     def failed(self) -> list[GateResult]:

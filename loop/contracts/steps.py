@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from loop.contracts.base import _Record, _StepInput
+from loop.contracts.base import _Record
 from loop.contracts.evidence import Feedback, Verdict
 from loop.contracts.states import TaskState
+from loop.contracts.step_context import _StepInput, read_evidence
 from loop.contracts.task import TaskSpec
 
 
@@ -65,7 +66,7 @@ ENDPOINT_PREFLIGHT_S = 60
 """How long explore waits for an unreachable model endpoint before the task ends BLOCKED."""
 
 
-class ExploreInput(_Record):
+class ExploreInput(_StepInput):
     task: TaskSpec
     workspace: Workspace
 
@@ -76,6 +77,8 @@ class ExploreResult(_Record):
     brief_path: str
     files: int
     reproducer: Verdict
+    context: str = ""
+    """Where explore kept the task file and workspace on its host (``MakeInput.context``)."""
 
 
 class PromptParts(_Record):
@@ -90,6 +93,36 @@ class PromptParts(_Record):
     brief_path: str = ""
     """Where explore wrote the brief (the worker's own file): read there by the attempt, so
     history holds the brief once (explore's result), not once per attempt."""
+    evidence_from: str = ""
+    """Where the last verify kept its verdict on this host (``Verdict.kept``): the feedback's
+    evidence of the gates in ``evidence_of`` is read there, so history holds it once (that
+    verdict), not again in the next attempt's input."""
+    evidence_of: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap", when_used="json")
+    def _evidence_once(self, handler: SerializerFunctionWrapHandler) -> Any:
+        sent = handler(self)
+        if self.evidence_from and sent.get("feedback"):
+            for failed in sent["feedback"].get("failed", []):
+                if failed["gate"] in self.evidence_of:
+                    failed.pop("evidence", None)
+        return sent
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_evidence(cls, data: Any) -> Any:
+        # Only a payload the workflow sent leaves evidence out; models built here are whole.
+        sent = data.get("feedback") if isinstance(data, dict) else None
+        if not isinstance(sent, dict) or not data.get("evidence_from"):
+            return data
+        failed = sent.get("failed", [])
+        if all("evidence" in f for f in failed):
+            return data
+        kept = read_evidence(data["evidence_from"])
+        feedback = {**sent, "failed": [
+            f if "evidence" in f else {**f, "evidence": kept[f["gate"]]} for f in failed
+        ]}  # fmt: skip
+        return {**data, "feedback": feedback}
 
 
 CHANGED_SHOWN = 1_000
@@ -180,6 +213,9 @@ class MakeResult(_Record):
     """Set when the gateway refused a call because the budget was spent mid-attempt."""
     gateway_refused: list[str] = Field(default_factory=list)
     """What the gateway refused the agent (another run's token, a path, a size)."""
+    context: str = ""
+    """The host's copy of the task file and workspace that make kept (``MakeInput.context``):
+    the attempt's later steps there are sent its path instead (empty from workers before)."""
 
 
 class VerifyInput(_StepInput):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import uuid
@@ -11,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from loop.contracts import (
+    CHECK_ANSWER,
     QUERY_STATUS,
     TaskSpec,
     TaskStatus,
@@ -156,6 +159,14 @@ async def answers_in_history(handle: WorkflowHandle) -> list[str]:
         elif e.HasField("workflow_execution_update_accepted_event_attributes"):
             accepted = e.workflow_execution_update_accepted_event_attributes
             found.append(f"update {accepted.accepted_request.input.name}")
-        elif e.marker_recorded_event_attributes.marker_name == "core_local_activity":
-            found.append("signature check")  # the task's one local activity
+        elif _local_activity(e) == CHECK_ANSWER.name:
+            found.append("signature check")
     return found
+
+
+def _local_activity(e: HistoryEvent) -> str:
+    """The activity a local activity's marker records, or ""."""
+    marker = e.marker_recorded_event_attributes
+    if marker.marker_name != "core_local_activity":
+        return ""
+    return json.loads(marker.details["data"].payloads[0].data).get("activity_type", "")

@@ -1,4 +1,5 @@
-"""An attempt's activity inputs go without their models' defaults, and come back whole.
+"""An attempt's activity inputs go without their models' defaults and without what a
+step on the same host kept, and come back whole.
 
 ``MakeInput`` and ``VerifyInput`` are sent once per attempt; the task file in them
 (with its sandbox limits, tool policy and every other default) was most of an
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic_core import to_json
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 
 from loop.cli.demo import demo_task
 from loop.contracts import (
@@ -20,15 +22,18 @@ from loop.contracts import (
     Evidence,
     FailedRequirement,
     Feedback,
+    GateResult,
     MakeInput,
     MakeResult,
     PromptParts,
     TaskSpec,
+    Verdict,
     VerifyInput,
     Workspace,
     gate,
 )
 from loop.contracts.gates import KINDS
+from loop.contracts.step_context import keep, sent_once
 
 
 def inputs() -> tuple[MakeInput, VerifyInput]:
@@ -84,3 +89,91 @@ def test_every_gate_kind_is_still_itself_without_its_defaults(kind: type) -> Non
             pydantic_data_converter.payload_converter.to_payloads([sent]), [type(sent)]
         )
         assert type(read.task.verify[1]) is kind and read == sent
+
+
+def _sent(step: MakeInput | VerifyInput) -> dict:
+    return json.loads(pydantic_data_converter.payload_converter.to_payloads([step])[0].data)
+
+
+def _read(step: MakeInput | VerifyInput) -> MakeInput | VerifyInput:
+    converter = pydantic_data_converter.payload_converter
+    [read] = converter.from_payloads(converter.to_payloads([step]), [type(step)])
+    return read
+
+
+def test_the_task_file_and_workspace_go_once_per_host(tmp_path: Path) -> None:
+    """The first step on a host sends them and keeps them; later ones send only the path,
+    and the activity reads back exactly what the workflow meant."""
+    make, verify = inputs()
+    ws = make.workspace.model_copy(update={"run_dir": str(tmp_path)})
+    make, verify = (
+        make.model_copy(update={"workspace": ws}),
+        verify.model_copy(update={"workspace": ws}),
+    )
+    first = sent_once(make, ws.run_dir, kept="")
+    assert not first.by_reference and {"task", "workspace"} <= _sent(first).keys()
+    assert keep(_read(first), first.context) == first.context  # the activity's side
+    later = sent_once(verify, ws.run_dir, kept=first.context)
+    assert later.context == first.context and later.by_reference
+    payload = _sent(later)
+    assert "task" not in payload and "workspace" not in payload
+    assert _read(later) == verify.model_copy(update={"context": first.context})
+
+
+def test_a_changed_task_file_or_workspace_is_never_read_from_an_older_copy(
+    tmp_path: Path,
+) -> None:
+    """The cheapest way to a wrong verdict here would be a stale copy: another host's
+    workspace or an edited task under the name of the kept one. The name is their digest."""
+    make, _ = inputs()
+    kept = sent_once(make, str(tmp_path), kept="")
+    moved = make.workspace.model_copy(update={"host": "elsewhere", "path": "/other/w"})
+    for changed in (
+        make.model_copy(update={"workspace": moved}),
+        make.model_copy(update={"task": make.task.model_copy(update={"goal": "other"})}),
+    ):
+        step = sent_once(changed, str(tmp_path), kept=kept.context)
+        assert step.context != kept.context and not step.by_reference
+        assert "task" in _sent(step)
+
+
+def test_a_kept_copy_that_is_gone_is_a_permanent_failure_naming_it(tmp_path: Path) -> None:
+    make, _ = inputs()
+    step = sent_once(make, str(tmp_path), kept="")
+    step = step.model_copy(update={"by_reference": True})
+    with pytest.raises(Exception) as caught:
+        _read(step)
+    cause = caught.value
+    while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.non_retryable
+    assert step.context in str(cause) and "--rerun" in str(cause)
+
+
+def test_the_feedback_cites_the_kept_verdict_for_its_evidence(tmp_path: Path) -> None:
+    """History holds a failed gate's evidence once (verify's result): the next make names
+    the verdict file verify kept and reads the evidence there, whole."""
+    make, _ = inputs()
+    assert make.prompt.feedback is not None
+    evidence = make.prompt.feedback.failed[0].evidence
+    verdict = Verdict(
+        passed=False,
+        gates=[GateResult(name="tests", kind="run", passed=False, requirement="r",
+                          evidence=evidence)],
+    )  # fmt: skip
+    kept = tmp_path / "verdict.json"
+    kept.write_text(verdict.model_dump_json())
+    review = FailedRequirement(gate="review", requirement="a reviewer's",
+                               evidence=Evidence(detail="unclear naming"),
+                               required_correction="rename")  # fmt: skip
+    feedback = make.prompt.feedback.model_copy(
+        update={"failed": [*make.prompt.feedback.failed, review]}
+    )
+    prompt = make.prompt.model_copy(
+        update={"feedback": feedback, "evidence_from": str(kept), "evidence_of": ["tests"]}
+    )
+    step = make.model_copy(update={"prompt": prompt})
+    failed = _sent(step)["prompt"]["feedback"]["failed"]
+    assert "evidence" not in failed[0]  # in the verdict file
+    assert failed[1]["evidence"] == {"detail": "unclear naming"}  # not in it: by its text
+    assert _read(step) == step
