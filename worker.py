@@ -86,6 +86,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
         hooks.github_permission,
         hooks.github_comment,
         hooks.hook_answer,
+        hooks.github_review_comments,
     ]
 
 

@@ -28,6 +28,7 @@ from loop.contracts import (
     GITHUB_PERMISSION,
     HOOK_ANSWER,
     HOOK_ITEM,
+    REVIEW_COMMENTS,
     CancelTaskInput,
     CancelTaskResult,
     CommentInput,
@@ -39,12 +40,18 @@ from loop.contracts import (
     HookItemResult,
     PermissionInput,
     PermissionResult,
+    ReviewComment,
+    ReviewCommentsInput,
+    ReviewCommentsResult,
 )
 from loop.errors import BadInput, UnknownTask, permanent
 from loop.settings import Settings
 from loop.tasks import answer, find, payload_for, task_state
 
 ROLES = ("admin", "maintain", "write", "triage", "read")
+PER_PAGE = 100
+REVIEW_PAGES = 10
+"""A thousand inline comments in one review: more are not read."""
 
 
 class GitHubHookActivities:
@@ -98,6 +105,33 @@ class GitHubHookActivities:
             except RequestFailed as e:
                 raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
         return CommentResult(comment_id=resp.parsed_data.id)
+
+    @activity.defn(name=REVIEW_COMMENTS.name)
+    async def github_review_comments(self, inp: ReviewCommentsInput) -> ReviewCommentsResult:
+        """Every inline comment of one review (a review's payload carries none of them)."""
+        owner, name = inp.repo.split("/", 1)
+        found: list[ReviewComment] = []
+        async with _client(inp.repo, inp.token_env) as gh:
+            for page in range(1, REVIEW_PAGES + 1):
+                try:
+                    resp = await gh.rest.pulls.async_list_comments_for_review(
+                        owner, name, inp.number, inp.review_id, per_page=PER_PAGE, page=page
+                    )
+                except RequestFailed as e:
+                    raise _failure(inp.repo, f"read review {inp.review_id}'s comments", e) from None
+                listed = resp.parsed_data
+                found += [
+                    ReviewComment(
+                        path=c.path,
+                        line=c.line if isinstance(c.line, int) else None,
+                        diff_hunk=c.diff_hunk,
+                        body=c.body,
+                    )
+                    for c in listed
+                ]
+                if len(listed) < PER_PAGE:
+                    break
+        return ReviewCommentsResult(comments=found)
 
     @activity.defn(name=HOOK_ANSWER.name)
     async def hook_answer(self, inp: HookAnswerInput) -> HookAnswerResult:

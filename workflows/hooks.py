@@ -14,6 +14,11 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
   ``run`` starts the item's task whatever its labels, ``retry`` also past the
   cool-down or a task that ended; answers go through the CLI's code path; the outcome
   is one reply on the issue.
+- ``pull_request_review`` submitted on a task's pull request (its branch ``loop/<id>``)
+  with changes requested or comments, by someone who may write: **one** feedback for
+  the whole review, its body and every inline comment with path, line and diff hunk
+  (read from the API: the payload has none of them), and one reply saying what the
+  task did with it. An approving review is not an approval: a person merging is.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         HOOK_ANSWER,
         HOOK_ITEM,
         LOOKUP_TASKS,
+        REVIEW_COMMENTS,
         CancelTaskInput,
         CancelTaskResult,
         CommentInput,
@@ -39,11 +45,17 @@ with workflow.unsafe.imports_passed_through():
         GitHubDeliveryResult,
         GitHubSource,
         HookAnswerInput,
+        HookAnswerResult,
         HookItemInput,
         LabelFilter,
         LookupInput,
         PermissionInput,
+        PermissionResult,
+        ReviewCommentsInput,
+        ReviewCommentsResult,
         TriageSources,
+        branch_for,
+        is_valid_task_id,
     )
     from loop.rules import hooks, triage
     from workflows.steps import STEP_RETRY
@@ -71,6 +83,8 @@ class GitHubDeliveryWorkflow:
             did = await self._start(d.sources)
         elif d.event == "issue_comment" and hooks.addressed(d.comment):
             did = await self._command(hooks.parse(d.comment))
+        elif d.event == "pull_request_review" and d.action == "submitted":
+            did = await self._review()
         else:
             did = f"ignored: {d.event} {d.action}"
         return GitHubDeliveryResult(did=[did])
@@ -112,8 +126,8 @@ class GitHubDeliveryWorkflow:
         )
         return done.did
 
-    async def _command(self, command: hooks.Command) -> str:
-        granted = await workflow.execute_activity(
+    async def _permission(self) -> PermissionResult:
+        granted: PermissionResult = await workflow.execute_activity(
             GITHUB_PERMISSION.name,
             PermissionInput(
                 repo=self.source.repo, token_env=self.source.token_env, login=self.d.sender
@@ -123,6 +137,10 @@ class GitHubDeliveryWorkflow:
             retry_policy=STEP_RETRY,
             summary=f"permission of {self.d.sender}",
         )
+        return granted
+
+    async def _command(self, command: hooks.Command) -> str:
+        granted = await self._permission()
         if not granted.may_write:
             return await self._reply(
                 f"`{_login(self.d.sender)}` may not write to {self.source.repo} (the API says "
@@ -137,22 +155,55 @@ class GitHubDeliveryWorkflow:
             )
         if command.verb in ("run", "retry"):
             return await self._reply(await self._start(self._asked(command.verb)))
-        done = await workflow.execute_activity(
+        return await self._answer(command.verb, command.fields)
+
+    async def _answer(self, verb: str, fields: dict[str, str]) -> str:
+        """The CLI's answer from the sender, and one reply with what the task did."""
+        done: HookAnswerResult = await workflow.execute_activity(
             HOOK_ANSWER.name,
             HookAnswerInput(
-                task_id=self.task_id,
-                answer=command.verb,
-                fields=command.fields,
-                by=f"github:{self.d.sender}",
+                task_id=self.task_id, answer=verb, fields=fields, by=f"github:{self.d.sender}"
             ),
             result_type=HOOK_ANSWER.output,
             start_to_close_timeout=ANSWER_TIME,
             retry_policy=STEP_RETRY,
-            summary=f"{command.verb} {self.task_id}",
+            summary=f"{verb} {self.task_id}",
         )
         if done.refused:
-            return await self._reply(f"`{command.verb}` not sent: {done.refused}")
+            return await self._reply(f"`{verb}` not sent: {done.refused}")
         return await self._reply(f"{self.task_id}: {done.did}")
+
+    async def _review(self) -> str:
+        """A review of a task's pull request as one feedback (quietly nothing when the
+        reviewer may not write: a public repository's reviews are anyone's)."""
+        prefix = branch_for("")
+        self.task_id = self.d.head_ref.removeprefix(prefix)
+        if not self.d.head_ref.startswith(prefix) or not is_valid_task_id(self.task_id):
+            return f"ignored: {self.d.head_ref} is not a task's branch"
+        if self.d.review_state not in hooks.REVIEW_STATES:
+            return f"ignored: a review that {self.d.review_state} (merging is the approval)"
+        granted = await self._permission()
+        if not granted.may_write:
+            return f"ignored: {self.d.sender} may not write to {self.source.repo}"
+        found: ReviewCommentsResult = await workflow.execute_activity(
+            REVIEW_COMMENTS.name,
+            ReviewCommentsInput(
+                repo=self.source.repo,
+                token_env=self.source.token_env,
+                number=self.number,
+                review_id=self.d.review_id,
+            ),
+            result_type=REVIEW_COMMENTS.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"comments of review {self.d.review_id}",
+        )
+        text = hooks.review_feedback(
+            self.d.sender, self.d.review_state, self.d.comment, found.comments
+        )
+        if not text:
+            return "ignored: the review said nothing"
+        return await self._answer("feedback", {"text": text})
 
     def _asked(self, verb: str) -> TriageSources:
         """The sources as a writer's ``run`` (any labels) or ``retry`` (also past the

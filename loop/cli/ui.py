@@ -39,7 +39,8 @@ def ui(
 
     With LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources it also takes GitHub's webhook
     deliveries at POST /hooks/github: labeled issues start their tasks, closed ones
-    cancel them, /loop comments from people with write access answer them."""
+    cancel them, /loop comments from people with write access answer them, and a
+    review of a task's pull request is one feedback."""
     from loop.ui.config import ui_config
     from loop.ui.server import serve
 

@@ -32,7 +32,7 @@ def is_valid_delivery_id(delivery: str) -> bool:
     return re.fullmatch(DELIVERY_ID_PATTERN, delivery) is not None
 
 
-HookEvent = Literal["issues", "issue_comment"]
+HookEvent = Literal["issues", "issue_comment", "pull_request_review"]
 
 
 class GitHubDelivery(_Record):
@@ -51,7 +51,13 @@ class GitHubDelivery(_Record):
     sender: str
     """The login of who acted on GitHub (who labeled, closed or commented)."""
     comment: str = ""
-    """``issue_comment``: the comment's body, untrusted text."""
+    """``issue_comment``: the comment's body; ``pull_request_review``: the review's. Untrusted
+    text."""
+    review_id: int = 0
+    review_state: str = ""
+    """``pull_request_review``: ``changes_requested``, ``commented`` or ``approved``."""
+    head_ref: str = ""
+    """``pull_request_review``: the pull request's branch (a task's is ``loop/<id>``)."""
 
 
 class GitHubDeliveryResult(_Record):
@@ -116,3 +122,24 @@ class HookAnswerResult(_Record):
     did: str = ""
     refused: str = ""
     """Why the task (or the CLI's checks) did not take it; empty when it did."""
+
+
+class ReviewCommentsInput(_Record):
+    repo: str
+    token_env: str
+    number: int
+    review_id: int
+
+
+class ReviewComment(_Record):
+    """An inline comment of a review, as the next attempt reads it."""
+
+    path: str
+    line: int | None = None
+    """The line in the pull request's head (None: GitHub no longer places it)."""
+    diff_hunk: str = ""
+    body: str = ""
+
+
+class ReviewCommentsResult(_Record):
+    comments: list[ReviewComment] = Field(default_factory=list)

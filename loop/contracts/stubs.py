@@ -24,6 +24,8 @@ from loop.contracts.hooks import (
     HookItemResult,
     PermissionInput,
     PermissionResult,
+    ReviewCommentsInput,
+    ReviewCommentsResult,
 )
 from loop.contracts.ledger import (
     HoldersInput,
@@ -147,6 +149,7 @@ CANCEL_TASK = ActivityDef("cancel_task", CancelTaskInput, CancelTaskResult)
 GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, PermissionResult)
 GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
 HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
+REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -177,5 +180,6 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     GITHUB_PERMISSION,
     GITHUB_COMMENT,
     HOOK_ANSWER,
+    REVIEW_COMMENTS,
 )
 """The one registry: every activity a workflow may call."""

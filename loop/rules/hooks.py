@@ -1,4 +1,4 @@
-"""What a ``/loop`` comment on GitHub asks, read as data.
+"""What a ``/loop`` comment or a pull request's review on GitHub asks, read as data.
 
 A comment is anyone's text: only its first line is read, only a known verb does
 anything, and what follows the verb is the answer's text (a reason, feedback) or
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from loop.contracts import ReviewComment
 
 PREFIX = "/loop"
 VERBS = ("run", "retry", "approve", "reject", "feedback", "extend")
@@ -83,3 +85,28 @@ def _extend(rest: str) -> Command:
 def _quoted(word: str) -> str:
     """A word of the comment, short and with no backtick to break out of the quote."""
     return word.replace("`", "'")[:40]
+
+
+REVIEW_STATES = ("changes_requested", "commented")
+"""Reviews that become feedback; an approving review is not an approval (a person merging
+the pull request is)."""
+MAX_FEEDBACK_CHARS = 20_000
+
+
+def review_feedback(reviewer: str, state: str, body: str, comments: list[ReviewComment]) -> str:
+    """One feedback for a whole review: what the reviewer said, then each inline comment
+    with its file, line and the diff hunk it is on. Empty when the review said nothing."""
+    parts: list[str] = []
+    if body.strip():
+        parts.append(body.strip())
+    for c in comments:
+        where = f"{c.path}:{c.line}" if c.line is not None else f"{c.path} (outdated)"
+        hunk = f"\n```diff\n{c.diff_hunk.strip()}\n```" if c.diff_hunk.strip() else ""
+        parts.append(f"{where}{hunk}\n{c.body.strip()}")
+    if not parts:
+        return ""
+    how = "requested changes" if state == "changes_requested" else "commented"
+    text = f"Review on GitHub by {reviewer} ({how}):\n\n" + "\n\n".join(parts)
+    if len(text) > MAX_FEEDBACK_CHARS:
+        text = text[: MAX_FEEDBACK_CHARS - 20] + "\n[… cut]"
+    return text

@@ -37,6 +37,7 @@ from loop.contracts import (
     GitHubDeliveryResult,
     GitHubSource,
     TriageSources,
+    branch_for,
     delivery_workflow_id,
     is_valid_delivery_id,
 )
@@ -98,16 +99,7 @@ class GitHubHook:
         why_not = _ignored(event, payload)
         if why_not:
             return _said(200, f"ignored: {why_not}")
-        d = GitHubDelivery(
-            delivery=delivery,
-            event=event,  # type: ignore[arg-type]  # _ignored let only the known ones by
-            action=str(payload.get("action") or ""),
-            sources=hooked.sources.model_copy(update={"sources": [hooked.source]}),
-            source=hooked.source.name,
-            issue=payload["issue"],
-            sender=str((payload.get("sender") or {}).get("login") or ""),
-            comment=str((payload.get("comment") or {}).get("body") or ""),
-        )
+        d = _delivery(delivery, event, payload, hooked)
         try:
             await self.client.start_workflow(
                 GITHUB_DELIVERY_WORKFLOW,
@@ -127,12 +119,37 @@ class GitHubHook:
         return _said(202, f"taken: workflow {delivery_workflow_id(delivery)}")
 
 
+def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked) -> GitHubDelivery:
+    """What the workflow reads of a payload ``_ignored`` let by."""
+    review = payload.get("review") or {}
+    pr = payload.get("pull_request") or {}
+    said = payload.get("comment") if event == "issue_comment" else review
+    return GitHubDelivery(
+        delivery=delivery,
+        event=event,  # type: ignore[arg-type]  # _ignored let only the known ones by
+        action=str(payload.get("action") or ""),
+        sources=hooked.sources.model_copy(update={"sources": [hooked.source]}),
+        source=hooked.source.name,
+        issue=payload["issue"] if event != "pull_request_review" else pr,
+        sender=str((payload.get("sender") or {}).get("login") or ""),
+        comment=str((said or {}).get("body") or ""),
+        review_id=int(review.get("id") or 0),
+        review_state=str(review.get("state") or "").lower(),
+        head_ref=str((pr.get("head") or {}).get("ref") or ""),
+    )
+
+
 def _ignored(event: str, payload: dict[str, Any]) -> str:
     """Why Loopwork does nothing with this delivery, or "" when it acts on it."""
     action = str(payload.get("action") or "")
     issue = payload.get("issue")
+    if event == "pull_request_review":
+        return _review_ignored(action, payload)
     if event not in ("issues", "issue_comment"):
-        return f"{event or 'an event'} is not acted on (subscribe to issues, issue comments)"
+        return (
+            f"{event or 'an event'} is not acted on (subscribe to issues, issue comments, "
+            "pull request reviews)"
+        )
     if not isinstance(issue, dict) or not isinstance(issue.get("number"), int):
         return f"{event} without an issue"
     if event == "issues" and action not in ISSUE_ACTIONS:
@@ -145,6 +162,22 @@ def _ignored(event: str, payload: dict[str, Any]) -> str:
             return "a comment not beginning with /loop"
         if (payload.get("sender") or {}).get("type") == "Bot":
             return "a comment by a bot"
+    return ""
+
+
+def _review_ignored(action: str, payload: dict[str, Any]) -> str:
+    review, pr = payload.get("review"), payload.get("pull_request")
+    if not isinstance(review, dict) or not isinstance(pr, dict):
+        return "pull_request_review without a review"
+    if not isinstance(pr.get("number"), int) or not isinstance(review.get("id"), int):
+        return "pull_request_review without a number"
+    if action != "submitted":
+        return f"pull_request_review {action}"
+    if str(review.get("state") or "").lower() not in hooks.REVIEW_STATES:
+        return f"a review that {review.get('state')} (merging is the approval)"
+    ref = str((pr.get("head") or {}).get("ref") or "")
+    if not ref.startswith(branch_for("")):
+        return f"a review of {ref or '?'}, not of a task's branch"
     return ""
 
 

@@ -31,7 +31,7 @@ from loop.hardened import answers
 from loop.settings import Settings
 from tests.e2e.test_triage import runs_of, started_spec
 from tests.support.agents import FIX_AT_ONCE, write_agent
-from tests.support.github import GitHubStandIn, issue, serving
+from tests.support.github import GitHubStandIn, issue, review_comment, serving
 from tests.support.tasks import result_of, wait_for
 from tests.support.triage import NOTHING, template, write_sources
 from tests.support.ui import loop_ui
@@ -40,6 +40,7 @@ from tests.support.webhooks import (
     deliver,
     issue_event,
     needs_examples,
+    review_event,
     signature,
 )
 from worker import build_worker
@@ -229,3 +230,67 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     assert signals == ["approve: ship it (by github:ann)"], signals
     asked = [s.path.split("/")[-2] for s in hub.seen if "/collaborators/" in s.path]
     assert asked == ["mallory", "ann"], "chatter asks GitHub nothing"
+
+
+async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
+    task_id = f"{name}-1"
+    hub.reviews[90] = [
+        review_comment(REPO, 7, 90, "slugify.py", 4, "@@ -1,4 +1,4 @@\n-a\n+b", "Keep hyphens."),
+        review_comment(REPO, 7, 90, "tests/test_slugify.py", 9, "@@ -8,2 +8,2 @@", "And a test."),
+    ]
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+
+        branch = f"loop/{task_id}"
+        outsider = review_event(
+            REPO, 7, branch, 91, "changes_requested", "Do it my way.", "mallory"
+        )
+        ignored, d0 = await deliver(url, "pull_request_review", outsider, SECRET)
+        ignored_did = await delivered(client, d0)
+        approving = review_event(REPO, 7, branch, 92, "approved", "LGTM", "ann")
+        approved, _ = await deliver(url, "pull_request_review", approving, SECRET)
+        review = review_event(REPO, 7, branch, 90, "changes_requested", "Two things.", "ann")
+        taken, d1 = await deliver(url, "pull_request_review", review, SECRET)
+        taken_did = await delivered(client, d1)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 2)
+        prompt = (settings.runs / task_id / "attempt-2" / "prompt.md").read_text()
+        await handle.cancel()
+        result = await result_of(handle)
+
+    assert ignored.status_code == 202
+    assert ignored_did.did == [f"ignored: mallory may not write to {REPO}"]
+    assert approved.status_code == 200
+    assert approved.json() == {
+        "message": "ignored: a review that approved (merging is the approval)"
+    }
+    assert taken.status_code == 202
+    feedbacks = [e.detail for e in result.events if e.kind == "signal"]
+    assert len(feedbacks) == 1, feedbacks  # one for the whole review
+    for part in (
+        "Review on GitHub by ann (requested changes):",
+        "Two things.",
+        "slugify.py:4\n```diff\n@@ -1,4 +1,4 @@\n-a\n+b\n```\nKeep hyphens.",
+        "tests/test_slugify.py:9\n```diff\n@@ -8,2 +8,2 @@\n```\nAnd a test.",
+    ):
+        assert part in prompt, (part, prompt)
+    assert "Do it my way." not in prompt
+    (reply,) = hub.comments
+    assert reply["number"] == 7 and reply["body"].startswith(f"Loopwork: {task_id}: ")
+    assert taken_did.did == [
+        f"replied in comment {reply['id']}: {reply['body'].removeprefix('Loopwork: ')}"
+    ]
+    assert [s.path for s in hub.seen if "/reviews/" in s.path] == [
+        f"/repos/{REPO}/pulls/7/reviews/90/comments"
+    ]

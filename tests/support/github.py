@@ -53,6 +53,8 @@ class GitHubStandIn:
     """login -> ``admin``, ``maintain``, ``write``, ``triage`` or ``read``; others: 404."""
     comments: list[dict[str, Any]] = field(default_factory=list)
     """Comments created, as GitHub returns them, with ``repo`` and ``number`` added."""
+    reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """A review's id to its inline comments (``review_comment``)."""
 
     def spend_limit(self, seconds: float) -> None:
         self.limited_until = time.time() + seconds
@@ -100,6 +102,41 @@ def issue(repo: str, number: int, title: str, labels: list[str], **fields: Any) 
             "merged_at": None,
         }
     return data | fields
+
+
+def review_comment(
+    repo: str, number: int, review_id: int, path: str, line: int, hunk: str, body: str
+) -> dict[str, Any]:
+    """An inline comment of a review, as ``GET …/reviews/{review_id}/comments`` lists it."""
+    cid = 7_000_000 + review_id % 1000 * 100 + line
+    api = f"https://api.github.com/repos/{repo}/pulls"
+    html = f"https://github.com/{repo}/pull/{number}#discussion_r{cid}"
+    return {
+        "id": cid,
+        "node_id": f"PRRC_kwDO{cid:08d}",
+        "url": f"{api}/comments/{cid}",
+        "pull_request_review_id": review_id,
+        "diff_hunk": hunk,
+        "path": path,
+        "position": line,
+        "original_position": line,
+        "commit_id": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+        "original_commit_id": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+        "user": _user("ann", 3_003),
+        "body": body,
+        "created_at": "2026-11-30T12:00:00Z",
+        "updated_at": "2026-11-30T12:00:00Z",
+        "html_url": html,
+        "pull_request_url": f"{api}/{number}",
+        "author_association": "MEMBER",
+        "_links": {
+            "self": {"href": f"{api}/comments/{cid}"},
+            "html": {"href": html},
+            "pull_request": {"href": f"{api}/{number}"},
+        },
+        "line": line,
+        "side": "RIGHT",
+    }
 
 
 def _user(login: str, uid: int) -> dict[str, Any]:
@@ -205,6 +242,8 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                 and segments[5] == "permission"
             ):
                 return _permission(hub, repo, segments[4])
+            if len(segments) == 8 and segments[3] == "pulls" and segments[7] == "comments":
+                return _review_comments(hub, repo, segments, query)
             if len(segments) != 4 or segments[0] != "repos" or segments[3] != "issues":
                 return _error(404, "Not Found", "", _limits(hub.remaining, int(now) + 3600))
             if repo not in hub.repos:
@@ -247,6 +286,19 @@ def _permission(hub: GitHubStandIn, repo: str, login: str) -> tuple[int, dict[st
     user = _user(login, 3_000 + len(login)) | rights
     body = {"permission": legacy, "role_name": granted, "user": user}
     return 200, JSON, json.dumps(body).encode()
+
+
+def _review_comments(
+    hub: GitHubStandIn, repo: str, segments: list[str], query: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/comments``."""
+    review = int(segments[6]) if segments[6].isdigit() else -1
+    if repo not in hub.repos or segments[5] != "reviews" or review not in hub.reviews:
+        return _error(404, "Not Found", "pulls/reviews#list-comments-for-a-pull-request-review", {})
+    per_page = min(int(query.get("per_page", "30")), hub.per_page_max)
+    page = int(query.get("page", "1"))
+    listed = hub.reviews[review][(page - 1) * per_page : page * per_page]
+    return 200, JSON, json.dumps(listed).encode()
 
 
 def _rights(granted: str) -> dict[str, bool]:

@@ -109,3 +109,18 @@ async def deliver(
     async with httpx.AsyncClient(timeout=10) as http:
         resp = await http.post(f"{url}/hooks/github", content=body, headers=headers)
     return resp, delivery
+
+
+def review_event(
+    repo: str, number: int, branch: str, review_id: int, state: str, body: str, sender: str
+) -> dict[str, Any]:
+    """A ``pull_request_review`` submitted on the pull request of ``branch``."""
+    payload = example("pull_request_review", "submitted", repo)
+    pr = payload["pull_request"]
+    pr["number"] = number
+    pr["head"]["ref"] = branch
+    payload["review"].update(id=review_id, state=state, body=body)
+    payload["review"]["user"]["login"] = sender
+    payload["sender"]["login"] = sender
+    payload["sender"]["type"] = "User"
+    return payload

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from loop.contracts import ReviewComment
 from loop.errors import BadInput
-from loop.rules.hooks import Command, addressed, parse
+from loop.rules.hooks import Command, addressed, parse, review_feedback
 from loop.ui.config import webhook
 from loop.ui.hooks import signature_ok
 from tests.support.triage import template, write_sources
@@ -93,3 +94,22 @@ def test_the_secret_and_the_sources_go_together(tmp_path: Path, demo_repo: Path)
     short.write_text("pin")
     with pytest.raises(BadInput, match="shorter than 16 characters"):
         webhook(str(short), [file])
+
+
+def test_a_review_is_one_feedback_with_each_inline_comment():
+    comments = [
+        ReviewComment(path="a.py", line=3, diff_hunk="@@ -1 +1 @@\n-x\n+y", body="Why?"),
+        ReviewComment(path="b.py", line=None, diff_hunk="", body="Gone now."),
+    ]
+    text = review_feedback("ann", "changes_requested", " Fix it. ", comments)
+    assert text == (
+        "Review on GitHub by ann (requested changes):\n\nFix it.\n\n"
+        "a.py:3\n```diff\n@@ -1 +1 @@\n-x\n+y\n```\nWhy?\n\n"
+        "b.py (outdated)\nGone now."
+    )
+    assert review_feedback("ann", "commented", "", []) == ""
+    assert review_feedback("bo", "commented", "nit", []).startswith(
+        "Review on GitHub by bo (commented)"
+    )
+    long = review_feedback("ann", "commented", "x" * 30_000, [])
+    assert len(long) <= 20_000 and long.endswith("[… cut]")

@@ -32,9 +32,10 @@ from loop.contracts import (
     GitHubSource,
     PermissionInput,
     PermissionResult,
+    ReviewCommentsInput,
 )
 from loop.settings import Settings
-from tests.support.github import GitHubStandIn, issue, serving
+from tests.support.github import GitHubStandIn, issue, review_comment, serving
 from tests.support.repos import ROOT
 
 SPEC = ROOT / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
@@ -159,7 +160,10 @@ def send(hub: GitHubStandIn, method: str, path: str, body: bytes = b"") -> httpx
         content=body or None,
         headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
     )
-    request = MockRequest("https://api.github.com", method.lower(), path, data=body or None)
+    url = httpx.URL(path)
+    request = MockRequest(
+        "https://api.github.com", method.lower(), url.path, args=dict(url.params), data=body or None
+    )
     api().validate_request(request)
     answer = MockResponse(
         resp.content,
@@ -179,6 +183,10 @@ def test_the_permission_and_comment_routes_match_the_description(hub: GitHubStan
         "read"
     )
     assert send(hub, "GET", f"/repos/{REPO}/collaborators/eve/permission").status_code == 404
+    hub.reviews[80] = [review_comment(REPO, 2, 80, "slugify.py", 3, "@@ -1,3 +1,3 @@", "No.")]
+    listed = send(hub, "GET", f"/repos/{REPO}/pulls/2/reviews/80/comments?per_page=100&page=1")
+    assert [c["path"] for c in listed.json()] == ["slugify.py"]
+    assert send(hub, "GET", f"/repos/{REPO}/pulls/2/reviews/81/comments").status_code == 404
     made = send(hub, "POST", f"/repos/{REPO}/issues/1/comments", b'{"body": "Loopwork: hi"}')
     assert made.status_code == 201 and made.json()["body"] == "Loopwork: hi"
     assert [(c["number"], c["body"]) for c in hub.comments] == [(1, "Loopwork: hi")]
@@ -207,9 +215,22 @@ async def test_what_the_webhook_activities_send_matches_the_description(
     said = CommentInput(repo=REPO, token_env="GITHUB_TOKEN", number=3, body="Loopwork: no")
     posted = await env.run(acts.github_comment, said)
     assert posted.comment_id == hub.comments[0]["id"] and hub.comments[0]["number"] == 3
-    assert [s.status for s in hub.seen] == [200, 200, 404, 201]
+    hub.reviews[80] = [
+        review_comment(REPO, 2, 80, "slugify.py", n, f"@@ -{n} +{n} @@", f"c{n}") for n in (1, 2, 3)
+    ]
+    hub.per_page_max = 2  # two pages
+    monkeypatch.setattr("activities.github_hooks.PER_PAGE", 2)
+    asked = ReviewCommentsInput(repo=REPO, token_env="GITHUB_TOKEN", number=2, review_id=80)
+    review = await env.run(acts.github_review_comments, asked)
+    assert [(c.path, c.line, c.body) for c in review.comments] == [
+        ("slugify.py", 1, "c1"),
+        ("slugify.py", 2, "c2"),
+        ("slugify.py", 3, "c3"),
+    ]
+    assert review.comments[0].diff_hunk == "@@ -1 +1 @@"
+    assert [s.status for s in hub.seen] == [200, 200, 404, 201, 200, 200]
     for seen in hub.seen:
-        method = "post" if seen.path.endswith("/comments") else "get"
+        method = "post" if seen.path.endswith("/3/comments") else "get"
         data = b'{"body": "Loopwork: no"}' if method == "post" else None
         api().validate_request(
             MockRequest("https://api.github.com", method, seen.path, args=seen.query, data=data)
