@@ -294,3 +294,52 @@ async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
     assert [s.path for s in hub.seen if "/reviews/" in s.path] == [
         f"/repos/{REPO}/pulls/7/reviews/90/comments"
     ]
+
+
+async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
+    task_id = f"{name}-3"
+
+    async def said(url: str, body: str) -> GitHubDeliveryResult:
+        payload = comment_event(REPO, 3, body, "ann")
+        payload["issue"]["labels"] = [{"id": 9, "name": "docs", "color": "0075ca"}]
+        # Through a proxy that passes GitHub's Host on: the page's loopback-name check,
+        # which keeps DNS rebinding out of the review page, is not the hook's.
+        resp, delivery = await deliver(
+            url, "issue_comment", payload, SECRET, host="hooks.example.com"
+        )
+        assert resp.status_code == 202, resp.text
+        return await delivered(client, delivery)
+
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, opened = await deliver(url, "issues", issue_event("opened", REPO, 3, ["docs"]), SECRET)
+        not_started = await delivered(client, opened)
+        run = await said(url, "/loop run")
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        feedback = await said(url, "/loop feedback keep hyphens\nand add a test")
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 2)
+        prompt = (settings.runs / task_id / "attempt-2" / "prompt.md").read_text()
+        no_reason = await said(url, "/loop reject")
+        rejected = await said(url, "/loop reject not needed after all")
+        result = await result_of(handle)
+
+    assert not_started.did == [f"not started {task_id}: needs a label of: loop"]
+    assert run.did[0].endswith(f": started {task_id}: new item")
+    assert feedback.did[0].endswith(f": {task_id}: one more attempt with your feedback"), feedback
+    assert "keep hyphens\nand add a test" in prompt
+    assert no_reason.did[0].endswith(
+        ": nothing was done: say why it is rejected: `/loop reject <reason>`"
+    )
+    assert result.state == TaskState.REJECTED and result.reason == "not needed after all"
+    assert rejected.did[0].endswith(f": {task_id}: rejected; the task ends REJECTED")
+    assert len(hub.comments) == 4, "one reply per command"
+    assert all(c["number"] == 3 for c in hub.comments)

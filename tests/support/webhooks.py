@@ -91,9 +91,11 @@ async def deliver(
     *,
     delivery: str = "",
     signed: str | None = None,
+    host: str = "",
 ) -> tuple[httpx.Response, str]:
     """POST the payload to ``url``/hooks/github as GitHub does; (answer, delivery id).
-    ``signed`` overrides the signature header (``""``: none at all)."""
+    ``signed`` overrides the signature header (``""``: none at all); ``host`` the
+    ``Host`` header (a proxy in front of the page passes the public name on)."""
     body = json.dumps(payload).encode()
     delivery = delivery or str(uuid.uuid4())
     headers = {
@@ -106,6 +108,8 @@ async def deliver(
     sig = signature(secret, body) if signed is None else signed
     if sig:
         headers["X-Hub-Signature-256"] = sig
+    if host:
+        headers["Host"] = host
     async with httpx.AsyncClient(timeout=10) as http:
         resp = await http.post(f"{url}/hooks/github", content=body, headers=headers)
     return resp, delivery
