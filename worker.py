@@ -28,6 +28,7 @@ from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
+from activities.github_hooks import GitHubHookActivities
 from activities.host import sandbox
 from activities.host.leases import Lease, fail_orphans
 from activities.host.liveness import Liveness
@@ -49,6 +50,7 @@ from loop.errors import LoopError
 from loop.settings import Settings
 from workflows.agent import AgentWorkflow
 from workflows.eval import EvalWorkflow
+from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
 from workflows.triage import TriageWorkflow
@@ -68,6 +70,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
     worktree from then on), budgets, escalations, triage, eval results."""
     budget = BudgetActivities()
     discover = DiscoverActivities(settings)
+    hooks = GitHubHookActivities(settings)
     return [
         WorkspaceActivities(settings).prepare_workspace,
         EscalateActivities(settings).escalate,
@@ -78,6 +81,12 @@ def shared_activities(settings: Settings) -> list[Callable]:
         EvalActivities(settings).write_eval_results,
         discover.discover,
         discover.lookup_tasks,
+        hooks.github_hook_item,
+        hooks.cancel_task,
+        hooks.github_permission,
+        hooks.github_comment,
+        hooks.hook_answer,
+        hooks.github_review_comments,
     ]
 
 
@@ -108,6 +117,7 @@ WORKFLOWS: list[type] = [
     PeriodBudgetWorkflow,
     EvalWorkflow,
     TriageWorkflow,
+    GitHubDeliveryWorkflow,
 ]
 
 

@@ -138,7 +138,7 @@ class DiscoverActivities:
 
     async def _github(self, source: GitHubSource) -> tuple[list[TriageItem], str]:
         listing = await github_issues.open_issues(source, self.settings.home)
-        items = [_github_issue(source, issue) for issue in listing.issues]
+        items = [github_item(source, issue) for issue in listing.issues]
         note = (
             f"{len(items)} open issues and pull requests in {source.repo} "
             f"({listing.requests} requests, {listing.not_modified} not modified)"
@@ -310,11 +310,13 @@ def _github_issues(source: GitHubIssuesSource) -> tuple[list[TriageItem], str]:
         data = data["items"]  # the search API's shape
     if not isinstance(data, list):
         raise permanent(f"github_issues source {source.name}: {file} is not a list of issues")
-    items = [_github_issue(source, issue) for issue in data if isinstance(issue, dict)]
+    items = [github_item(source, issue) for issue in data if isinstance(issue, dict)]
     return items, f"{len(items)} issues in {file.name}"
 
 
-def _github_issue(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]) -> TriageItem:
+def github_item(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]) -> TriageItem:
+    """An issue in GitHub's REST shape (a listing's, an export's or a webhook's) as the
+    item it is: the one place an issue becomes a task, for polls and webhooks alike."""
     key = str(issue.get("number", "")) or "unnumbered"
     title = str(issue.get("title") or f"issue {key}")
     labels = [

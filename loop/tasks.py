@@ -37,6 +37,10 @@ from loop.contracts import (
     SIGNAL_REJECT,
     TASK_WORKFLOW,
     AnswerReply,
+    ApproveSignal,
+    ExtendBudgetSignal,
+    FeedbackSignal,
+    RejectSignal,
     TaskResult,
     TaskSpec,
     TaskState,
@@ -200,6 +204,38 @@ async def answer(
         if e.status == RPCStatusCode.NOT_FOUND:  # it ended between the look and the answer
             raise BadInput(f"task {task_id} has ended; {what} does not apply") from None
         raise
+
+
+def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
+    """The signal's payload from a form; ``BadInput`` with one line when it is incomplete."""
+    if answer == "approve":
+        return ApproveSignal(note=form.get("note", "").strip(), by=by)
+    if answer == "reject":
+        reason = form.get("reason", "").strip()
+        if not reason:
+            raise BadInput("say why it is rejected (the reason is recorded in the trace)")
+        return RejectSignal(reason=reason, by=by)
+    if answer == "feedback":
+        text = form.get("text", "").strip()
+        if not text:
+            raise BadInput("feedback text is empty; say what the agent should do differently")
+        return FeedbackSignal(text=text, by=by)
+    if answer == "extend":
+        fields = {"attempts": int, "seconds": int, "tokens": int, "cost_usd": float}
+        values: dict[str, Any] = {}
+        for name, kind in fields.items():
+            raw = form.get(name, "").strip()
+            try:
+                values[name] = kind(raw) if raw else kind(0)
+            except ValueError:
+                raise BadInput(f"{name}: {raw!r} is not a number") from None
+            if values[name] < 0:
+                raise BadInput(f"{name}: must not be negative")
+        payload = ExtendBudgetSignal(**values, by=by)
+        if payload.model_copy(update={"by": ""}) == ExtendBudgetSignal():
+            raise BadInput("nothing to add; give attempts, seconds, tokens or cost")
+        return payload
+    raise BadInput(f"unknown answer {answer!r}")
 
 
 def _refused(e: WorkflowUpdateFailedError) -> str:

@@ -138,7 +138,8 @@ class TaskWorkflow(TaskRecord):
         except StepFailed as e:
             self._end(TaskState.BLOCKED, str(e))
         except asyncio.CancelledError:
-            self._end(TaskState.CANCELLED, "cancelled by request")
+            # The reason a cancel request gave (a GitHub issue closed, say) is the task's.
+            self._end(TaskState.CANCELLED, workflow.cancellation_reason() or "cancelled by request")
         if self.answering:
             # Answer updates still being checked hear that the task has ended (their
             # refusal is in the trace) before it closes. No history has one: it issues

@@ -107,7 +107,7 @@ class TriageWorkflow:
             decision = planned.decision
             if decision.action == "start" and not inp.dry_run:
                 assert planned.spec is not None
-                decision = await self._start(decision, planned.spec, planned.rerun)
+                decision = await start_planned(decision, planned.spec, planned.rerun)
             result.decisions.append(decision)
             if not workflow.unsafe.is_replaying():
                 workflow.logger.info(
@@ -132,33 +132,36 @@ class TriageWorkflow:
         except ActivityError as e:
             return e
 
-    async def _start(self, decision: TriageDecision, spec: TaskSpec, rerun: bool) -> TriageDecision:
-        try:
-            await workflow.start_child_workflow(
-                TASK_WORKFLOW,
-                spec,
-                id=workflow_id_for(spec.id),
-                result_type=TaskResult,
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                id_reuse_policy=(
-                    WorkflowIDReusePolicy.ALLOW_DUPLICATE
-                    if rerun
-                    else WorkflowIDReusePolicy.REJECT_DUPLICATE
-                ),
-                memo={"goal": spec.goal, "triage": f"{decision.source}/{decision.item}"},
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
-                        SearchAttributePair(SA_REPO, spec.repo),
-                    ]
-                ),
-                static_summary=f"{spec.id}: {_first_line(spec.goal)}",
-            )
-        except WorkflowAlreadyStartedError:
-            return decision.model_copy(
-                update={"action": "skip", "reason": "a task for it was started meanwhile"}
-            )
-        return decision.model_copy(update={"action": "started"})
+
+async def start_planned(decision: TriageDecision, spec: TaskSpec, rerun: bool) -> TriageDecision:
+    """Start the item's task as a child that outlives its parent: ``started``, or a skip
+    when the server already has a task with its id (another triage, another delivery)."""
+    try:
+        await workflow.start_child_workflow(
+            TASK_WORKFLOW,
+            spec,
+            id=workflow_id_for(spec.id),
+            result_type=TaskResult,
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                if rerun
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE
+            ),
+            memo={"goal": spec.goal, "triage": f"{decision.source}/{decision.item}"},
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
+                    SearchAttributePair(SA_REPO, spec.repo),
+                ]
+            ),
+            static_summary=f"{spec.id}: {_first_line(spec.goal)}",
+        )
+    except WorkflowAlreadyStartedError:
+        return decision.model_copy(
+            update={"action": "skip", "reason": "a task for it was started meanwhile"}
+        )
+    return decision.model_copy(update={"action": "started"})
 
 
 def _cause(e: BaseException) -> BaseException:

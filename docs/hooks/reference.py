@@ -496,6 +496,12 @@ ENVIRONMENT = {
         "`NAME:SECRET[,NAME:SECRET…]`: who may use the review page (`loop ui`); "
         "required with `--bind` beyond loopback, a secret has at least 16 characters.",
     ),
+    "LOOP_GITHUB_WEBHOOK_SECRET_FILE": (
+        "unset",
+        "A file holding the secret of the repository's GitHub webhook: with it (and "
+        "`--sources`), `loop ui` takes signed deliveries at `POST /hooks/github` "
+        "([On GitHub](../guides/github.md)); at least 16 characters.",
+    ),
     "LOOP_UI_URL": (
         "the Temporal address's port + 1000",
         "The Temporal UI used in printed links.",

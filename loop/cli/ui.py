@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,8 +25,22 @@ def ui(
             help="where to listen; anything but loopback needs LOOP_UI_TOKEN (NAME:SECRET)",
         ),
     ] = DEFAULT_BIND,
+    sources: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--sources",
+            metavar="FILE",
+            help="a sources file whose github sources' webhook deliveries POST /hooks/github "
+            "takes (repeatable; needs LOOP_GITHUB_WEBHOOK_SECRET_FILE)",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the review page: tasks, evidence, diffs, budgets, eval, and the answers."""
+    """Serve the review page: tasks, evidence, diffs, budgets, eval, and the answers.
+
+    With LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources it also takes GitHub's webhook
+    deliveries at POST /hooks/github: labeled issues start their tasks, closed ones
+    cancel them, /loop comments from people with write access answer them, and a
+    review of a task's pull request is one feedback."""
     from loop.ui.config import ui_config
     from loop.ui.server import serve
 
@@ -37,6 +52,7 @@ def ui(
             home=settings.home,
             task_queue=settings.task_queue,
             local_user=local_user(),
+            sources=sources or [],
         )
     except LoopError as e:
         console.fail(str(e))

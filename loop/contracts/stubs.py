@@ -13,6 +13,20 @@ from pydantic import BaseModel
 
 from loop.contracts.eval import EvalReport, WriteEvalResult
 from loop.contracts.evidence import GateResult, Verdict
+from loop.contracts.hooks import (
+    CancelTaskInput,
+    CancelTaskResult,
+    CommentInput,
+    CommentResult,
+    HookAnswerInput,
+    HookAnswerResult,
+    HookItemInput,
+    HookItemResult,
+    PermissionInput,
+    PermissionResult,
+    ReviewCommentsInput,
+    ReviewCommentsResult,
+)
 from loop.contracts.ledger import (
     HoldersInput,
     HoldersResult,
@@ -130,6 +144,12 @@ CHECK_ANSWER = ActivityDef("check_answer", CheckAnswerInput, CheckAnswerResult)
 """A local activity: the answer key stays on the worker, the verdict goes into history."""
 DISCOVER = ActivityDef("discover", DiscoverInput, DiscoverResult)
 LOOKUP_TASKS = ActivityDef("lookup_tasks", LookupInput, LookupResult)
+HOOK_ITEM = ActivityDef("github_hook_item", HookItemInput, HookItemResult)
+CANCEL_TASK = ActivityDef("cancel_task", CancelTaskInput, CancelTaskResult)
+GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, PermissionResult)
+GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
+HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
+REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -155,5 +175,11 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     CHECK_ANSWER,
     DISCOVER,
     LOOKUP_TASKS,
+    HOOK_ITEM,
+    CANCEL_TASK,
+    GITHUB_PERMISSION,
+    GITHUB_COMMENT,
+    HOOK_ANSWER,
+    REVIEW_COMMENTS,
 )
 """The one registry: every activity a workflow may call."""

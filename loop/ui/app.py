@@ -7,6 +7,8 @@
     GET  /eval                   the latest harness comparisons (?run=)
     GET  /budgets                each repository's period ledger today
     GET|POST /login, POST /logout
+    POST /hooks/github           a GitHub webhook delivery (``loop.ui.hooks``), only with
+                                 LOOP_GITHUB_WEBHOOK_SECRET_FILE; signed, not signed in
 
 A page asked for with ``X-Live: 1`` is the same page for ``static/live.js`` to take its
 live parts from; it leaves one-time messages for the next real page load.
@@ -41,12 +43,14 @@ from temporalio.service import RPCError
 from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
 from loop.rules.answers import waiting_words
-from loop.tasks import ANSWERS
+from loop.tasks import ANSWERS, payload_for
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.config import UiConfig
 from loop.ui.guard import Caller, Guard
-from loop.ui.source import Source, payload_for, today
+from loop.ui.hooks import PATH as HOOK_PATH
+from loop.ui.hooks import GitHubHook
+from loop.ui.source import Source, today
 
 HERE = Path(__file__).parent
 SECURITY_HEADERS = {
@@ -280,8 +284,18 @@ def create_app(
 
     # ------------------------------------------------------------------ the guard
 
+    hooked = config.github_secret is not None
+
     class Guarded(BaseHTTPMiddleware):
         async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+            if request.url.path == HOOK_PATH:
+                if hooked:
+                    return await call_next(request)  # its signature is its sign-in
+                return PlainTextResponse(
+                    "not here: loop ui takes GitHub deliveries only with "
+                    "LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources\n",
+                    status_code=404,
+                )
             if not guard.host_allowed(request):
                 return PlainTextResponse(
                     "refused: this page answers only to a loopback address "
@@ -326,6 +340,9 @@ def create_app(
         Route("/highlight.css", highlight),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
+    if config.github_secret is not None:
+        hook = GitHubHook(config.github_secret, config.hooked, client, config.task_queue)
+        routes.append(Route(HOOK_PATH, hook.handle, methods=["POST"]))
     app = Starlette(routes=routes, middleware=[Middleware(Guarded)])
     app.state.guard = guard
     app.state.source = source

@@ -1,5 +1,7 @@
-"""What ``loop ui`` is told: where to listen (``--bind``) and who may answer
-(``LOOP_UI_TOKEN``). Bad input is a ``BadInput`` with one line, before anything starts."""
+"""What ``loop ui`` is told: where to listen (``--bind``), who may answer
+(``LOOP_UI_TOKEN``), and whose GitHub deliveries it takes (``--sources`` and
+``LOOP_GITHUB_WEBHOOK_SECRET_FILE``). Bad input is a ``BadInput`` with one line, before
+anything starts."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop.errors import BadInput
+from loop.contracts import GitHubSource
+from loop.errors import BadInput, LoopError
+from loop.loaders import load_sources
+from loop.ui.hooks import Hooked
 
 DEFAULT_BIND = "127.0.0.1:8300"
 TOKEN_ENV = "LOOP_UI_TOKEN"
+SECRET_FILE_ENV = "LOOP_GITHUB_WEBHOOK_SECRET_FILE"
 MIN_SECRET = 16
 """Shortest secret accepted: a page that approves merges deserves more than a PIN."""
 DEFAULT_TOKEN_NAME = "token"
@@ -105,12 +111,23 @@ class UiConfig:
     tokens: dict[str, str] = field(default_factory=dict)
     """secret -> name; empty: no token, the page answers as the local user (loopback only)."""
     poll_seconds: float = 2.0
+    github_secret: bytes | None = None
+    """The webhook secret; None: ``POST /hooks/github`` does not exist."""
+    hooked: list[Hooked] = field(default_factory=list)
+    """The ``github`` sources of ``--sources`` whose deliveries are taken."""
 
 
 def ui_config(
-    bind: str, environ: dict[str, str], *, home: Path, task_queue: str, local_user: str
+    bind: str,
+    environ: dict[str, str],
+    *,
+    home: Path,
+    task_queue: str,
+    local_user: str,
+    sources: list[Path] | None = None,
 ) -> UiConfig:
-    """Everything ``loop ui`` needs, checked: a bind anywhere but loopback needs a token."""
+    """Everything ``loop ui`` needs, checked: a bind anywhere but loopback needs a token;
+    ``--sources`` and the webhook secret go together."""
     where = parse_bind(bind)
     tokens = parse_tokens(environ.get(TOKEN_ENV, ""))
     if not where.loopback and not tokens:
@@ -118,6 +135,50 @@ def ui_config(
             f"--bind {bind} listens beyond this machine: set {TOKEN_ENV} (NAME:SECRET) so "
             "only people with the token can see and answer tasks, or bind 127.0.0.1"
         )
+    secret, hooked = webhook(environ.get(SECRET_FILE_ENV, ""), sources or [])
     return UiConfig(
-        bind=where, home=home, task_queue=task_queue, local_user=local_user, tokens=tokens
+        bind=where,
+        home=home,
+        task_queue=task_queue,
+        local_user=local_user,
+        tokens=tokens,
+        github_secret=secret,
+        hooked=hooked,
     )
+
+
+def webhook(secret_file: str, files: list[Path]) -> tuple[bytes | None, list[Hooked]]:
+    """The webhook secret and the ``github`` sources it serves: both, or neither."""
+    if not secret_file:
+        if files:
+            raise BadInput(
+                f"--sources names the sources whose GitHub deliveries are taken: set "
+                f"{SECRET_FILE_ENV} to the file holding the webhook's secret"
+            )
+        return None, []
+    try:
+        secret = Path(secret_file).expanduser().read_bytes().strip()
+    except OSError as e:
+        raise BadInput(f"{SECRET_FILE_ENV}: cannot read {secret_file}: {e.strerror}") from None
+    if len(secret) < MIN_SECRET:
+        raise BadInput(
+            f"{SECRET_FILE_ENV}: the secret in {secret_file} is shorter than {MIN_SECRET} "
+            'characters; make one with `python -c "import secrets; print(secrets.token_hex(32))"`'
+        )
+    hooked: list[Hooked] = []
+    for file in files:
+        try:
+            loaded = load_sources(file)
+        except LoopError as e:
+            raise BadInput(str(e).splitlines()[0]) from None
+        hooked += [Hooked(loaded, s) for s in loaded.sources if isinstance(s, GitHubSource)]
+    if not hooked:
+        raise BadInput(
+            f"{SECRET_FILE_ENV} is set but no --sources file has a github source; name "
+            "the sources whose events it handles with --sources FILE"
+        )
+    repos = [h.source.repo.lower() for h in hooked]
+    twice = next((r for r in repos if repos.count(r) > 1), None)
+    if twice:
+        raise BadInput(f"--sources: two github sources are for {twice}; keep one per repository")
+    return secret, hooked

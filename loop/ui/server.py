@@ -87,6 +87,9 @@ async def serve(
         f"Temporal {client.service_client.config.target_host}, namespace {client.namespace}, "
         f"task queue {config.task_queue}; {who}; Ctrl-C stops it"
     )
+    if config.hooked:
+        repos = ", ".join(h.source.repo for h in config.hooked)
+        say(f"GitHub webhook: POST {Bind(host, port).url()}hooks/github for {repos}")
     try:
         with register(config.home, "ui", f"{host}:{port}"):  # no sandbox may reach it
             await server.serve(sockets=[sock])

@@ -40,19 +40,15 @@ from loop.contracts import (
     SA_REPO,
     TASK_WORKFLOW,
     AnswerReply,
-    ApproveSignal,
     BudgetFigures,
-    ExtendBudgetSignal,
-    FeedbackSignal,
     LedgerState,
-    RejectSignal,
     TaskResult,
     TaskSpec,
     TaskStatus,
     is_valid_task_id,
     workflow_id_for,
 )
-from loop.errors import BadInput, LoopError, Sealed, UnknownTask
+from loop.errors import LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
@@ -419,38 +415,6 @@ class Source:
         or ``BadInput`` with the task's reason, and nothing in its history."""
         key = Settings.from_env().answer_key  # read per answer: `loop dev` may make it later
         return await answer(self.client, task_id, what, payload, payload.by, key)
-
-
-def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
-    """The signal's payload from a form; ``BadInput`` with one line when it is incomplete."""
-    if answer == "approve":
-        return ApproveSignal(note=form.get("note", "").strip(), by=by)
-    if answer == "reject":
-        reason = form.get("reason", "").strip()
-        if not reason:
-            raise BadInput("say why it is rejected (the reason is recorded in the trace)")
-        return RejectSignal(reason=reason, by=by)
-    if answer == "feedback":
-        text = form.get("text", "").strip()
-        if not text:
-            raise BadInput("feedback text is empty; say what the agent should do differently")
-        return FeedbackSignal(text=text, by=by)
-    if answer == "extend":
-        fields = {"attempts": int, "seconds": int, "tokens": int, "cost_usd": float}
-        values: dict[str, Any] = {}
-        for name, kind in fields.items():
-            raw = form.get(name, "").strip()
-            try:
-                values[name] = kind(raw) if raw else kind(0)
-            except ValueError:
-                raise BadInput(f"{name}: {raw!r} is not a number") from None
-            if values[name] < 0:
-                raise BadInput(f"{name}: must not be negative")
-        payload = ExtendBudgetSignal(**values, by=by)
-        if payload.model_copy(update={"by": ""}) == ExtendBudgetSignal():
-            raise BadInput("nothing to add; give attempts, seconds, tokens or cost")
-        return payload
-    raise BadInput(f"unknown answer {answer!r}")
 
 
 def _spec_limits(spec: TaskSpec | None) -> BudgetFigures:

@@ -1,4 +1,5 @@
-"""A stand-in for GitHub's REST API: the issues listing of a ``github`` triage source.
+"""A stand-in for GitHub's REST API: the issues listing of a ``github`` triage source,
+and what a webhook delivery's workflow asks (a collaborator's permission, a new comment).
 
 Real HTTP on 127.0.0.1, answers in GitHub's shapes (checked against GitHub's own
 OpenAPI description by ``tests/unit/test_github_source.py``): full issue objects,
@@ -48,6 +49,12 @@ class GitHubStandIn:
     """When set, every request gets a secondary limit's 429 with ``Retry-After`` of it."""
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
+    permissions: dict[str, str] = field(default_factory=dict)
+    """login -> ``admin``, ``maintain``, ``write``, ``triage`` or ``read``; others: 404."""
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    """Comments created, as GitHub returns them, with ``repo`` and ``number`` added."""
+    reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """A review's id to its inline comments (``review_comment``)."""
 
     def spend_limit(self, seconds: float) -> None:
         self.limited_until = time.time() + seconds
@@ -97,6 +104,41 @@ def issue(repo: str, number: int, title: str, labels: list[str], **fields: Any) 
     return data | fields
 
 
+def review_comment(
+    repo: str, number: int, review_id: int, path: str, line: int, hunk: str, body: str
+) -> dict[str, Any]:
+    """An inline comment of a review, as ``GET …/reviews/{review_id}/comments`` lists it."""
+    cid = 7_000_000 + review_id % 1000 * 100 + line
+    api = f"https://api.github.com/repos/{repo}/pulls"
+    html = f"https://github.com/{repo}/pull/{number}#discussion_r{cid}"
+    return {
+        "id": cid,
+        "node_id": f"PRRC_kwDO{cid:08d}",
+        "url": f"{api}/comments/{cid}",
+        "pull_request_review_id": review_id,
+        "diff_hunk": hunk,
+        "path": path,
+        "position": line,
+        "original_position": line,
+        "commit_id": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+        "original_commit_id": "6dcb09b5b57875f334f61aebed695e2e4193db5e",
+        "user": _user("ann", 3_003),
+        "body": body,
+        "created_at": "2026-11-30T12:00:00Z",
+        "updated_at": "2026-11-30T12:00:00Z",
+        "html_url": html,
+        "pull_request_url": f"{api}/{number}",
+        "author_association": "MEMBER",
+        "_links": {
+            "self": {"href": f"{api}/comments/{cid}"},
+            "html": {"href": html},
+            "pull_request": {"href": f"{api}/{number}"},
+        },
+        "line": line,
+        "side": "RIGHT",
+    }
+
+
 def _user(login: str, uid: int) -> dict[str, Any]:
     api = f"https://api.github.com/users/{login}"
     return {
@@ -141,9 +183,15 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
+            self._serve(b"")
+
+        def do_POST(self) -> None:
+            self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+        def _serve(self, sent: bytes) -> None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            status, headers, body = self._answer(parts.path, query)
+            status, headers, body = self._answer(parts.path, query, sent)
             hub.seen.append(
                 Seen(
                     path=parts.path,
@@ -161,7 +209,9 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def _answer(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        def _answer(
+            self, path: str, query: dict[str, str], sent: bytes
+        ) -> tuple[int, dict[str, str], bytes]:
             now = time.time()
             if hub.limited_until > now:
                 reset = int(hub.limited_until) + 1
@@ -184,6 +234,16 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                 return _error(401, "Bad credentials", "authentication", {})
             segments = path.strip("/").split("/")
             repo = "/".join(segments[1:3])
+            if self.command == "POST":
+                return _comment(hub, repo, segments, sent)
+            if (
+                len(segments) == 6
+                and segments[3] == "collaborators"
+                and segments[5] == "permission"
+            ):
+                return _permission(hub, repo, segments[4])
+            if len(segments) == 8 and segments[3] == "pulls" and segments[7] == "comments":
+                return _review_comments(hub, repo, segments, query)
             if len(segments) != 4 or segments[0] != "repos" or segments[3] != "issues":
                 return _error(404, "Not Found", "", _limits(hub.remaining, int(now) + 3600))
             if repo not in hub.repos:
@@ -210,6 +270,73 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
             return 200, headers, body
 
     return Handler
+
+
+JSON = {"Content-Type": "application/json; charset=utf-8"}
+
+
+def _permission(hub: GitHubStandIn, repo: str, login: str) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/collaborators/{username}/permission``."""
+    granted = hub.permissions.get(login)
+    if repo not in hub.repos or granted is None:
+        return _error(404, "Not Found", "collaborators/collaborators", {})
+    # The REST answer's ``permission`` knows admin, write, read, none; role_name says more.
+    legacy = {"maintain": "write", "triage": "read"}.get(granted, granted)
+    rights = {"permissions": _rights(granted), "role_name": granted}
+    user = _user(login, 3_000 + len(login)) | rights
+    body = {"permission": legacy, "role_name": granted, "user": user}
+    return 200, JSON, json.dumps(body).encode()
+
+
+def _review_comments(
+    hub: GitHubStandIn, repo: str, segments: list[str], query: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/comments``."""
+    review = int(segments[6]) if segments[6].isdigit() else -1
+    if repo not in hub.repos or segments[5] != "reviews" or review not in hub.reviews:
+        return _error(404, "Not Found", "pulls/reviews#list-comments-for-a-pull-request-review", {})
+    per_page = min(int(query.get("per_page", "30")), hub.per_page_max)
+    page = int(query.get("page", "1"))
+    listed = hub.reviews[review][(page - 1) * per_page : page * per_page]
+    return 200, JSON, json.dumps(listed).encode()
+
+
+def _rights(granted: str) -> dict[str, bool]:
+    order = ["read", "triage", "write", "maintain", "admin"]
+    level = order.index(granted)
+    names = {"read": "pull", "triage": "triage", "write": "push", "maintain": "maintain"}
+    return {names.get(n, n): level >= i for i, n in enumerate(order)}
+
+
+def _comment(
+    hub: GitHubStandIn, repo: str, segments: list[str], sent: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """``POST /repos/{owner}/{repo}/issues/{issue_number}/comments``."""
+    if len(segments) != 6 or segments[3] != "issues" or segments[5] != "comments":
+        return _error(404, "Not Found", "", {})
+    if repo not in hub.repos or not segments[4].isdigit():
+        return _error(404, "Not Found", "issues/comments#create-an-issue-comment", {})
+    number = int(segments[4])
+    text = json.loads(sent or b"{}").get("body")
+    if not isinstance(text, str) or not text:
+        return _error(422, "Validation Failed", "issues/comments#create-an-issue-comment", {})
+    cid = 5_000_000 + len(hub.comments)
+    api = f"https://api.github.com/repos/{repo}"
+    comment = {
+        "id": cid,
+        "node_id": f"IC_kwDO{cid:08d}",
+        "url": f"{api}/issues/comments/{cid}",
+        "html_url": f"https://github.com/{repo}/issues/{number}#issuecomment-{cid}",
+        "body": text,
+        "user": _user("loopwork-bot", 2),
+        "created_at": "2026-11-30T12:00:00Z",
+        "updated_at": "2026-11-30T12:00:00Z",
+        "issue_url": f"{api}/issues/{number}",
+        "author_association": "NONE",
+    }
+    hub.comments.append(comment | {"repo": repo, "number": number})
+    headers = {**JSON, "Location": comment["url"]}
+    return 201, headers, json.dumps(comment).encode()
 
 
 def _limits(remaining: int, reset: int) -> dict[str, str]:

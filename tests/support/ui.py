@@ -32,13 +32,17 @@ def ui_env(env: WorkflowEnvironment, settings: Settings, **extra: str) -> dict[s
 
 
 @contextlib.asynccontextmanager
-async def loop_ui(env: WorkflowEnvironment, settings: Settings, **extra: str) -> AsyncIterator[str]:
-    """``loop ui --bind 127.0.0.1:0`` running; yields its address (from its first line)."""
+async def loop_ui(
+    env: WorkflowEnvironment, settings: Settings, *args: str, **extra: str
+) -> AsyncIterator[str]:
+    """``loop ui --bind 127.0.0.1:0 [ARGS]`` running; yields its address (from its first
+    line)."""
     proc = await asyncio.create_subprocess_exec(
         LOOP,
         "ui",
         "--bind",
         "127.0.0.1:0",
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=ui_env(env, settings, **extra),

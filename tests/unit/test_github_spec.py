@@ -25,9 +25,17 @@ from openapi_schema_validator import OAS30Validator
 from temporalio.testing import ActivityEnvironment
 
 from activities.discover import DiscoverActivities
-from loop.contracts import DiscoverInput, GitHubSource
+from activities.github_hooks import GitHubHookActivities
+from loop.contracts import (
+    CommentInput,
+    DiscoverInput,
+    GitHubSource,
+    PermissionInput,
+    PermissionResult,
+    ReviewCommentsInput,
+)
 from loop.settings import Settings
-from tests.support.github import GitHubStandIn, issue, serving
+from tests.support.github import GitHubStandIn, issue, review_comment, serving
 from tests.support.repos import ROOT
 
 SPEC = ROOT / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
@@ -142,3 +150,88 @@ async def test_what_githubkit_sends_matches_the_description(
     for seen in hub.seen:
         request = MockRequest("https://api.github.com", "get", seen.path, args=seen.query)
         api().validate_request(request)
+
+
+def send(hub: GitHubStandIn, method: str, path: str, body: bytes = b"") -> httpx.Response:
+    """A request to the stand-in, and both checked against the operation's description."""
+    resp = httpx.request(
+        method,
+        f"{hub.url}{path}",
+        content=body or None,
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    url = httpx.URL(path)
+    request = MockRequest(
+        "https://api.github.com", method.lower(), url.path, args=dict(url.params), data=body or None
+    )
+    api().validate_request(request)
+    answer = MockResponse(
+        resp.content,
+        status_code=resp.status_code,
+        headers=dict(resp.headers),
+        content_type=resp.headers.get("content-type", "").split(";")[0],
+    )
+    api().validate_response(request, answer)
+    return resp
+
+
+def test_the_permission_and_comment_routes_match_the_description(hub: GitHubStandIn):
+    hub.permissions = {"ann": "maintain", "bo": "read"}
+    ann = send(hub, "GET", f"/repos/{REPO}/collaborators/ann/permission").json()
+    assert (ann["permission"], ann["role_name"]) == ("write", "maintain")
+    assert send(hub, "GET", f"/repos/{REPO}/collaborators/bo/permission").json()["role_name"] == (
+        "read"
+    )
+    assert send(hub, "GET", f"/repos/{REPO}/collaborators/eve/permission").status_code == 404
+    hub.reviews[80] = [review_comment(REPO, 2, 80, "slugify.py", 3, "@@ -1,3 +1,3 @@", "No.")]
+    listed = send(hub, "GET", f"/repos/{REPO}/pulls/2/reviews/80/comments?per_page=100&page=1")
+    assert [c["path"] for c in listed.json()] == ["slugify.py"]
+    assert send(hub, "GET", f"/repos/{REPO}/pulls/2/reviews/81/comments").status_code == 404
+    made = send(hub, "POST", f"/repos/{REPO}/issues/1/comments", b'{"body": "Loopwork: hi"}')
+    assert made.status_code == 201 and made.json()["body"] == "Loopwork: hi"
+    assert [(c["number"], c["body"]) for c in hub.comments] == [(1, "Loopwork: hi")]
+
+
+async def test_what_the_webhook_activities_send_matches_the_description(
+    hub: GitHubStandIn, settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    hub.permissions = {"ann": "maintain", "bo": "triage"}
+    acts = GitHubHookActivities(settings)
+    env = ActivityEnvironment()
+
+    async def permission(login: str) -> PermissionResult:
+        asked = PermissionInput(repo=REPO, token_env="GITHUB_TOKEN", login=login)
+        return await env.run(acts.github_permission, asked)
+
+    assert [
+        (p.permission, p.may_write) for p in [await permission(x) for x in "ann bo eve".split()]
+    ] == [
+        ("maintain", True),
+        ("triage", False),
+        ("none", False),
+    ]
+    said = CommentInput(repo=REPO, token_env="GITHUB_TOKEN", number=3, body="Loopwork: no")
+    posted = await env.run(acts.github_comment, said)
+    assert posted.comment_id == hub.comments[0]["id"] and hub.comments[0]["number"] == 3
+    hub.reviews[80] = [
+        review_comment(REPO, 2, 80, "slugify.py", n, f"@@ -{n} +{n} @@", f"c{n}") for n in (1, 2, 3)
+    ]
+    hub.per_page_max = 2  # two pages
+    monkeypatch.setattr("activities.github_hooks.PER_PAGE", 2)
+    asked = ReviewCommentsInput(repo=REPO, token_env="GITHUB_TOKEN", number=2, review_id=80)
+    review = await env.run(acts.github_review_comments, asked)
+    assert [(c.path, c.line, c.body) for c in review.comments] == [
+        ("slugify.py", 1, "c1"),
+        ("slugify.py", 2, "c2"),
+        ("slugify.py", 3, "c3"),
+    ]
+    assert review.comments[0].diff_hunk == "@@ -1 +1 @@"
+    assert [s.status for s in hub.seen] == [200, 200, 404, 201, 200, 200]
+    for seen in hub.seen:
+        method = "post" if seen.path.endswith("/3/comments") else "get"
+        data = b'{"body": "Loopwork: no"}' if method == "post" else None
+        api().validate_request(
+            MockRequest("https://api.github.com", method, seen.path, args=seen.query, data=data)
+        )

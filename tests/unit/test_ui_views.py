@@ -36,11 +36,12 @@ from loop.contracts import (
     Verdict,
 )
 from loop.errors import BadInput
+from loop.tasks import payload_for
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.app import create_app
 from loop.ui.config import UiConfig, parse_bind, parse_tokens, ui_config
-from loop.ui.source import Diff, TaskPage, git_diff, payload_for
+from loop.ui.source import Diff, TaskPage, git_diff
 from tests.support.repos import git
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

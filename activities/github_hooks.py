@@ -1,0 +1,179 @@
+"""The activities a GitHub delivery needs: its issue as triage's item, a task cancelled,
+a commenter's permission, one reply comment, and a person's answer sent as the CLI's.
+
+The item is built by discovery's own code (``activities.discover``), so a webhook and a
+poll of the same issue make the same task. The answer goes through ``loop.tasks``, the
+path ``loop approve|reject|feedback|extend`` and the review page take: the task's own
+validator decides whether it applies, and the worker's answer key signs it. GitHub is
+called with githubkit and the source's token (``token_env``), its retries off, so that
+Temporal's retry policy is the only one: a rate-limited answer waits until the reset.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from githubkit import GitHub
+from githubkit.exception import RateLimitExceeded, RequestFailed
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+
+from activities import github_issues
+from activities.discover import github_item
+from activities.pull_request import API_TIMEOUT_S
+from loop.contracts import (
+    CANCEL_TASK,
+    GITHUB_COMMENT,
+    GITHUB_PERMISSION,
+    HOOK_ANSWER,
+    HOOK_ITEM,
+    REVIEW_COMMENTS,
+    CancelTaskInput,
+    CancelTaskResult,
+    CommentInput,
+    CommentResult,
+    GitHubSource,
+    HookAnswerInput,
+    HookAnswerResult,
+    HookItemInput,
+    HookItemResult,
+    PermissionInput,
+    PermissionResult,
+    ReviewComment,
+    ReviewCommentsInput,
+    ReviewCommentsResult,
+)
+from loop.errors import BadInput, UnknownTask, permanent
+from loop.settings import Settings
+from loop.tasks import answer, find, payload_for, task_state
+
+ROLES = ("admin", "maintain", "write", "triage", "read")
+PER_PAGE = 100
+REVIEW_PAGES = 10
+"""A thousand inline comments in one review: more are not read."""
+
+
+class GitHubHookActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name=HOOK_ITEM.name)
+    async def github_hook_item(self, inp: HookItemInput) -> HookItemResult:
+        return HookItemResult(item=github_item(inp.source, inp.issue))
+
+    @activity.defn(name=CANCEL_TASK.name)
+    async def cancel_task(self, inp: CancelTaskInput) -> CancelTaskResult:
+        """Cancel the item's open task with the reason, which its trace then records."""
+        try:
+            handle, desc = await find(activity.client(), inp.task_id)
+        except UnknownTask:
+            return CancelTaskResult(did=f"no task {inp.task_id}")
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return CancelTaskResult(did=f"{inp.task_id} already ended {task_state(desc)}")
+        await handle.cancel(reason=inp.reason)
+        return CancelTaskResult(did=f"cancelled {inp.task_id}: {inp.reason}")
+
+    @activity.defn(name=GITHUB_PERMISSION.name)
+    async def github_permission(self, inp: PermissionInput) -> PermissionResult:
+        """What the API says the commenter may do in the repository (404: nothing)."""
+        owner, name = inp.repo.split("/", 1)
+        async with _client(inp.repo, inp.token_env) as gh:
+            try:
+                resp = await gh.rest.repos.async_get_collaborator_permission_level(
+                    owner, name, inp.login
+                )
+            except RequestFailed as e:
+                if e.response.status_code == 404:
+                    return PermissionResult(permission="none")
+                raise _failure(inp.repo, "read a collaborator's permission", e) from None
+        data = resp.parsed_data
+        role = data.role_name if isinstance(data.role_name, str) else ""
+        # ``permission`` says ``write`` for a maintainer; ``role_name`` tells them apart
+        # (a custom role's name says nothing Loopwork knows: its ``permission`` does).
+        granted = role if role in ROLES else data.permission
+        return PermissionResult(permission=granted)
+
+    @activity.defn(name=GITHUB_COMMENT.name)
+    async def github_comment(self, inp: CommentInput) -> CommentResult:
+        owner, name = inp.repo.split("/", 1)
+        async with _client(inp.repo, inp.token_env) as gh:
+            try:
+                resp = await gh.rest.issues.async_create_comment(
+                    owner, name, inp.number, body=inp.body
+                )
+            except RequestFailed as e:
+                raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
+        return CommentResult(comment_id=resp.parsed_data.id)
+
+    @activity.defn(name=REVIEW_COMMENTS.name)
+    async def github_review_comments(self, inp: ReviewCommentsInput) -> ReviewCommentsResult:
+        """Every inline comment of one review (a review's payload carries none of them)."""
+        owner, name = inp.repo.split("/", 1)
+        found: list[ReviewComment] = []
+        async with _client(inp.repo, inp.token_env) as gh:
+            for page in range(1, REVIEW_PAGES + 1):
+                try:
+                    resp = await gh.rest.pulls.async_list_comments_for_review(
+                        owner, name, inp.number, inp.review_id, per_page=PER_PAGE, page=page
+                    )
+                except RequestFailed as e:
+                    raise _failure(inp.repo, f"read review {inp.review_id}'s comments", e) from None
+                listed = resp.parsed_data
+                found += [
+                    ReviewComment(
+                        path=c.path,
+                        line=c.line if isinstance(c.line, int) else None,
+                        diff_hunk=c.diff_hunk,
+                        body=c.body,
+                    )
+                    for c in listed
+                ]
+                if len(listed) < PER_PAGE:
+                    break
+        return ReviewCommentsResult(comments=found)
+
+    @activity.defn(name=HOOK_ANSWER.name)
+    async def hook_answer(self, inp: HookAnswerInput) -> HookAnswerResult:
+        """The CLI's answer, from ``inp.by``; a refusal (the state does not take it, a
+        malformed figure) is the result, not a failure: the person hears it on GitHub."""
+        try:
+            payload = payload_for(inp.answer, inp.fields, inp.by)
+            reply = await answer(
+                activity.client(),
+                inp.task_id,
+                inp.answer,
+                payload,
+                inp.by,
+                self.settings.answer_key,
+            )
+        except (BadInput, UnknownTask) as e:
+            return HookAnswerResult(refused=str(e))
+        return HookAnswerResult(did=reply.did)
+
+
+def _client(repo: str, token_env: str) -> GitHub[object]:
+    source = GitHubSource(name="hook", kind="github", repo=repo, token_env=token_env)
+    return GitHub(
+        github_issues.token_of(source),
+        base_url=github_issues.api_base(),
+        timeout=API_TIMEOUT_S,
+        auto_retry=False,
+        http_cache=False,
+        user_agent="loopwork-hooks",
+    )
+
+
+def _failure(repo: str, what: str, e: RequestFailed) -> ApplicationError:
+    """Retried at the reset when rate-limited, retried when GitHub itself failed,
+    otherwise not: the same request would get the same answer."""
+    if isinstance(e, RateLimitExceeded):
+        wait = max(e.retry_after, timedelta(seconds=1))
+        return ApplicationError(
+            f"GitHub's rate limit is spent; waiting {int(wait.total_seconds())} s to {what}",
+            type=github_issues.RATE_LIMITED,
+            next_retry_delay=wait,
+        )
+    status = e.response.status_code
+    message = f"GitHub answered {status} when asked to {what} in {repo}"
+    return ApplicationError(message) if status >= 500 else permanent(message)

@@ -1,0 +1,145 @@
+"""GitHub webhooks: what ``loop ui`` hands Temporal for one delivery, and the activities
+that act on it.
+
+``POST /hooks/github`` checks the signature and starts one ``GitHubDeliveryWorkflow``
+per ``X-GitHub-Delivery`` (its workflow id holds the delivery id, so a redelivered or
+replayed delivery is refused by the server rather than handled twice). The payload is
+cut down to what the workflow reads: GitHub's text in it (titles, bodies, comments) is
+data, never configuration or a command beyond the parsed ``/loop`` verb.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field
+
+from loop.contracts.base import _Record
+from loop.contracts.triage import GitHubSource, TriageItem, TriageSources
+
+GITHUB_DELIVERY_WORKFLOW = "GitHubDeliveryWorkflow"
+DELIVERY_ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
+"""GitHub's delivery ids are GUIDs; anything else is refused before a workflow id is made."""
+
+
+def delivery_workflow_id(delivery: str) -> str:
+    """The one workflow a delivery may start: ``github-delivery-<X-GitHub-Delivery>``."""
+    return f"github-delivery-{delivery}"
+
+
+def is_valid_delivery_id(delivery: str) -> bool:
+    return re.fullmatch(DELIVERY_ID_PATTERN, delivery) is not None
+
+
+HookEvent = Literal["issues", "issue_comment", "pull_request_review"]
+
+
+class GitHubDelivery(_Record):
+    """One delivery, as ``loop ui`` read it after its signature held."""
+
+    delivery: str
+    event: HookEvent
+    action: str
+    sources: TriageSources
+    """The sources file of the matching source, with that source alone: its policy and
+    label filter decide as triage would."""
+    source: str
+    """The ``github`` source whose repository sent it."""
+    issue: dict[str, Any]
+    """The issue (or pull request) object of the payload, in the REST shape."""
+    sender: str
+    """The login of who acted on GitHub (who labeled, closed or commented)."""
+    comment: str = ""
+    """``issue_comment``: the comment's body; ``pull_request_review``: the review's. Untrusted
+    text."""
+    review_id: int = 0
+    review_state: str = ""
+    """``pull_request_review``: ``changes_requested``, ``commented`` or ``approved``."""
+    head_ref: str = ""
+    """``pull_request_review``: the pull request's branch (a task's is ``loop/<id>``)."""
+
+
+class GitHubDeliveryResult(_Record):
+    did: list[str] = Field(default_factory=list)
+    """What the delivery did, a line each (``started gh-42``, ``ignored: …``)."""
+
+
+class HookItemInput(_Record):
+    source: GitHubSource
+    issue: dict[str, Any]
+
+
+class HookItemResult(_Record):
+    item: TriageItem
+
+
+class CancelTaskInput(_Record):
+    task_id: str
+    reason: str
+
+
+class CancelTaskResult(_Record):
+    did: str
+
+
+class PermissionInput(_Record):
+    repo: str
+    token_env: str
+    login: str
+
+
+class PermissionResult(_Record):
+    permission: str
+    """``admin``, ``maintain``, ``write``, ``triage``, ``read`` or ``none``."""
+
+    @property
+    def may_write(self) -> bool:
+        return self.permission in ("admin", "maintain", "write")
+
+
+class CommentInput(_Record):
+    repo: str
+    token_env: str
+    number: int
+    body: str
+
+
+class CommentResult(_Record):
+    comment_id: int
+
+
+class HookAnswerInput(_Record):
+    task_id: str
+    answer: str
+    """``approve``, ``reject``, ``feedback`` or ``extend``."""
+    fields: dict[str, str] = Field(default_factory=dict)
+    """The answer's fields as a form gives them (``reason``, ``text``, ``attempts``…)."""
+    by: str
+
+
+class HookAnswerResult(_Record):
+    did: str = ""
+    refused: str = ""
+    """Why the task (or the CLI's checks) did not take it; empty when it did."""
+
+
+class ReviewCommentsInput(_Record):
+    repo: str
+    token_env: str
+    number: int
+    review_id: int
+
+
+class ReviewComment(_Record):
+    """An inline comment of a review, as the next attempt reads it."""
+
+    path: str
+    line: int | None = None
+    """The line in the pull request's head (None: GitHub no longer places it)."""
+    diff_hunk: str = ""
+    body: str = ""
+
+
+class ReviewCommentsResult(_Record):
+    comments: list[ReviewComment] = Field(default_factory=list)

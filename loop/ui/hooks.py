@@ -1,0 +1,197 @@
+"""``POST /hooks/github``: a GitHub webhook delivery, checked and handed to Temporal.
+
+Enabled only when ``LOOP_GITHUB_WEBHOOK_SECRET_FILE`` names the secret (otherwise the
+path does not exist: 404). A delivery is taken only when ``X-Hub-Signature-256`` is the
+HMAC-SHA256 of the raw body under that secret, compared in constant time: anything
+else is 401 and starts nothing. The signature is the whole of its authentication, so
+the path skips the page's sign-in, same-origin and loopback-name checks (GitHub signs
+in, not a browser).
+
+Nothing slow happens here: GitHub gives up after 10 s. A delivery that concerns a
+source of ``--sources`` starts one ``GitHubDeliveryWorkflow`` whose workflow id holds
+``X-GitHub-Delivery``, so a redelivery is refused by the server (``200``, already
+received) rather than handled twice; the workflow does the rest. Events and actions
+Loopwork does not act on are answered ``200`` with what was ignored, so GitHub's
+delivery log reads as a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from loop.contracts import (
+    GITHUB_DELIVERY_WORKFLOW,
+    GitHubDelivery,
+    GitHubDeliveryResult,
+    GitHubSource,
+    TriageSources,
+    branch_for,
+    delivery_workflow_id,
+    is_valid_delivery_id,
+)
+from loop.rules import hooks
+
+PATH = "/hooks/github"
+MAX_BODY = 5 << 20
+"""Bytes read of a delivery; GitHub caps payloads at 25 MB, an issue's is a few KB."""
+ISSUE_ACTIONS = frozenset({"opened", "labeled", "reopened", "closed"})
+DELIVERY_TIMEOUT = timedelta(hours=1)
+"""A delivery's workflow asks GitHub and answers a task: minutes at the very most."""
+
+
+@dataclass(frozen=True)
+class Hooked:
+    """A ``github`` source of ``--sources``, with the file it came from (its policy)."""
+
+    sources: TriageSources
+    source: GitHubSource
+
+
+def signature_ok(secret: bytes, body: bytes, header: str) -> bool:
+    """``sha256=<hex>`` of the body under the secret, as GitHub signs a delivery."""
+    expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode(), header.strip().encode())
+
+
+class GitHubHook:
+    def __init__(
+        self, secret: bytes, hooked: list[Hooked], client: Client, task_queue: str
+    ) -> None:
+        self.secret = secret
+        self.by_repo = {h.source.repo.lower(): h for h in hooked}
+        self.client = client
+        self.task_queue = task_queue
+
+    async def handle(self, request: Request) -> Response:
+        body = await _body(request)
+        if body is None:
+            return _said(413, f"refused: a delivery is at most {MAX_BODY} bytes")
+        if not signature_ok(self.secret, body, request.headers.get("x-hub-signature-256", "")):
+            return _said(401, "refused: X-Hub-Signature-256 is missing or wrong")
+        event = request.headers.get("x-github-event", "")
+        delivery = request.headers.get("x-github-delivery", "")
+        if not is_valid_delivery_id(delivery):
+            return _said(400, "refused: X-GitHub-Delivery is missing or not a delivery id")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return _said(400, "refused: the body is not JSON (set content type application/json)")
+        if not isinstance(payload, dict):
+            return _said(400, "refused: the body is not a JSON object")
+        if event == "ping":
+            return _said(200, "pong")
+        repo = str((payload.get("repository") or {}).get("full_name") or "")
+        hooked = self.by_repo.get(repo.lower())
+        if hooked is None:
+            return _said(200, f"ignored: no github source of --sources is for {repo or '?'}")
+        why_not = _ignored(event, payload)
+        if why_not:
+            return _said(200, f"ignored: {why_not}")
+        d = _delivery(delivery, event, payload, hooked)
+        try:
+            await self.client.start_workflow(
+                GITHUB_DELIVERY_WORKFLOW,
+                d,
+                id=delivery_workflow_id(delivery),
+                task_queue=self.task_queue,
+                result_type=GitHubDeliveryResult,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                execution_timeout=DELIVERY_TIMEOUT,
+                static_summary=f"GitHub {event} {d.action} #{d.issue.get('number')} in {repo}",
+            )
+        except WorkflowAlreadyStartedError:
+            return _said(200, f"already received: delivery {delivery}")
+        except RPCError as e:
+            # GitHub shows the failure and a person can redeliver it once Temporal is back.
+            return _said(503, f"not taken: Temporal did not answer ({e.message or e.status})")
+        return _said(202, f"taken: workflow {delivery_workflow_id(delivery)}")
+
+
+def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked) -> GitHubDelivery:
+    """What the workflow reads of a payload ``_ignored`` let by."""
+    review = payload.get("review") or {}
+    pr = payload.get("pull_request") or {}
+    said = payload.get("comment") if event == "issue_comment" else review
+    return GitHubDelivery(
+        delivery=delivery,
+        event=event,  # type: ignore[arg-type]  # _ignored let only the known ones by
+        action=str(payload.get("action") or ""),
+        sources=hooked.sources.model_copy(update={"sources": [hooked.source]}),
+        source=hooked.source.name,
+        issue=payload["issue"] if event != "pull_request_review" else pr,
+        sender=str((payload.get("sender") or {}).get("login") or ""),
+        comment=str((said or {}).get("body") or ""),
+        review_id=int(review.get("id") or 0),
+        review_state=str(review.get("state") or "").lower(),
+        head_ref=str((pr.get("head") or {}).get("ref") or ""),
+    )
+
+
+def _ignored(event: str, payload: dict[str, Any]) -> str:
+    """Why Loopwork does nothing with this delivery, or "" when it acts on it."""
+    action = str(payload.get("action") or "")
+    issue = payload.get("issue")
+    if event == "pull_request_review":
+        return _review_ignored(action, payload)
+    if event not in ("issues", "issue_comment"):
+        return (
+            f"{event or 'an event'} is not acted on (subscribe to issues, issue comments, "
+            "pull request reviews)"
+        )
+    if not isinstance(issue, dict) or not isinstance(issue.get("number"), int):
+        return f"{event} without an issue"
+    if event == "issues" and action not in ISSUE_ACTIONS:
+        return f"issues {action}"
+    if event == "issue_comment":
+        comment = payload.get("comment") or {}
+        if action != "created":
+            return f"issue_comment {action}"
+        if not isinstance(comment, dict) or not hooks.addressed(str(comment.get("body") or "")):
+            return "a comment not beginning with /loop"
+        if (payload.get("sender") or {}).get("type") == "Bot":
+            return "a comment by a bot"
+    return ""
+
+
+def _review_ignored(action: str, payload: dict[str, Any]) -> str:
+    review, pr = payload.get("review"), payload.get("pull_request")
+    if not isinstance(review, dict) or not isinstance(pr, dict):
+        return "pull_request_review without a review"
+    if not isinstance(pr.get("number"), int) or not isinstance(review.get("id"), int):
+        return "pull_request_review without a number"
+    if action != "submitted":
+        return f"pull_request_review {action}"
+    if str(review.get("state") or "").lower() not in hooks.REVIEW_STATES:
+        return f"a review that {review.get('state')} (merging is the approval)"
+    ref = str((pr.get("head") or {}).get("ref") or "")
+    if not ref.startswith(branch_for("")):
+        return f"a review of {ref or '?'}, not of a task's branch"
+    return ""
+
+
+async def _body(request: Request) -> bytes | None:
+    """The raw body (the signature is over its bytes), or None past ``MAX_BODY``."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _said(status: int, message: str) -> Response:
+    return JSONResponse({"message": message}, status_code=status)

@@ -1,0 +1,239 @@
+"""GitHubDeliveryWorkflow: one GitHub webhook delivery, acted on durably.
+
+``loop ui`` checks a delivery's signature and starts this workflow with the delivery id
+in its workflow id, then answers GitHub at once; whatever takes time (asking GitHub
+who the commenter is, starting or answering a task) happens here, retried by Temporal.
+
+- ``issues`` opened, labeled or reopened: the issue becomes triage's item (discovery's
+  own code), triage's policy decides on it (``loop.rules.triage.plan``: the source's
+  labels, the cool-down, ``max_running``) and its task is started as triage starts one,
+  a child with id ``task-<source>-<number>`` that the server never lets run twice.
+- ``issues`` closed: the item's open task is cancelled with the reason, who closed it.
+- ``issue_comment`` beginning with ``/loop``: done only for someone the API says may
+  write to the repository; anyone else gets one reply saying why, and nothing happens.
+  ``run`` starts the item's task whatever its labels, ``retry`` also past the
+  cool-down or a task that ended; answers go through the CLI's code path; the outcome
+  is one reply on the issue.
+- ``pull_request_review`` submitted on a task's pull request (its branch ``loop/<id>``)
+  with changes requested or comments, by someone who may write: **one** feedback for
+  the whole review, its body and every inline comment with path, line and diff hunk
+  (read from the API: the payload has none of them), and one reply saying what the
+  task did with it. An approving review is not an approval: a person merging is.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loop.contracts import (
+        CANCEL_TASK,
+        GITHUB_COMMENT,
+        GITHUB_DELIVERY_WORKFLOW,
+        GITHUB_PERMISSION,
+        HOOK_ANSWER,
+        HOOK_ITEM,
+        LOOKUP_TASKS,
+        REVIEW_COMMENTS,
+        CancelTaskInput,
+        CancelTaskResult,
+        CommentInput,
+        CommentResult,
+        GitHubDelivery,
+        GitHubDeliveryResult,
+        GitHubSource,
+        HookAnswerInput,
+        HookAnswerResult,
+        HookItemInput,
+        LabelFilter,
+        LookupInput,
+        PermissionInput,
+        PermissionResult,
+        ReviewCommentsInput,
+        ReviewCommentsResult,
+        TriageSources,
+        branch_for,
+        is_valid_task_id,
+    )
+    from loop.rules import hooks, triage
+    from workflows.steps import STEP_RETRY
+    from workflows.triage import start_planned
+
+SHORT = timedelta(seconds=120)
+ANSWER_TIME = timedelta(seconds=90)
+"""An answer waits up to 30 s for the task's validator (``loop.tasks.ANSWER_TIMEOUT_S``)."""
+STARTS = ("opened", "labeled", "reopened")
+
+
+@workflow.defn(name=GITHUB_DELIVERY_WORKFLOW)
+class GitHubDeliveryWorkflow:
+    @workflow.run
+    async def run(self, d: GitHubDelivery) -> GitHubDeliveryResult:
+        self.d = d
+        self.source = next(
+            s for s in d.sources.sources if isinstance(s, GitHubSource) and s.name == d.source
+        )
+        self.number = int(d.issue["number"])
+        self.task_id = triage.task_id_for(self.source.name, str(self.number))
+        if d.event == "issues" and d.action == "closed":
+            did = await self._cancel(f"issue closed on GitHub by {d.sender}")
+        elif d.event == "issues" and d.action in STARTS:
+            did = await self._start(d.sources)
+        elif d.event == "issue_comment" and hooks.addressed(d.comment):
+            did = await self._command(hooks.parse(d.comment))
+        elif d.event == "pull_request_review" and d.action == "submitted":
+            did = await self._review()
+        else:
+            did = f"ignored: {d.event} {d.action}"
+        return GitHubDeliveryResult(did=[did])
+
+    async def _start(self, sources: TriageSources) -> str:
+        """Triage's decision on this one item, and its start when the decision is to."""
+        found = await workflow.execute_activity(
+            HOOK_ITEM.name,
+            HookItemInput(source=self.source, issue=self.d.issue),
+            result_type=HOOK_ITEM.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"item {self.task_id}",
+        )
+        lookup = await workflow.execute_activity(
+            LOOKUP_TASKS.name,
+            LookupInput(task_ids=[self.task_id], task_queue=workflow.info().task_queue),
+            result_type=LOOKUP_TASKS.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"look up {self.task_id}",
+        )
+        (planned,) = triage.plan([found.item], sources, lookup, workflow.now())
+        decision = planned.decision
+        if decision.action == "start" and planned.spec is not None:
+            decision = await start_planned(decision, planned.spec, planned.rerun)
+        if decision.action == "started":
+            return f"started {decision.task_id}: {decision.reason}"
+        return f"not started {decision.task_id}: {decision.reason}"
+
+    async def _cancel(self, reason: str) -> str:
+        done: CancelTaskResult = await workflow.execute_activity(
+            CANCEL_TASK.name,
+            CancelTaskInput(task_id=self.task_id, reason=reason),
+            result_type=CANCEL_TASK.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"cancel {self.task_id}",
+        )
+        return done.did
+
+    async def _permission(self) -> PermissionResult:
+        granted: PermissionResult = await workflow.execute_activity(
+            GITHUB_PERMISSION.name,
+            PermissionInput(
+                repo=self.source.repo, token_env=self.source.token_env, login=self.d.sender
+            ),
+            result_type=GITHUB_PERMISSION.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"permission of {self.d.sender}",
+        )
+        return granted
+
+    async def _command(self, command: hooks.Command) -> str:
+        granted = await self._permission()
+        if not granted.may_write:
+            return await self._reply(
+                f"`{_login(self.d.sender)}` may not write to {self.source.repo} (the API says "
+                f"`{granted.permission}`), so nothing was done: only people with write "
+                "access may run or answer Loopwork's tasks."
+            )
+        if command.error:
+            return await self._reply(f"nothing was done: {command.error}")
+        if self.d.issue.get("pull_request"):
+            return await self._reply(
+                f"nothing was done: answer on the task's issue (`/loop {command.verb}` there)."
+            )
+        if command.verb in ("run", "retry"):
+            return await self._reply(await self._start(self._asked(command.verb)))
+        return await self._answer(command.verb, command.fields)
+
+    async def _answer(self, verb: str, fields: dict[str, str]) -> str:
+        """The CLI's answer from the sender, and one reply with what the task did."""
+        done: HookAnswerResult = await workflow.execute_activity(
+            HOOK_ANSWER.name,
+            HookAnswerInput(
+                task_id=self.task_id, answer=verb, fields=fields, by=f"github:{self.d.sender}"
+            ),
+            result_type=HOOK_ANSWER.output,
+            start_to_close_timeout=ANSWER_TIME,
+            retry_policy=STEP_RETRY,
+            summary=f"{verb} {self.task_id}",
+        )
+        if done.refused:
+            return await self._reply(f"`{verb}` not sent: {done.refused}")
+        return await self._reply(f"{self.task_id}: {done.did}")
+
+    async def _review(self) -> str:
+        """A review of a task's pull request as one feedback (quietly nothing when the
+        reviewer may not write: a public repository's reviews are anyone's)."""
+        prefix = branch_for("")
+        self.task_id = self.d.head_ref.removeprefix(prefix)
+        if not self.d.head_ref.startswith(prefix) or not is_valid_task_id(self.task_id):
+            return f"ignored: {self.d.head_ref} is not a task's branch"
+        if self.d.review_state not in hooks.REVIEW_STATES:
+            return f"ignored: a review that {self.d.review_state} (merging is the approval)"
+        granted = await self._permission()
+        if not granted.may_write:
+            return f"ignored: {self.d.sender} may not write to {self.source.repo}"
+        found: ReviewCommentsResult = await workflow.execute_activity(
+            REVIEW_COMMENTS.name,
+            ReviewCommentsInput(
+                repo=self.source.repo,
+                token_env=self.source.token_env,
+                number=self.number,
+                review_id=self.d.review_id,
+            ),
+            result_type=REVIEW_COMMENTS.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"comments of review {self.d.review_id}",
+        )
+        text = hooks.review_feedback(
+            self.d.sender, self.d.review_state, self.d.comment, found.comments
+        )
+        if not text:
+            return "ignored: the review said nothing"
+        return await self._answer("feedback", {"text": text})
+
+    def _asked(self, verb: str) -> TriageSources:
+        """The sources as a writer's ``run`` (any labels) or ``retry`` (also past the
+        cool-down, and after a task that ended done) has triage see them."""
+        sources = self.d.sources.model_copy(deep=True)
+        for s in sources.sources:
+            s.labels = LabelFilter()
+        if verb == "retry":
+            sources.policy.cooldown = 0
+            sources.policy.retry_done = True
+        return sources
+
+    async def _reply(self, text: str) -> str:
+        """One comment on the issue: Loopwork's words, with GitHub's names quoted inert."""
+        posted: CommentResult = await workflow.execute_activity(
+            GITHUB_COMMENT.name,
+            CommentInput(
+                repo=self.source.repo,
+                token_env=self.source.token_env,
+                number=self.number,
+                body=f"Loopwork: {text}",
+            ),
+            result_type=GITHUB_COMMENT.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"reply on #{self.number}",
+        )
+        return f"replied in comment {posted.comment_id}: {text}"
+
+
+def _login(login: str) -> str:
+    """A login as a code span: never an ``@mention``, never out of its quote."""
+    return login.replace("`", "'")[:40]
