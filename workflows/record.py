@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
@@ -214,7 +216,7 @@ class TaskRecord:
         ):
             workflow.upsert_memo({"state": told[0], "reason": told[1]})
             self.told = told
-        updates = [
+        updates: list[SearchAttributeUpdate[Any]] = [
             SA_STATE.value_set(str(self.state)),
             SA_ATTEMPTS.value_set(len(self.result.attempts)),
             SA_COST.value_set(round(self.result.cost_usd, 6)),
