@@ -172,10 +172,15 @@ async def act(
             ws=ws,
         )
     except ActivityError as e:
-        if isinstance(e.cause, CancelledError):
-            # Cancelled by the wall-clock timer or a cancel request, not a failure.
-            raise asyncio.CancelledError from e
-        raise StepFailed(f"{d.name} failed: {failure_reason(e)}") from e
+        raise _ended(d, e) from e
+
+
+def _ended(d: ActivityDef[Any, Any], e: ActivityError) -> BaseException:
+    """What a step's failure is to the task loop."""
+    if isinstance(e.cause, CancelledError):
+        # Cancelled by the wall-clock timer or a cancel request, not a failure.
+        return asyncio.CancelledError()
+    return StepFailed(f"{d.name} failed: {failure_reason(e)}")
 
 
 async def bookkeeping(d: ActivityDef[Any, Out], inp: BaseModel, *, summary: str) -> Out:
@@ -193,9 +198,7 @@ async def bookkeeping(d: ActivityDef[Any, Out], inp: BaseModel, *, summary: str)
             summary=summary,
         )
     except ActivityError as e:
-        if isinstance(e.cause, CancelledError):
-            raise asyncio.CancelledError from e
-        raise StepFailed(f"{d.name} failed: {failure_reason(e)}") from e
+        raise _ended(d, e) from e
     return done
 
 
