@@ -17,23 +17,26 @@ kernel does for the runs outside any process (a network namespace is torn down b
 kernel worker) and, on a shared machine, others' work, which ABBA spreads evenly.
 
     .venv/bin/python bench/vs_floor.py [--rounds 10] [--modes basic,strict] [--quick]
+    .venv/bin/python bench/vs_floor.py --compare ../clone-at-main   # before/after a change
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import (
     COMPLETE_FIX,
+    ROOT,
     UNITTEST,
     connect,
     load_average,
@@ -112,15 +115,6 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def measure(run: Callable[[], object], cpu: Callable[[], float]) -> Sample:
-    c0, m0, t0 = cpu(), machine_busy_s(), time.perf_counter()
-    result = run()
-    if asyncio.iscoroutine(result):
-        await result
-    wall = time.perf_counter() - t0
-    return Sample(cpu() - c0, wall, machine_busy_s() - m0)
-
-
 async def loopwork_task(
     client: Client, queue: str, repo: Path, agent: list[str], mode: str
 ) -> None:
@@ -136,14 +130,62 @@ def floor_task(repo: Path, work: Path, agent: list[str]) -> None:
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
 
 
+def ratio(samples: dict[str, list[Sample]], a: str, b: str) -> list[float]:
+    """``a``'s medians over ``b``'s: CPU, machine CPU, wall."""
+    return [
+        median([getattr(s, what) for s in samples[a]])
+        / median([getattr(s, what) for s in samples[b]])
+        for what in ("cpu_s", "machine_s", "wall_s")
+    ]
+
+
 def _ms(values: list[float]) -> tuple[float, str]:
     return median(values) * 1000, f"{min(values) * 1000:.0f}–{max(values) * 1000:.0f}"
 
 
+@dataclass
+class Contender:
+    """A way to do the trivial task, and how its CPU is counted."""
+
+    name: str
+    run: Callable[[str], Awaitable[None] | None]
+    """Do one task in the given sandbox mode."""
+    cpu: Callable[[], float]
+
+
+async def measure(contender: Contender, mode: str) -> Sample:
+    c0, m0, t0 = contender.cpu(), machine_busy_s(), time.perf_counter()
+    result = contender.run(mode)
+    if result is not None:
+        await result
+    wall = time.perf_counter() - t0
+    return Sample(contender.cpu() - c0, wall, machine_busy_s() - m0)
+
+
+def loopwork(
+    name: str, client: Client, queue: str, repo: Path, agent: list[str], pids: list[int]
+) -> Contender:
+    """Tasks on ``queue``; CPU of the processes ``pids`` (worker, server) and the client."""
+
+    def run(mode: str) -> Awaitable[None]:
+        return loopwork_task(client, queue, repo, agent, mode)
+
+    def cpu() -> float:
+        return sum(tree_cpu(p) for p in pids) + time.process_time()
+
+    return Contender(name, run, cpu)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="ABBA rounds per mode (≥ 10)")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds per mode (>= 10)")
     parser.add_argument("--modes", default="basic,strict", help="sandbox modes, in order")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another checkout (e.g. a clone at main): its worker.py runs as 'before', "
+        "interleaved with this one's and the floor, so a change is measured under one load",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny version (2 rounds, basic)")
     args = parser.parse_args()
     if args.quick:
@@ -151,70 +193,75 @@ async def main() -> None:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     print_machine("one Loopwork task against the same isolation by hand (bench/floor.sh)")
     print(
-        f"{args.rounds} ABBA rounds per mode; a warm-up task of each first (not counted). "
+        f"{args.rounds} rounds per mode, each running every contender once, the order cycling "
+        "through every permutation (ABBA for two); a warm-up task of each first (not counted). "
         f"Floor uid {FLOOR_UID}; agent and gates as in bench/throughput.py.\n",
         flush=True,
     )
-    rows, ratios, firsts = [], [], []
+    rows: list[list[object]] = []
+    ratios: list[list[object]] = []
+    firsts: list[list[object]] = []
     with temp_home() as home:
         base = home.parent
         base.chmod(0o755)  # the floor's uid reads its agent script from here
         agent = script_agent(base, AGENT)
         Path(agent[1]).chmod(0o644)
-        repo = make_demo_repo(base / "loopwork")
         floor_repo = make_demo_repo(base / "floor")
         work = base / "floor-work"
         work.mkdir()
+        floor = Contender("floor", lambda _mode: floor_task(floor_repo, work, agent), children_cpu)
+        roots = {"loopwork": ROOT}
+        if args.compare is not None:
+            roots["before"] = args.compare.resolve()
         async with loopwork_server(home / "server") as server:
             client = await connect(server.address)
-            queue = f"vf-{os.getpid()}"
-            log = home / "worker.log"
-            t_spawn = time.perf_counter()
-            worker = spawn_worker(server.address, home, queue, log)
+            workers: list[subprocess.Popen[bytes]] = []
+            contenders = []
             try:
-                await wait_for_log(log, "worker ready", worker)
-                ready_s = time.perf_counter() - t_spawn
-
-                def loopwork_cpu() -> float:
-                    return tree_cpu(worker.pid) + tree_cpu(server.process.pid) + time.process_time()
-
+                for name, root in roots.items():
+                    queue = f"vf-{name}-{os.getpid()}"
+                    log = home / f"worker-{name}.log"
+                    argv = [sys.executable, str(root / "worker.py")]
+                    t_spawn = time.perf_counter()
+                    worker = spawn_worker(server.address, home, queue, log, argv=argv)
+                    workers.append(worker)
+                    await wait_for_log(log, "worker ready", worker)
+                    ready = time.perf_counter() - t_spawn
+                    repo = make_demo_repo(base / name)
+                    pids = [worker.pid, server.process.pid]
+                    contenders.append(loopwork(name, client, queue, repo, agent, pids))
+                    firsts.append([name, "worker ready", "", ready * 1000])
+                contenders.append(floor)
+                orders = list(itertools.permutations(contenders))
                 for mode in modes:
                     load0 = load_average()
-
-                    async def one_loopwork(mode: str = mode) -> None:
-                        await loopwork_task(client, queue, repo, agent, mode)
-
-                    first = await measure(one_loopwork, loopwork_cpu)
-                    firsts.append((mode, first))
-                    await measure(lambda: floor_task(floor_repo, work, agent), children_cpu)
-                    samples: dict[str, list[Sample]] = {"loopwork": [], "floor": []}
+                    for c in contenders:
+                        first = await measure(c, mode)
+                        if c is not floor:
+                            firsts.append([c.name, f"first {mode} task", first.cpu_s * 1000,
+                                           first.wall_s * 1000])  # fmt: skip
+                    samples: dict[str, list[Sample]] = {c.name: [] for c in contenders}
                     for r in range(args.rounds):
-                        order = ("loopwork", "floor") if r % 2 == 0 else ("floor", "loopwork")
-                        for what in order:
-                            if what == "loopwork":
-                                s = await measure(one_loopwork, loopwork_cpu)
-                            else:
-                                s = await measure(
-                                    lambda: floor_task(floor_repo, work, agent), children_cpu
-                                )
-                            samples[what].append(s)
+                        for c in orders[r % len(orders)]:
+                            samples[c.name].append(await measure(c, mode))
                     load1 = load_average()
-                    for what, got in samples.items():
+                    for name, got in samples.items():
                         cpu, cpu_range = _ms([s.cpu_s for s in got])
                         wall, wall_range = _ms([s.wall_s for s in got])
                         machine, machine_range = _ms([s.machine_s for s in got])
                         rows.append(
-                            [mode, what, cpu, cpu_range, machine, machine_range, wall, wall_range]
+                            [mode, name, cpu, cpu_range, machine, machine_range, wall, wall_range]
                         )
-                    lw = median([s.cpu_s for s in samples["loopwork"]])
-                    fl = median([s.cpu_s for s in samples["floor"]])
-                    lw_wall = median([s.wall_s for s in samples["loopwork"]])
-                    fl_wall = median([s.wall_s for s in samples["floor"]])
-                    lw_m = median([s.machine_s for s in samples["loopwork"]])
-                    fl_m = median([s.machine_s for s in samples["floor"]])
-                    ratios.append([mode, lw / fl, lw_m / fl_m, lw_wall / fl_wall, load0, load1])
+
+                    pairs = [(c.name, "floor") for c in contenders[:-1]]
+                    if "before" in samples:
+                        pairs.append(("loopwork", "before"))
+                    ratios += [
+                        [mode, f"{a} / {b}", *ratio(samples, a, b), load0, load1] for a, b in pairs
+                    ]
             finally:
-                stop_process(worker)
+                for worker in workers:
+                    stop_process(worker)
     print_table(
         [
             "mode",
@@ -230,14 +277,14 @@ async def main() -> None:
         title="per task: Loopwork (worker + server + client) and the floor script",
     )
     print_table(
-        ["mode", "CPU ratio", "machine CPU ratio", "wall ratio", "load at start", "load at end"],
+        ["mode", "of", "CPU", "machine CPU", "wall", "load at start", "load at end"],
         ratios,
-        title="Loopwork / floor, medians (issue 24's goal: machine CPU ≤ 1.5)",
+        title="ratios of the medians (issue 24's goal: Loopwork / floor <= 1.5 in CPU)",
     )
     print_table(
-        ["mode", "CPU ms", "wall ms"],
-        [[m, s.cpu_s * 1000, s.wall_s * 1000] for m, s in firsts],
-        title=f"the first task of each mode (not counted; the worker was ready in {ready_s:.2f} s)",
+        ["worker", "what", "CPU ms", "wall ms"],
+        firsts,
+        title="start-up: worker ready (wall), each worker's first task (not counted above)",
     )
     sys.stdout.flush()
 

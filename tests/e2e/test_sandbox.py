@@ -16,6 +16,7 @@ import shlex
 import shutil
 import stat
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -700,6 +701,65 @@ async def test_a_command_the_task_uid_cannot_run_is_refused_before_it_starts(
         assert f"may not execute {script} (mode 0744, owner uid 0)" in str(info.value)
     with pytest.raises(Exception, match="command not found: 'no-such-agent'"):
         await tree.run("", SandboxPolicy(mode=mode), argv=["no-such-agent"])
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_probe_is_remembered_until_what_it_checked_changes(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second task with the same command is answered without a sandbox; a program
+    replaced by one the task's uid may not run is probed again, and found missing."""
+    from activities.host.sandbox import known
+    from activities.host.sandbox import run as runner
+
+    probes: list[str] = []
+    real = runner.run_sandboxed
+
+    async def counted(run: SandboxRun) -> ProcResult:
+        probes.append(run.name)
+        return await real(run)
+
+    monkeypatch.setattr(runner, "run_sandboxed", counted)
+    known.forget()
+    folder = Path(tempfile.mkdtemp(prefix="loop-known-"))  # /tmp: every uid can look in
+    folder.chmod(0o755)
+    try:
+        program = folder / "tool"
+
+        def install(mode_bits: int) -> None:
+            fresh = folder / ".tool.new"
+            fresh.write_text("#!/bin/sh\nexit 0\n")
+            fresh.chmod(mode_bits)
+            fresh.replace(program)
+
+        install(0o755)
+        policy = SandboxPolicy(mode=mode)
+        # Found on PATH, as `command -v` checks execute permission only there.
+        line = ["sh", "-c", "tool --check"]
+        path_env = {"PATH": f"{folder}:/usr/bin:/bin"}
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert len(probes) == 1, "the second probe was answered from memory"
+        install(0o700)  # root's only: the task's uid cannot execute it
+        assert await sandbox.missing_programs(
+            tree.request("", policy, argv=line, env=path_env)
+        ) == ["tool"]
+        assert len(probes) == 2
+        install(0o755)
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert len(probes) == 3, "a failure is never remembered; the fixed program once more"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        known.forget()
 
 
 # --------------------------------------------------------------------------- strict only

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from activities.host import sandbox
+from activities.host.sandbox import known
 from activities.host.sandbox import uids as leases
 from activities.host.sandbox.egress_rules import Refused, choose
 from activities.host.sandbox.probe import HostSupport
@@ -179,3 +180,70 @@ def test_a_tree_of_any_depth_is_walked_and_removed_without_recursion(tmp_path: P
     finally:
         os.close(root)
     assert list(top.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- remembered probes
+
+
+def _program(folder: Path, name: str = "tool", mode: int = 0o755) -> Path:
+    """A program written beside ``folder/name`` and renamed in: a new file, as an install."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh = folder / f".{name}.new"
+    fresh.write_text("#!/bin/sh\nexit 0\n")
+    fresh.chmod(mode)
+    fresh.replace(folder / name)
+    return folder / name
+
+
+def test_a_probe_fingerprint_changes_with_what_the_probe_checked(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    second.mkdir()
+    program = _program(first)
+    path_env = f"{second}:{first}"
+
+    def print_of(*words: str) -> object:
+        found = known.fingerprint(list(words), path_env, avoid=[])
+        assert found is not None
+        return found
+
+    before = print_of("tool")
+    assert print_of("tool") == before, "nothing changed: the same key"
+    (first / "unrelated").write_text("x")  # a file made beside it: its folder's mtime moves
+    assert print_of("tool") == before
+    _program(first)
+    assert print_of("tool") != before, "a program replaced is probed again"
+    replaced = print_of("tool")
+    program.chmod(0o700)
+    assert print_of("tool") != replaced, "a program its uid may no longer run"
+    program.chmod(0o755)
+    chmodded = print_of("tool")
+    _program(second)
+    assert print_of("tool") != chmodded, "a program earlier in PATH shadows it"
+    shadowed = print_of("tool")
+    first.chmod(0o700)
+    assert print_of("tool") != shadowed, "a folder on the way closed"
+    first.chmod(0o755)
+    link = tmp_path / "link"
+    link.symlink_to(program)
+    through = print_of(str(link))
+    program.unlink()
+    _program(first, mode=0o744)
+    assert print_of(str(link)) != through, "where a link leads is followed"
+
+
+def test_a_probe_is_not_remembered_for_the_tasks_own_files(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    program = _program(tree / "bin")
+    assert known.fingerprint([str(program)], "/usr/bin", avoid=[str(tree)]) is None
+    assert known.fingerprint(["tool"], f"{tree / 'bin'}:/usr/bin", avoid=[str(tree)]) is None
+    assert known.fingerprint(["tool"], "bin:/usr/bin", avoid=[]) is None, "a relative PATH"
+    found = known.fingerprint(["sh"], "/usr/bin:/bin", avoid=[str(tree)])
+    assert found is not None and found[1] is False, "the system's sh: the same for every uid"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to a task uid needs root")
+def test_a_program_a_task_uid_owns_is_remembered_per_uid(tmp_path: Path) -> None:
+    program = _program(tmp_path / "bin")
+    os.chown(program, leases.UID_BASE + 7, leases.UID_BASE + 7)
+    found = known.fingerprint([str(program)], "/usr/bin", avoid=[])
+    assert found is not None and found[1] is True
