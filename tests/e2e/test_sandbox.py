@@ -21,6 +21,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -566,6 +567,34 @@ async def test_cancel_kills_the_whole_tree(tree: Tree, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", LEVELS)
+async def test_a_run_its_cgroup_proves_ended_needs_no_uid_sweep(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's cgroup emptied and removed is the proof: no process is started to kill by
+    uid and /proc is not read; a sleeper it left (setsid) is killed through it."""
+    swept: list[int] = []
+    kill_uid = leases.kill_uid
+
+    def counted(uid: int, *args: float) -> bool:
+        swept.append(uid)
+        return kill_uid(uid, *args)
+
+    monkeypatch.setattr(leases, "kill_uid", counted)
+    ran = await tree.run("true", SandboxPolicy(mode=mode))
+    if "limits=rlimits+cgroup" not in ran.sandbox:
+        pytest.skip(f"no writable cgroup on this host: {ran.sandbox}")
+    assert ran.exit_code == 0 and swept == []
+    sleeper = "(setsid sh -c 'touch started; exec sleep 300.4244' &)"
+    left = await tree.run(
+        f"{sleeper}; until [ -e started ]; do sleep 0.01; done", SandboxPolicy(mode=mode)
+    )
+    assert left.exit_code == 0 and swept == []
+    assert not sandbox.uid_processes(tree.uid)
+    assert not [a for a in command_lines() if "300.4244" in a]
+    assert owners(tree.wt) == {0}
+
+
+@pytest.mark.parametrize("mode", LEVELS)
 async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -> None:
     """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree,
     the state file in the worker's own folder that says what to undo."""
@@ -624,6 +653,16 @@ async def test_the_sweep_proves_the_uid_empty_without_cgroups(
     assert b"alive" in said, said
     assert leases.kill_uid(tree.uid)
     assert not leases.alive(tree.uid)
+
+
+@needs("basic")
+async def test_a_chain_that_outruns_its_cgroup_is_swept_by_uid(tree: Tree) -> None:
+    """With a cgroup too: if killing its members cannot empty it in time, the uid's own
+    ``kill(-1)`` does, and the uid is proved empty before the worktree is taken back."""
+    ran = await tree.run(moving(), SandboxPolicy(mode="basic"))
+    assert "alive" in ran.output_tail, ran.output_tail
+    assert not leases.alive(tree.uid)
+    assert owners(tree.wt) == {0}
 
 
 @pytest.mark.parametrize("mode", LEVELS)
@@ -720,7 +759,7 @@ async def test_a_probe_is_remembered_until_what_it_checked_changes(
         return await real(run)
 
     monkeypatch.setattr(runner, "run_sandboxed", counted)
-    known.forget()
+    monkeypatch.setattr(known, "_found", OrderedDict())  # this test's own memory
     folder = Path(tempfile.mkdtemp(prefix="loop-known-"))  # /tmp: every uid can look in
     folder.chmod(0o755)
     try:
@@ -759,7 +798,6 @@ async def test_a_probe_is_remembered_until_what_it_checked_changes(
         assert len(probes) == 3, "a failure is never remembered; the fixed program once more"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        known.forget()
 
 
 # --------------------------------------------------------------------------- strict only

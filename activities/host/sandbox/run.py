@@ -509,13 +509,21 @@ def _lend(
 
 def _clean_up(state: Mapping[str, Any]) -> list[str]:
     """Kill what is left of the run (task uid, cgroup), then take the worktree back; the
-    paths of repositories the run made inside it, which are removed."""
+    paths of repositories the run made inside it, which are removed.
+
+    Where the run has cgroups it is killed through them, and once they are empty and
+    removed nothing of it is left (``cgroups.killed_and_removed``): no process is started
+    to kill by uid and ``/proc`` is not read (the two sweeps of the uid cost ~18 ms CPU a
+    run). With no cgroup, or members that outlive the cgroup kill, the uid is killed and
+    swept as before."""
     uid = state.get("uid")
-    if isinstance(uid, int):
-        uids.kill_uid(uid)
-    cgroups.kill_recorded([str(d) for d in state.get("cgroups") or []])
-    if isinstance(uid, int):
-        uids.sweep(uid)  # raises while one lives: the worktree is not taken back under it
+    dirs = [str(d) for d in state.get("cgroups") or []]
+    if not (isinstance(uid, int) and cgroups.killed_and_removed(dirs)):
+        if isinstance(uid, int):
+            uids.kill_uid(uid)
+        cgroups.kill_recorded(dirs)
+        if isinstance(uid, int):
+            uids.sweep(uid)  # raises while one lives: the worktree is not taken back under it
     removed: list[str] = []
     for record in reversed(state.get("lent") or []):
         with contextlib.suppress(OSError):
