@@ -129,9 +129,3 @@ def remember(key: Hashable) -> None:
         _found.move_to_end(key)
         while len(_found) > MAX_REMEMBERED:
             _found.popitem(last=False)
-
-
-def forget() -> None:
-    """Forget every probe (tests; a worker never needs to: keys change with the files)."""
-    with _lock:
-        _found.clear()
