@@ -665,6 +665,18 @@ async def test_a_chain_that_outruns_its_cgroup_is_swept_by_uid(tree: Tree) -> No
     assert owners(tree.wt) == {0}
 
 
+def test_the_proxy_is_started_before_the_first_run_needs_it() -> None:
+    """What the worker does once it serves (``sandbox.warm_egress``): the first agent
+    then finds it running; a second call starts nothing new."""
+    from activities.host.sandbox import egress
+
+    assert sandbox.warm_egress()
+    first = egress._process
+    assert first is not None and first.poll() is None
+    assert egress._folder is not None and (egress._folder / "proxy.sock").exists()
+    assert sandbox.warm_egress() and egress._process is first
+
+
 @pytest.mark.parametrize("mode", LEVELS)
 async def test_a_gate_reads_and_never_writes(tree: Tree, mode: str) -> None:
     ws = Workspace(
