@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from activities.host import sandbox
 from activities.host.sandbox import known
@@ -247,3 +251,40 @@ def test_a_program_a_task_uid_owns_is_remembered_per_uid(tmp_path: Path) -> None
     os.chown(program, leases.UID_BASE + 7, leases.UID_BASE + 7)
     found = known.fingerprint([str(program)], "/usr/bin", avoid=[])
     assert found is not None and found[1] is True
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=10,
+    )
+)
+def test_the_launchers_messages_are_json(value: object) -> None:
+    """It writes its own (``json`` costs every run ~8 ms of imports); the worker reads
+    them with ``json``. Lone surrogates come back escaped, as ``json.dumps`` writes them."""
+    from activities.host.sandbox.launch import _json
+
+    written = _json(value)
+    written.encode()  # what it sends must encode, whatever an error message holds
+    assert json.loads(written) == value
+
+
+def test_the_launcher_imports_little() -> None:
+    """It starts once per sandboxed run: what it imports is paid every time."""
+    script = (
+        "import sys; path = sys.argv[1]; "
+        "exec(compile(open(path).read(), path, 'exec'), {'__name__': 'launch'}); "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    launch = Path(sandbox.__file__).with_name("launch.py")
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", script, str(launch)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    heavy = {"json", "re", "socket", "enum", "functools", "warnings", "selectors"}
+    assert not heavy & set(out), sorted(heavy & set(out))
