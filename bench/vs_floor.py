@@ -186,6 +186,9 @@ async def main() -> None:
         help="another checkout (e.g. a clone at main): its worker.py runs as 'before', "
         "interleaved with this one's and the floor, so a change is measured under one load",
     )
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="the checkout whose worker.py is 'loopwork'"
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny version (2 rounds, basic)")
     args = parser.parse_args()
     if args.quick:
@@ -210,7 +213,7 @@ async def main() -> None:
         work = base / "floor-work"
         work.mkdir()
         floor = Contender("floor", lambda _mode: floor_task(floor_repo, work, agent), children_cpu)
-        roots = {"loopwork": ROOT}
+        roots = {"loopwork": args.root.resolve()}
         if args.compare is not None:
             roots["before"] = args.compare.resolve()
         async with loopwork_server(home / "server") as server:
@@ -281,6 +284,7 @@ async def main() -> None:
         ratios,
         title="ratios of the medians (issue 24's goal: Loopwork / floor <= 1.5 in CPU)",
     )
+    print("checkouts: " + ", ".join(f"{name} {root}" for name, root in roots.items()) + "\n")
     print_table(
         ["worker", "what", "CPU ms", "wall ms"],
         firsts,
