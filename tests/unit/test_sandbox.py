@@ -288,3 +288,25 @@ def test_the_launcher_imports_little() -> None:
     ).stdout.split()  # fmt: skip
     heavy = {"json", "re", "socket", "enum", "functools", "warnings", "selectors"}
     assert not heavy & set(out), sorted(heavy & set(out))
+
+
+def test_the_launchers_plan_holds_plain_values() -> None:
+    """marshal writes no enum: the level reaches the launcher as the text it compares."""
+    import marshal
+
+    from activities.host.sandbox import launcher
+    from loop.contracts import SandboxLevel
+
+    plan = launcher.plan(
+        mode=SandboxLevel.BASIC, uid=100_001, gid=100_001, network="none", ops=[], cwd="/",
+        argv=["true"], rlimits={"RLIMIT_CORE": 0}, cgroup_procs=[], seccomp_fd=-1,
+    )  # fmt: skip
+    launch = launcher.prepare(plan)
+    try:
+        plan_fd = launch.pass_fds[0]
+        os.lseek(plan_fd, 0, os.SEEK_SET)
+        read = marshal.loads(os.read(plan_fd, 1 << 20))
+    finally:
+        launch.close()
+    assert type(read["mode"]) is str and read["mode"] == "basic"
+    assert read["argv"] == ["true"] and read["rlimits"] == {"RLIMIT_CORE": 0}

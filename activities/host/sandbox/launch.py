@@ -247,6 +247,8 @@ def main():
         control.sendall(_json(message).encode())
 
     try:
+        if plan["mode"] not in ("basic", "strict"):  # anything else would run as root, bare
+            raise SetupError(f"unknown sandbox mode {plan['mode']!r}")
         for procs in plan["cgroup_procs"]:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))

@@ -73,7 +73,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)  # the text itself, whatever a subclass's __str__ says
     raise TypeError(f"not for a launcher's plan: {value!r}")
 
 
