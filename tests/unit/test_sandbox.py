@@ -310,3 +310,38 @@ def test_the_launchers_plan_holds_plain_values() -> None:
         launch.close()
     assert type(read["mode"]) is str and read["mode"] == "basic"
     assert read["argv"] == ["true"] and read["rlimits"] == {"RLIMIT_CORE": 0}
+
+
+def test_a_worktrees_git_folders_are_asked_again_when_its_git_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sandboxed run needs them (they are shown read-only); git is asked once per
+    worktree while its ``.git`` and what git answered stay what they were."""
+    from activities.host.sandbox import paths
+    from tests.support.repos import git as run_git
+
+    asked: list[str] = []
+    real = paths.git.run_sync
+
+    def counted(args: list[str], cwd: object = None, **kw: object) -> object:
+        asked.append(str(cwd))
+        return real(args, cwd, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(paths.git, "run_sync", counted)
+    monkeypatch.setattr(paths, "_git_dirs", {})
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    for r in (repo, other):
+        r.mkdir()
+        run_git(r, "init", "-q", "-b", "main")
+        run_git(r, "commit", "-q", "--allow-empty", "-m", "base")
+    wt = tmp_path / "wt"
+    run_git(repo, "worktree", "add", "-q", "-b", "w", str(wt))
+    first = paths.git_dirs(str(wt))
+    assert str(repo / ".git") in first
+    assert paths.git_dirs(str(wt)) == first and len(asked) == 1, "kept"
+    (wt / ".git").write_text(f"gitdir: {other / '.git'}\n")  # the same file, new content
+    assert str(other / ".git") in paths.git_dirs(str(wt)) and len(asked) == 2
+    assert paths.git_dirs(str(repo)) == [str(repo / ".git")] and len(asked) == 3
+    (repo / ".git").rename(tmp_path / "moved.git")
+    (other / ".git").rename(repo / ".git")  # another repository's folder in its place
+    assert paths.git_dirs(str(repo)) == [str(repo / ".git")] and len(asked) == 4
