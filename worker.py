@@ -44,7 +44,7 @@ from activities.verify import VerifyActivities
 from activities.workspace import WorkspaceActivities
 from loop import logs, tracing
 from loop.client import connect, ensure_search_attributes
-from loop.contracts import ping_queue
+from loop.contracts import SandboxLevel, ping_queue
 from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.settings import Settings
@@ -259,8 +259,17 @@ async def serve(
             released = await release_leases(client, settings)
             if released:
                 log.info("task uids released", tasks=released)
+            host = await asyncio.to_thread(sandbox.inspect_host)
             log.info("sandbox", **await asyncio.to_thread(sandbox.host_record))
+            # The egress proxy before the first agent needs it, off the event loop.
+            warming = (
+                asyncio.ensure_future(asyncio.to_thread(sandbox.warm_egress))
+                if host.level != SandboxLevel.OFF
+                else None
+            )
             await stop.wait()
+            if warming is not None and not warming.done():
+                warming.cancel()
             log.info("draining: waiting for running activities", seconds=DRAIN.total_seconds())
     finally:
         await asyncio.to_thread(tracing.shutdown)

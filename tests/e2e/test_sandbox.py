@@ -16,10 +16,12 @@ import shlex
 import shutil
 import stat
 import sys
+import tempfile
 import textwrap
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -565,6 +567,34 @@ async def test_cancel_kills_the_whole_tree(tree: Tree, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", LEVELS)
+async def test_a_run_its_cgroup_proves_ended_needs_no_uid_sweep(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's cgroup emptied and removed is the proof: no process is started to kill by
+    uid and /proc is not read; a sleeper it left (setsid) is killed through it."""
+    swept: list[int] = []
+    kill_uid = leases.kill_uid
+
+    def counted(uid: int, *args: float) -> bool:
+        swept.append(uid)
+        return kill_uid(uid, *args)
+
+    monkeypatch.setattr(leases, "kill_uid", counted)
+    ran = await tree.run("true", SandboxPolicy(mode=mode))
+    if "limits=rlimits+cgroup" not in ran.sandbox:
+        pytest.skip(f"no writable cgroup on this host: {ran.sandbox}")
+    assert ran.exit_code == 0 and swept == []
+    sleeper = "(setsid sh -c 'touch started; exec sleep 300.4244' &)"
+    left = await tree.run(
+        f"{sleeper}; until [ -e started ]; do sleep 0.01; done", SandboxPolicy(mode=mode)
+    )
+    assert left.exit_code == 0 and swept == []
+    assert not sandbox.uid_processes(tree.uid)
+    assert not [a for a in command_lines() if "300.4244" in a]
+    assert owners(tree.wt) == {0}
+
+
+@pytest.mark.parametrize("mode", LEVELS)
 async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -> None:
     """What a worker killed mid-run leaves: a process of the task's uid, a lent worktree,
     the state file in the worker's own folder that says what to undo."""
@@ -623,6 +653,28 @@ async def test_the_sweep_proves_the_uid_empty_without_cgroups(
     assert b"alive" in said, said
     assert leases.kill_uid(tree.uid)
     assert not leases.alive(tree.uid)
+
+
+@needs("basic")
+async def test_a_chain_that_outruns_its_cgroup_is_swept_by_uid(tree: Tree) -> None:
+    """With a cgroup too: if killing its members cannot empty it in time, the uid's own
+    ``kill(-1)`` does, and the uid is proved empty before the worktree is taken back."""
+    ran = await tree.run(moving(), SandboxPolicy(mode="basic"))
+    assert "alive" in ran.output_tail, ran.output_tail
+    assert not leases.alive(tree.uid)
+    assert owners(tree.wt) == {0}
+
+
+def test_the_proxy_is_started_before_the_first_run_needs_it() -> None:
+    """What the worker does once it serves (``sandbox.warm_egress``): the first agent
+    then finds it running; a second call starts nothing new."""
+    from activities.host.sandbox import egress
+
+    assert sandbox.warm_egress()
+    first = egress._process
+    assert first is not None and first.poll() is None
+    assert egress._folder is not None and (egress._folder / "proxy.sock").exists()
+    assert sandbox.warm_egress() and egress._process is first
 
 
 @pytest.mark.parametrize("mode", LEVELS)
@@ -700,6 +752,64 @@ async def test_a_command_the_task_uid_cannot_run_is_refused_before_it_starts(
         assert f"may not execute {script} (mode 0744, owner uid 0)" in str(info.value)
     with pytest.raises(Exception, match="command not found: 'no-such-agent'"):
         await tree.run("", SandboxPolicy(mode=mode), argv=["no-such-agent"])
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_probe_is_remembered_until_what_it_checked_changes(
+    tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second task with the same command is answered without a sandbox; a program
+    replaced by one the task's uid may not run is probed again, and found missing."""
+    from activities.host.sandbox import known
+    from activities.host.sandbox import run as runner
+
+    probes: list[str] = []
+    real = runner.run_sandboxed
+
+    async def counted(run: SandboxRun) -> ProcResult:
+        probes.append(run.name)
+        return await real(run)
+
+    monkeypatch.setattr(runner, "run_sandboxed", counted)
+    monkeypatch.setattr(known, "_found", OrderedDict())  # this test's own memory
+    folder = Path(tempfile.mkdtemp(prefix="loop-known-"))  # /tmp: every uid can look in
+    folder.chmod(0o755)
+    try:
+        program = folder / "tool"
+
+        def install(mode_bits: int) -> None:
+            fresh = folder / ".tool.new"
+            fresh.write_text("#!/bin/sh\nexit 0\n")
+            fresh.chmod(mode_bits)
+            fresh.replace(program)
+
+        install(0o755)
+        policy = SandboxPolicy(mode=mode)
+        # Found on PATH, as `command -v` checks execute permission only there.
+        line = ["sh", "-c", "tool --check"]
+        path_env = {"PATH": f"{folder}:/usr/bin:/bin"}
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert len(probes) == 1, "the second probe was answered from memory"
+        install(0o700)  # root's only: the task's uid cannot execute it
+        assert await sandbox.missing_programs(
+            tree.request("", policy, argv=line, env=path_env)
+        ) == ["tool"]
+        assert len(probes) == 2
+        install(0o755)
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert (
+            await sandbox.missing_programs(tree.request("", policy, argv=line, env=path_env)) == []
+        )
+        assert len(probes) == 3, "a failure is never remembered; the fixed program once more"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- strict only

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from activities.host import sandbox
+from activities.host.sandbox import known
 from activities.host.sandbox import uids as leases
 from activities.host.sandbox.egress_rules import Refused, choose
 from activities.host.sandbox.probe import HostSupport
@@ -179,3 +184,164 @@ def test_a_tree_of_any_depth_is_walked_and_removed_without_recursion(tmp_path: P
     finally:
         os.close(root)
     assert list(top.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- remembered probes
+
+
+def _program(folder: Path, name: str = "tool", mode: int = 0o755) -> Path:
+    """A program written beside ``folder/name`` and renamed in: a new file, as an install."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh = folder / f".{name}.new"
+    fresh.write_text("#!/bin/sh\nexit 0\n")
+    fresh.chmod(mode)
+    fresh.replace(folder / name)
+    return folder / name
+
+
+def test_a_probe_fingerprint_changes_with_what_the_probe_checked(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    second.mkdir()
+    program = _program(first)
+    path_env = f"{second}:{first}"
+
+    def print_of(*words: str) -> object:
+        found = known.fingerprint(list(words), path_env, avoid=[])
+        assert found is not None
+        return found
+
+    before = print_of("tool")
+    assert print_of("tool") == before, "nothing changed: the same key"
+    (first / "unrelated").write_text("x")  # a file made beside it: its folder's mtime moves
+    assert print_of("tool") == before
+    _program(first)
+    assert print_of("tool") != before, "a program replaced is probed again"
+    replaced = print_of("tool")
+    program.chmod(0o700)
+    assert print_of("tool") != replaced, "a program its uid may no longer run"
+    program.chmod(0o755)
+    chmodded = print_of("tool")
+    _program(second)
+    assert print_of("tool") != chmodded, "a program earlier in PATH shadows it"
+    shadowed = print_of("tool")
+    first.chmod(0o700)
+    assert print_of("tool") != shadowed, "a folder on the way closed"
+    first.chmod(0o755)
+    link = tmp_path / "link"
+    link.symlink_to(program)
+    through = print_of(str(link))
+    program.unlink()
+    _program(first, mode=0o744)
+    assert print_of(str(link)) != through, "where a link leads is followed"
+
+
+def test_a_probe_is_not_remembered_for_the_tasks_own_files(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    program = _program(tree / "bin")
+    assert known.fingerprint([str(program)], "/usr/bin", avoid=[str(tree)]) is None
+    assert known.fingerprint(["tool"], f"{tree / 'bin'}:/usr/bin", avoid=[str(tree)]) is None
+    assert known.fingerprint(["tool"], "bin:/usr/bin", avoid=[]) is None, "a relative PATH"
+    found = known.fingerprint(["sh"], "/usr/bin:/bin", avoid=[str(tree)])
+    assert found is not None and found[1] is False, "the system's sh: the same for every uid"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to a task uid needs root")
+def test_a_program_a_task_uid_owns_is_remembered_per_uid(tmp_path: Path) -> None:
+    program = _program(tmp_path / "bin")
+    os.chown(program, leases.UID_BASE + 7, leases.UID_BASE + 7)
+    found = known.fingerprint([str(program)], "/usr/bin", avoid=[])
+    assert found is not None and found[1] is True
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=10,
+    )
+)
+def test_the_launchers_messages_are_json(value: object) -> None:
+    """It writes its own (``json`` costs every run ~8 ms of imports); the worker reads
+    them with ``json``. Lone surrogates come back escaped, as ``json.dumps`` writes them."""
+    from activities.host.sandbox.launch import _json
+
+    written = _json(value)
+    written.encode()  # what it sends must encode, whatever an error message holds
+    assert json.loads(written) == value
+
+
+def test_the_launcher_imports_little() -> None:
+    """It starts once per sandboxed run: what it imports is paid every time."""
+    script = (
+        "import sys; path = sys.argv[1]; "
+        "exec(compile(open(path).read(), path, 'exec'), {'__name__': 'launch'}); "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    launch = Path(sandbox.__file__).with_name("launch.py")
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", script, str(launch)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    heavy = {"json", "re", "socket", "enum", "functools", "warnings", "selectors"}
+    assert not heavy & set(out), sorted(heavy & set(out))
+
+
+def test_the_launchers_plan_holds_plain_values() -> None:
+    """marshal writes no enum: the level reaches the launcher as the text it compares."""
+    import marshal
+
+    from activities.host.sandbox import launcher
+    from loop.contracts import SandboxLevel
+
+    plan = launcher.plan(
+        mode=SandboxLevel.BASIC, uid=100_001, gid=100_001, network="none", ops=[], cwd="/",
+        argv=["true"], rlimits={"RLIMIT_CORE": 0}, cgroup_procs=[], seccomp_fd=-1,
+    )  # fmt: skip
+    launch = launcher.prepare(plan)
+    try:
+        plan_fd = launch.pass_fds[0]
+        os.lseek(plan_fd, 0, os.SEEK_SET)
+        read = marshal.loads(os.read(plan_fd, 1 << 20))
+    finally:
+        launch.close()
+    assert type(read["mode"]) is str and read["mode"] == "basic"
+    assert read["argv"] == ["true"] and read["rlimits"] == {"RLIMIT_CORE": 0}
+
+
+def test_a_worktrees_git_folders_are_asked_again_when_its_git_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sandboxed run needs them (they are shown read-only); git is asked once per
+    worktree while its ``.git`` and what git answered stay what they were."""
+    from activities.host.sandbox import paths
+    from tests.support.repos import git as run_git
+
+    asked: list[str] = []
+    real = paths.git.run_sync
+
+    def counted(args: list[str], cwd: object = None, **kw: object) -> object:
+        asked.append(str(cwd))
+        return real(args, cwd, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(paths.git, "run_sync", counted)
+    monkeypatch.setattr(paths, "_git_dirs", {})
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    for r in (repo, other):
+        r.mkdir()
+        run_git(r, "init", "-q", "-b", "main")
+        run_git(r, "commit", "-q", "--allow-empty", "-m", "base")
+    wt = tmp_path / "wt"
+    run_git(repo, "worktree", "add", "-q", "-b", "w", str(wt))
+    first = paths.git_dirs(str(wt))
+    assert str(repo / ".git") in first
+    assert paths.git_dirs(str(wt)) == first and len(asked) == 1, "kept"
+    (wt / ".git").write_text(f"gitdir: {other / '.git'}\n")  # the same file, new content
+    assert str(other / ".git") in paths.git_dirs(str(wt)) and len(asked) == 2
+    assert paths.git_dirs(str(repo)) == [str(repo / ".git")] and len(asked) == 3
+    (repo / ".git").rename(tmp_path / "moved.git")
+    (other / ".git").rename(repo / ".git")  # another repository's folder in its place
+    assert paths.git_dirs(str(repo)) == [str(repo / ".git")] and len(asked) == 4

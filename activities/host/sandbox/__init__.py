@@ -16,6 +16,7 @@ from activities.host.sandbox.credentials import check as check_credentials
 from activities.host.sandbox.credentials import named_files as credential_files
 from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.egress import endpoint_entries, protect
+from activities.host.sandbox.egress import warm as warm_egress
 from activities.host.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
 from activities.host.sandbox.run import (
     SandboxRun,
@@ -47,4 +48,5 @@ __all__ = [
     "release",
     "run_sandboxed",
     "uid_processes",
+    "warm_egress",
 ]

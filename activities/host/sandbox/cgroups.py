@@ -136,6 +136,41 @@ def kill_recorded(dirs: list[str]) -> None:
             cg.remove()
 
 
+ZOMBIE_WAIT_S = 3.0
+"""How long an emptied run cgroup's removal waits for its zombies to be reaped."""
+CGROUP_KILL_S = 0.5
+"""How long killing through the cgroup alone is tried before the uid is killed too (a
+chain that forks and exits can outrun any listing of members; ``kill(-1)`` as the uid
+cannot be outrun)."""
+
+
+def killed_and_removed(dirs: list[str], wait_s: float = CGROUP_KILL_S) -> bool:
+    """Kill every member of the run's recorded cgroups and remove them; True when all are
+    gone. That proves everything the run started has ended, without reading ``/proc``: the
+    launcher joins them before anything of the task runs, every fork inherits them, a task
+    uid cannot write a ``cgroup.procs`` to leave, nothing can join a removed cgroup, and
+    the kernel refuses to remove one with members. False when there is nothing to prove it
+    with (no cgroup recorded, or a folder Loopwork does not make) or the members outlived
+    ``wait_s``: the caller then kills by uid and sweeps it."""
+    if not dirs or not all(is_run_cgroup(d) for d in dirs):
+        return False
+    for d in dirs:
+        if not Cgroup(dirs=[d], memory=False, pids=False).kill(wait_s):
+            return False
+        deadline = time.monotonic() + ZOMBIE_WAIT_S
+        while True:
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break  # removed while empty (by a sweep): nothing can have joined since
+            except OSError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)  # zombies not yet reaped keep it busy
+    return True
+
+
 def _sweep(parent: Path, older_than_s: float = 60.0) -> None:
     """Remove run cgroups left empty (a zombie kept one busy past its run's cleanup)."""
     try:

@@ -9,9 +9,10 @@ the proxy's unix socket, in a folder only the worker can open. The proxy
 decides with ``egress_plugin``: the relay's first line names the run's ticket,
 the ticket file names the task and what it may reach.
 
-The proxy is one process per worker process, started on first use, killed with
-the worker; a watchdog in it ends it when the worker dies, so a ``kill -9`` of the
-worker does not leave it behind.
+The proxy is one process per worker process, started by the worker once it serves
+(``warm``; or by the first run that needs it), killed with the worker; a watchdog
+in it ends it when the worker dies, so a ``kill -9`` of the worker does not leave
+it behind.
 """
 
 from __future__ import annotations
@@ -174,6 +175,18 @@ def _running() -> tuple[Path, Path]:
 
 
 atexit.register(_stop)
+
+
+def warm() -> bool:
+    """Start the proxy now, so the first agent of a worker does not wait for it (its
+    start is ~1 s and ~1 CPU-second, mostly proxy.py's import). The worker calls it in a
+    thread once it serves; a proxy that cannot start is left for the first run that needs
+    it to report. True when it runs."""
+    try:
+        _running()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass

@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -232,19 +233,80 @@ def protected_files(worktree: str, globs: list[str]) -> list[str]:
     )
 
 
+GIT_DIRS_KEPT = 256
+_git_dirs: dict[str, tuple[tuple[object, ...], list[str]]] = {}
+_git_dirs_lock = threading.Lock()
+
+
+def _git_pin(worktree: str, answer: list[str]) -> tuple[object, ...] | None:
+    """What ``git rev-parse --git-dir --git-common-dir`` in ``worktree`` answered from: the
+    worktree folder, its ``.git`` (a clone's folder; a worktree's file, by content through
+    its size and times) and each folder answered with its ``commondir`` file, there or
+    not. None when ``.git`` is missing or a link: nothing is kept, git is asked."""
+    pins: list[object] = []
+    try:
+        top = os.stat(worktree)
+        dot = os.lstat(os.path.join(worktree, ".git"))
+    except OSError:
+        return None
+    if stat.S_ISLNK(dot.st_mode):
+        return None
+    pins += [(top.st_dev, top.st_ino), (dot.st_dev, dot.st_ino, dot.st_mode, dot.st_uid)]
+    if not stat.S_ISDIR(dot.st_mode):
+        pins.append((dot.st_size, dot.st_mtime_ns, dot.st_ctime_ns))
+    for folder in answer:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return None
+        pins.append((st.st_dev, st.st_ino))
+        try:
+            common = os.lstat(os.path.join(folder, "commondir"))
+            pins.append((common.st_ino, common.st_size, common.st_mtime_ns, common.st_ctime_ns))
+        except FileNotFoundError:
+            pins.append(None)
+        except OSError:
+            return None
+    return tuple(pins)
+
+
+def _rev_parse(worktree: str) -> list[str] | None:
+    """The git folder and common folder of ``worktree`` (absolute), as git answers; kept
+    per worktree while ``_git_pin`` says nothing it answered from changed (every sandboxed
+    run asks, a gate run twice on one checkout, issue 24)."""
+    with _git_dirs_lock:
+        kept = _git_dirs.get(worktree)
+    if kept is not None and _git_pin(worktree, kept[1]) == kept[0]:
+        return list(kept[1])
+    try:
+        done = git.run_sync(["rev-parse", "--git-dir", "--git-common-dir"], worktree, timeout=30)
+    except (OSError, git.Timeout):
+        return None
+    if done.code != 0:
+        return None
+    answer = [
+        os.path.realpath(os.path.join(worktree, line.strip()))
+        for line in done.text.split("\n")
+        if line.strip()
+    ]
+    pin = _git_pin(worktree, answer)
+    if pin is not None:
+        with _git_dirs_lock:
+            _git_dirs.pop(worktree, None)
+            _git_dirs[worktree] = (pin, answer)
+            while len(_git_dirs) > GIT_DIRS_KEPT:
+                del _git_dirs[next(iter(_git_dirs))]
+    return answer
+
+
 def git_dirs(worktree: str) -> list[str]:
     """The worktree's ``.git``, the repository's git folder (``--git-common-dir``) and the
     object folders it borrows (a task's clone borrows the store of base history)."""
     dot_git = os.path.join(worktree, ".git")
     dirs = [dot_git] if os.path.lexists(dot_git) else []
-    try:
-        done = git.run_sync(["rev-parse", "--git-dir", "--git-common-dir"], worktree, timeout=30)
-    except (OSError, git.Timeout):
+    answer = _rev_parse(worktree)
+    if answer is None:
         return dirs
-    if done.code != 0:
-        return dirs
-    for line in done.text.split("\n"):
-        if line.strip():
-            found = os.path.realpath(os.path.join(worktree, line.strip()))
-            dirs += [found, *alternates(found)]
+    for found in answer:
+        dirs += [found, *alternates(found)]
     return outermost(dirs)
