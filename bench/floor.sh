@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The floor of issue 24: one trivial task with the same isolation, done by hand.
+# The floor: one trivial task with the same isolation, done by hand.
 #
 #   bench/floor.sh REPO WORK UID AGENT_PY PYTHON
 #

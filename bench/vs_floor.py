@@ -282,7 +282,7 @@ async def main() -> None:
     print_table(
         ["mode", "of", "CPU", "machine CPU", "wall", "load at start", "load at end"],
         ratios,
-        title="ratios of the medians (issue 24's goal: Loopwork / floor <= 1.5 in CPU)",
+        title="ratios of the medians (the goal: Loopwork / floor <= 1.5 in CPU)",
     )
     print("checkouts: " + ", ".join(f"{name} {root}" for name, root in roots.items()) + "\n")
     print_table(

@@ -3,7 +3,7 @@ while nothing the probe depended on has changed.
 
 ``run.missing_programs`` starts a sandbox only to ask ``command -v`` whether the task's
 uid can find and execute each program its command names (three runs per task, ~60 ms
-CPU each; issue 24). The answer depends on the sandbox (its level, the task file's
+CPU each). The answer depends on the sandbox (its level, the task file's
 policy, the view planned for the command, its PATH), on the uid, and on the files: every
 candidate a PATH lookup tries (``dir/word`` in each PATH folder, there or not), every
 folder on the way to it and every link it goes through. So a probe that found

@@ -26,7 +26,7 @@ interpreter's own library); this file is not imported by the worker.
 It starts once per sandboxed run, so it imports little: ``marshal`` for the plan and
 ``_socket`` for the control socket, not ``json`` and ``socket`` (which bring ``re``,
 ``enum`` and ``functools``), and it searches PATH itself rather than through
-``os.execvpe`` (which imports ``warnings``): ~15 ms of CPU a run less (issue 24).
+``os.execvpe`` (which imports ``warnings``): ~15 ms of CPU a run less.
 Its messages are JSON, written by ``_json``, read by ``launcher.read_setup``.
 """
 

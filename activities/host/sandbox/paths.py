@@ -273,7 +273,7 @@ def _git_pin(worktree: str, answer: list[str]) -> tuple[object, ...] | None:
 def _rev_parse(worktree: str) -> list[str] | None:
     """The git folder and common folder of ``worktree`` (absolute), as git answers; kept
     per worktree while ``_git_pin`` says nothing it answered from changed (every sandboxed
-    run asks, a gate run twice on one checkout, issue 24)."""
+    run asks, a gate run twice on one checkout)."""
     with _git_dirs_lock:
         kept = _git_dirs.get(worktree)
     if kept is not None and _git_pin(worktree, kept[1]) == kept[0]:
