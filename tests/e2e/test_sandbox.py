@@ -812,6 +812,30 @@ async def test_a_probe_is_remembered_until_what_it_checked_changes(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_program_named_by_its_path_is_probed_for_the_task_uid(
+    tree: Tree, mode: str
+) -> None:
+    """``command -v /path`` answers for any file that exists: a path in a shell line that
+    the task's uid may not execute must be found missing all the same, before an attempt
+    is spent on it (the command's own first word is checked before any probe)."""
+    folder = Path(tempfile.mkdtemp(prefix="loop-probe-"))  # /tmp: every uid can look in
+    folder.chmod(0o755)
+    try:
+        program = folder / "tool"
+        program.write_text("#!/bin/sh\nexit 0\n")
+        policy = SandboxPolicy(mode=mode)
+        for bits, missing in ((0o755, []), (0o700, [str(program)]), (0o644, [str(program)])):
+            program.chmod(bits)
+            request = tree.request("", policy, argv=["sh", "-c", f"{program} --check"])
+            assert await sandbox.missing_programs(request) == missing, oct(bits)
+        assert await sandbox.missing_programs(
+            tree.request("", policy, argv=["sh", "-c", f"{folder} --check"])
+        ) == [str(folder)], "a folder is not a program"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- strict only
 
 

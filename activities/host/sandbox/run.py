@@ -286,7 +286,12 @@ async def check_runnable(run: SandboxRun) -> None:
     await _prepare(run)
 
 
-PROBE_SCRIPT = 'for w; do command -v "$w" >/dev/null 2>&1 || printf "missing:%s\\n" "$w"; done'
+PROBE_SCRIPT = (
+    'for w; do case "$w" in */*) [ -f "$w" ] && [ -x "$w" ] ;; '
+    '*) command -v "$w" >/dev/null 2>&1 ;; esac || printf "missing:%s\\n" "$w"; done'
+)
+"""A name is looked up on PATH (``command -v`` checks execute permission there); a path
+is checked as itself, since ``command -v`` answers for any path that exists."""
 PROBE_LIMIT_S = 20
 
 
