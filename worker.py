@@ -38,6 +38,7 @@ from activities.ping import PingActivities
 from activities.pull_request import PullRequestActivities
 from activities.reconcile import reconcile_worktrees, release_leases
 from activities.review import ReviewActivities
+from activities.slack import SlackActivities
 from activities.summarize import SummarizeActivities
 from activities.tools import ToolActivities
 from activities.verify import VerifyActivities
@@ -71,6 +72,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
     budget = BudgetActivities()
     discover = DiscoverActivities(settings)
     hooks = GitHubHookActivities(settings)
+    slack = SlackActivities(settings)
     return [
         WorkspaceActivities(settings).prepare_workspace,
         EscalateActivities(settings).escalate,
@@ -87,6 +89,8 @@ def shared_activities(settings: Settings) -> list[Callable]:
         hooks.github_comment,
         hooks.hook_answer,
         hooks.github_review_comments,
+        slack.slack_post,
+        slack.slack_close,
     ]
 
 

@@ -160,6 +160,14 @@ from loop.contracts.results import (
     TraceEvent,
     Usage,
 )
+from loop.contracts.slack import (
+    ACTION_PREFIX,
+    SLACK_ANSWERS,
+    SlackCloseInput,
+    SlackCloseResult,
+    SlackMessage,
+    SlackPostInput,
+)
 from loop.contracts.states import (
     FinalAction,
     Phase,
@@ -218,6 +226,8 @@ from loop.contracts.stubs import (
     RESERVE_BUDGET,
     REVIEW,
     REVIEW_COMMENTS,
+    SLACK_CLOSE,
+    SLACK_POST,
     SUMMARIZE,
     TOOL_STEP,
     VERIFY,
@@ -271,6 +281,7 @@ from loop.contracts.triage import (
 )
 
 __all__ = [
+    "ACTION_PREFIX",
     "AGENT_WORKFLOW",
     "ALL_ACTIVITIES",
     "ANSWER_REFUSED",
@@ -334,6 +345,9 @@ __all__ = [
     "SIGNAL_EXTEND_BUDGET",
     "SIGNAL_FEEDBACK",
     "SIGNAL_REJECT",
+    "SLACK_ANSWERS",
+    "SLACK_CLOSE",
+    "SLACK_POST",
     "SOURCE_MISCONFIGURED",
     "SOURCE_NAME_PATTERN",
     "SUMMARIZE",
@@ -463,6 +477,10 @@ __all__ = [
     "SandboxLevel",
     "SandboxLimits",
     "SandboxPolicy",
+    "SlackCloseInput",
+    "SlackCloseResult",
+    "SlackMessage",
+    "SlackPostInput",
     "Source",
     "Suite",
     "SuiteReport",

@@ -46,6 +46,7 @@ from loop.contracts.model import (
     ToolStepResult,
 )
 from loop.contracts.results import SummarizeInput, SummarizeResult
+from loop.contracts.slack import SlackCloseInput, SlackCloseResult, SlackMessage, SlackPostInput
 from loop.contracts.steps import (
     CommitInput,
     CommitResult,
@@ -150,6 +151,8 @@ GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, Permission
 GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
 HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
 REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
+SLACK_POST = ActivityDef("slack_post", SlackPostInput, SlackMessage)
+SLACK_CLOSE = ActivityDef("slack_close", SlackCloseInput, SlackCloseResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -181,5 +184,7 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     GITHUB_COMMENT,
     HOOK_ANSWER,
     REVIEW_COMMENTS,
+    SLACK_POST,
+    SLACK_CLOSE,
 )
 """The one registry: every activity a workflow may call."""

@@ -28,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.answers import AnswerActivities
+from activities.slack import SlackActivities
 from loop.contracts import (
     COMMIT,
     ESCALATE,
@@ -183,8 +184,12 @@ class Fakes:
         # The real check of answers, on a worker without an answer key: unsigned answers
         # are taken (and traced as unsigned), as on a worker with no LOOP_ANSWER_KEY_FILE.
         checker = AnswerActivities(Settings(home=Path(tempfile.mkdtemp()))).check_answer
+        # The real Slack steps of a worker without Slack: they post nothing.
+        slack = SlackActivities(Settings(home=Path(tempfile.mkdtemp())))
         return [
             checker,
+            slack.slack_post,
+            slack.slack_close,
             self.prepare,
             self.explore,
             self.make,
