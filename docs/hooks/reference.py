@@ -502,6 +502,13 @@ ENVIRONMENT = {
         "`--sources`), `loop ui` takes signed deliveries at `POST /hooks/github` "
         "([On GitHub](../guides/github.md)); at least 16 characters.",
     ),
+    "LOOP_SLACK_SIGNING_SECRET_FILE": (
+        "unset",
+        "A file holding the Slack app's Signing Secret: with it (and "
+        "`LOOP_SLACK_BOT_TOKEN_FILE`), `loop ui` takes the buttons and modals of Loopwork's "
+        "Slack messages at `POST /hooks/slack`, each request's signature and 5-minute "
+        "timestamp checked ([In Slack](../guides/slack.md)).",
+    ),
     "LOOP_UI_URL": (
         "the Temporal address's port + 1000",
         "The Temporal UI used in printed links.",

@@ -40,7 +40,11 @@ def ui(
     With LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources it also takes GitHub's webhook
     deliveries at POST /hooks/github: labeled issues start their tasks, closed ones
     cancel them, /loop comments from people with write access answer them, and a
-    review of a task's pull request is one feedback."""
+    review of a task's pull request is one feedback.
+
+    With LOOP_SLACK_SIGNING_SECRET_FILE (and LOOP_SLACK_BOT_TOKEN_FILE) it takes the
+    buttons of Loopwork's Slack messages at POST /hooks/slack: approve, reject,
+    feedback and extend, each request's signature and timestamp checked."""
     from loop.ui.config import ui_config
     from loop.ui.server import serve
 

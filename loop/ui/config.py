@@ -1,7 +1,8 @@
 """What ``loop ui`` is told: where to listen (``--bind``), who may answer
 (``LOOP_UI_TOKEN``), and whose GitHub deliveries it takes (``--sources`` and
-``LOOP_GITHUB_WEBHOOK_SECRET_FILE``). Bad input is a ``BadInput`` with one line, before
-anything starts."""
+``LOOP_GITHUB_WEBHOOK_SECRET_FILE``), and whether it takes Slack's buttons
+(``LOOP_SLACK_SIGNING_SECRET_FILE`` with ``LOOP_SLACK_BOT_TOKEN_FILE``). Bad input is
+a ``BadInput`` with one line, before anything starts."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from pathlib import Path
 from loop.contracts import GitHubSource
 from loop.errors import BadInput, LoopError
 from loop.loaders import load_sources
+from loop.slack.api import DEFAULT_API, read_token
 from loop.ui.hooks import Hooked
 
 DEFAULT_BIND = "127.0.0.1:8300"
 TOKEN_ENV = "LOOP_UI_TOKEN"
 SECRET_FILE_ENV = "LOOP_GITHUB_WEBHOOK_SECRET_FILE"
+SLACK_SECRET_ENV = "LOOP_SLACK_SIGNING_SECRET_FILE"
+SLACK_TOKEN_ENV = "LOOP_SLACK_BOT_TOKEN_FILE"
 MIN_SECRET = 16
 """Shortest secret accepted: a page that approves merges deserves more than a PIN."""
 DEFAULT_TOKEN_NAME = "token"
@@ -115,6 +119,17 @@ class UiConfig:
     """The webhook secret; None: ``POST /hooks/github`` does not exist."""
     hooked: list[Hooked] = field(default_factory=list)
     """The ``github`` sources of ``--sources`` whose deliveries are taken."""
+    slack: SlackConfig | None = None
+    """None: ``POST /hooks/slack`` does not exist."""
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    secret: str
+    """The Slack app's signing secret."""
+    token: str
+    """Its bot token: the page opens modals and says refusals in messages."""
+    api_url: str
 
 
 def ui_config(
@@ -144,7 +159,33 @@ def ui_config(
         tokens=tokens,
         github_secret=secret,
         hooked=hooked,
+        slack=slack(environ),
     )
+
+
+def slack(environ: dict[str, str]) -> SlackConfig | None:
+    """The Slack app's signing secret and bot token: both, or neither."""
+    secret_file = environ.get(SLACK_SECRET_ENV, "")
+    if not secret_file:
+        return None
+    token_file = environ.get(SLACK_TOKEN_ENV, "")
+    if not token_file:
+        raise BadInput(
+            f"{SLACK_SECRET_ENV} is set: set {SLACK_TOKEN_ENV} too (the bot token opens the "
+            "modals that ask for a reason)"
+        )
+    try:
+        secret = Path(secret_file).expanduser().read_text().strip()
+    except OSError as e:
+        raise BadInput(f"{SLACK_SECRET_ENV}: cannot read {secret_file}: {e.strerror}") from None
+    if len(secret) < MIN_SECRET:
+        raise BadInput(
+            f"{SLACK_SECRET_ENV}: the secret in {secret_file} is shorter than {MIN_SECRET} "
+            "characters (copy the Signing Secret from the app's Basic Information page)"
+        )
+    token = read_token(Path(token_file))
+    api_url = environ.get("LOOP_SLACK_API_URL") or DEFAULT_API
+    return SlackConfig(secret=secret, token=token, api_url=api_url)
 
 
 def webhook(secret_file: str, files: list[Path]) -> tuple[bytes | None, list[Hooked]]:

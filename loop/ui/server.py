@@ -90,6 +90,8 @@ async def serve(
     if config.hooked:
         repos = ", ".join(h.source.repo for h in config.hooked)
         say(f"GitHub webhook: POST {Bind(host, port).url()}hooks/github for {repos}")
+    if config.slack is not None:
+        say(f"Slack interactivity: POST {Bind(host, port).url()}hooks/slack")
     try:
         with register(config.home, "ui", f"{host}:{port}"):  # no sandbox may reach it
             await server.serve(sockets=[sock])
