@@ -65,6 +65,8 @@ class SlackStandIn:
     calls: list[str] = field(default_factory=list)
     down: bool = False
     """While set, every call is a 503: Slack unreachable."""
+    limited: int = 0
+    """When set, every call is a 429 with ``Retry-After`` of it."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def message(self, ts: str) -> Posted:
@@ -110,6 +112,8 @@ class SlackStandIn:
             self.calls.append(method)
             if self.down:
                 return 503, {"ok": False, "error": "service_unavailable"}
+            if self.limited:
+                return 429, {"ok": False, "error": "ratelimited"}
             if auth != f"Bearer {self.token}":
                 return 200, {"ok": False, "error": "invalid_auth"}
             handlers = {
@@ -146,6 +150,8 @@ def _handler(hub: SlackStandIn) -> type[BaseHTTPRequestHandler]:
             status, said = hub.answer(method, self.headers.get("Authorization", ""), body)
             data = json.dumps(said).encode()
             self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", str(hub.limited))
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
