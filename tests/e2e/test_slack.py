@@ -11,13 +11,16 @@ own signature code, as Slack signs it.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from loop.contracts import FinalAction, TaskState
 from loop.hardened import answers
@@ -37,7 +40,7 @@ from tests.support.slack import (
 from tests.support.tasks import result_of, start, task, wait_for
 from tests.support.triage import NOTHING
 from tests.support.ui import LOOP, loop_ui, ui_env
-from worker import build_worker
+from worker import WORKFLOWS, build_worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -82,6 +85,20 @@ async def posted(slack: SlackStandIn, n: int = 1) -> Posted:
     return slack.messages[n - 1]
 
 
+async def replays(handle: WorkflowHandle, name: str) -> None:
+    """The run replays on the code that made it: the Slack steps are deterministic.
+    ``LOOP_RECORD_HISTORIES=DIR`` keeps it as ``DIR/<name>.json`` (for
+    tests/workflow/histories)."""
+    history = await handle.fetch_history()
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    keep = os.environ.get("LOOP_RECORD_HISTORIES")
+    if keep:
+        (Path(keep) / f"{name}.json").write_text(history.to_json())
+
+
 async def test_the_approve_button_merges_and_the_message_says_who_approved(
     client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
     demo_repo: Path, tmp_path: Path,
@@ -101,6 +118,7 @@ async def test_the_approve_button_merges_and_the_message_says_who_approved(
         # The same button again, now that the task has ended: said so, nothing done.
         again = await interact(url, pressed_again(approve, "bob"))
         await until("the refusal in the message", lambda: "nothing was done" in message.shown())
+        await replays(handle, "slack_approval")
 
     assert message.channel == CHANNEL
     assert f"*Loopwork task `{spec['id']}` is AWAITING_APPROVAL*: verified; " in first
@@ -142,6 +160,7 @@ async def test_reject_asks_for_a_reason_in_a_modal_and_ends_the_task_rejected(
         reason = "not needed <!channel> after all"
         taken = await interact(url, submitted(opened, {"reason": reason}, user="ann"))
         result = await result_of(handle)
+        await replays(handle, "slack_rejection")
 
     assert buttons == ["loop_feedback", "loop_extend", "loop_reject"]
     assert opening.status_code == 200
