@@ -54,6 +54,7 @@ from workflows.eval import EvalWorkflow
 from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
+from workflows.tasks_hook import TaskHookWorkflow
 from workflows.triage import TriageWorkflow
 
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -83,6 +84,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
         EvalActivities(settings).write_eval_results,
         discover.discover,
         discover.lookup_tasks,
+        discover.hook_issue_item,
         hooks.github_hook_item,
         hooks.cancel_task,
         hooks.github_permission,
@@ -122,6 +124,7 @@ WORKFLOWS: list[type] = [
     EvalWorkflow,
     TriageWorkflow,
     GitHubDeliveryWorkflow,
+    TaskHookWorkflow,
 ]
 
 

@@ -213,6 +213,7 @@ from loop.contracts.stubs import (
     GITHUB_COMMENT,
     GITHUB_PERMISSION,
     HOOK_ANSWER,
+    HOOK_ISSUE,
     HOOK_ITEM,
     LOOKUP_TASKS,
     MAKE,
@@ -253,6 +254,14 @@ from loop.contracts.task import (
     TaskSpec,
     ToolPolicy,
 )
+from loop.contracts.tasks_hook import (
+    HOOK_BODY_KEYS,
+    TASK_HOOK_WORKFLOW,
+    HookIssueInput,
+    TaskHook,
+    TaskHookResult,
+    task_hook_workflow_id,
+)
 from loop.contracts.triage import (
     ISSUE_META_KEYS,
     ISSUE_OVERRIDE_KEYS,
@@ -278,6 +287,7 @@ from loop.contracts.triage import (
     TriagePolicy,
     TriageResult,
     TriageSources,
+    WebhookSource,
 )
 
 __all__ = [
@@ -306,6 +316,8 @@ __all__ = [
     "GITHUB_PERMISSION",
     "HARNESS_FORBIDDEN",
     "HOOK_ANSWER",
+    "HOOK_BODY_KEYS",
+    "HOOK_ISSUE",
     "HOOK_ITEM",
     "HOST_LOST",
     "HOST_PATTERN",
@@ -351,6 +363,7 @@ __all__ = [
     "SOURCE_MISCONFIGURED",
     "SOURCE_NAME_PATTERN",
     "SUMMARIZE",
+    "TASK_HOOK_WORKFLOW",
     "TASK_ID_PATTERN",
     "TASK_WORKFLOW",
     "TEMPLATE_KEYS",
@@ -426,6 +439,7 @@ __all__ = [
     "HoldersResult",
     "HookAnswerInput",
     "HookAnswerResult",
+    "HookIssueInput",
     "HookItemInput",
     "HookItemResult",
     "In",
@@ -487,6 +501,8 @@ __all__ = [
     "SuiteSummary",
     "SummarizeInput",
     "SummarizeResult",
+    "TaskHook",
+    "TaskHookResult",
     "TaskResult",
     "TaskSpec",
     "TaskState",
@@ -508,6 +524,7 @@ __all__ = [
     "UsageReport",
     "Verdict",
     "VerifyInput",
+    "WebhookSource",
     "Workspace",
     "WriteEvalResult",
     "branch_for",
@@ -519,5 +536,6 @@ __all__ = [
     "ledger_id_for",
     "ping_queue",
     "reservation_key",
+    "task_hook_workflow_id",
     "workflow_id_for",
 ]

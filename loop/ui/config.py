@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop.contracts import GitHubSource
+from loop.contracts import GitHubSource, TriageSources
 from loop.errors import BadInput, LoopError
 from loop.loaders import load_sources
 from loop.slack.api import DEFAULT_API, read_token
@@ -21,6 +21,7 @@ from loop.ui.hooks import Hooked
 DEFAULT_BIND = "127.0.0.1:8300"
 TOKEN_ENV = "LOOP_UI_TOKEN"
 SECRET_FILE_ENV = "LOOP_GITHUB_WEBHOOK_SECRET_FILE"
+HOOKS_TOKEN_ENV = "LOOP_HOOKS_TOKEN_FILE"
 SLACK_SECRET_ENV = "LOOP_SLACK_SIGNING_SECRET_FILE"
 SLACK_TOKEN_ENV = "LOOP_SLACK_BOT_TOKEN_FILE"
 MIN_SECRET = 16
@@ -121,6 +122,10 @@ class UiConfig:
     """The ``github`` sources of ``--sources`` whose deliveries are taken."""
     slack: SlackConfig | None = None
     """None: ``POST /hooks/slack`` does not exist."""
+    hooks_token: str | None = None
+    """The bearer token of ``POST /hooks/tasks``; None: the path does not exist."""
+    tasked: dict[str, TriageSources] = field(default_factory=dict)
+    """Source name -> its sources file with that source alone: what a body may name."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,10 @@ def ui_config(
             f"--bind {bind} listens beyond this machine: set {TOKEN_ENV} (NAME:SECRET) so "
             "only people with the token can see and answer tasks, or bind 127.0.0.1"
         )
-    secret, hooked = webhook(environ.get(SECRET_FILE_ENV, ""), sources or [])
+    token = hooks_token(environ.get(HOOKS_TOKEN_ENV, ""))
+    secret, hooked = webhook(
+        environ.get(SECRET_FILE_ENV, ""), sources or [], tasks=token is not None
+    )
     return UiConfig(
         bind=where,
         home=home,
@@ -160,7 +168,46 @@ def ui_config(
         github_secret=secret,
         hooked=hooked,
         slack=slack(environ),
+        hooks_token=token,
+        tasked=tasked(sources or []) if token is not None else {},
     )
+
+
+def hooks_token(token_file: str) -> str | None:
+    """The bearer token ``POST /hooks/tasks`` takes, from its file; None: no such path."""
+    if not token_file:
+        return None
+    try:
+        token = Path(token_file).expanduser().read_text().strip()
+    except OSError as e:
+        raise BadInput(f"{HOOKS_TOKEN_ENV}: cannot read {token_file}: {e.strerror}") from None
+    if len(token) < MIN_SECRET:
+        raise BadInput(
+            f"{HOOKS_TOKEN_ENV}: the token in {token_file} is shorter than {MIN_SECRET} "
+            "characters; make one with "
+            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+        )
+    return token
+
+
+def tasked(files: list[Path]) -> dict[str, TriageSources]:
+    """Every source of ``--sources`` by name, each with its file's template and policy."""
+    if not files:
+        raise BadInput(
+            f"{HOOKS_TOKEN_ENV} is set: name the sources whose templates make the tasks "
+            "with --sources FILE"
+        )
+    found: dict[str, TriageSources] = {}
+    for file in files:
+        try:
+            loaded = load_sources(file)
+        except LoopError as e:
+            raise BadInput(str(e).splitlines()[0]) from None
+        for s in loaded.sources:
+            if s.name in found:
+                raise BadInput(f"--sources: two sources are named {s.name}; keep one")
+            found[s.name] = loaded.model_copy(update={"sources": [s]})
+    return found
 
 
 def slack(environ: dict[str, str]) -> SlackConfig | None:
@@ -188,13 +235,17 @@ def slack(environ: dict[str, str]) -> SlackConfig | None:
     return SlackConfig(secret=secret, token=token, api_url=api_url)
 
 
-def webhook(secret_file: str, files: list[Path]) -> tuple[bytes | None, list[Hooked]]:
-    """The webhook secret and the ``github`` sources it serves: both, or neither."""
+def webhook(
+    secret_file: str, files: list[Path], *, tasks: bool = False
+) -> tuple[bytes | None, list[Hooked]]:
+    """The webhook secret and the ``github`` sources it serves: both, or neither (``tasks``:
+    ``--sources`` serves ``POST /hooks/tasks`` too)."""
     if not secret_file:
-        if files:
+        if files and not tasks:
             raise BadInput(
                 f"--sources names the sources whose GitHub deliveries are taken: set "
-                f"{SECRET_FILE_ENV} to the file holding the webhook's secret"
+                f"{SECRET_FILE_ENV} to the file holding the webhook's secret (or "
+                f"{HOOKS_TOKEN_ENV}, for POST /hooks/tasks)"
             )
         return None, []
     try:
