@@ -111,7 +111,9 @@ class SlackHook:
         try:
             payload_for(what, form, who)  # a missing reason is said in the modal
         except BadInput as e:
-            field = next(iter(form), "reason")
+            # Said under the field it is about (``seconds: 'x' is not a number``), else the first.
+            named = str(e).split(":", 1)[0]
+            field = named if named in form else next(iter(form), "reason")
             return JSONResponse({"response_action": "errors", "errors": {field: str(e)}})
         job = BackgroundTask(
             self._answer,

@@ -219,3 +219,39 @@ async def test_forged_or_old_requests_are_refused_and_a_cli_answer_closes_the_me
     assert not message.buttons()
     assert "rejected (by " in message.shown() and ": done by hand" in message.shown()
     assert off.status_code == 404
+
+
+async def test_feedback_from_a_modal_reaches_the_next_attempt_and_each_wait_has_its_message(
+    client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
+    demo_repo: Path, tmp_path: Path,
+):  # fmt: skip
+    spec = task(demo_repo, write_agent(tmp_path, NOTHING), budget={"max_attempts": 1})
+    ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
+    async with build_worker(client, slacked), ui as url:
+        handle = await start(client, slacked, spec)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        first = await posted(slack)
+        await interact(url, pressed(first, "loop_feedback"))
+        await until("the feedback modal", lambda: slack.views)
+        said = "keep hyphens\nand add a test"
+        taken = await interact(url, submitted(slack.views[0], {"text": said}, user="ann"))
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 2)
+        prompt = (slacked.runs / spec["id"] / "attempt-2" / "prompt.md").read_text()
+        second = await posted(slack, 2)
+        await interact(url, pressed(second, "loop_extend"))
+        await until("the extend modal", lambda: len(slack.views) == 2)
+        bad = await interact(url, submitted(slack.views[1], {"attempts": "", "seconds": "soon"}))
+        await handle.cancel()
+        result = await result_of(handle)
+
+    assert taken.status_code == 200
+    assert said in prompt
+    assert not first.buttons() and "feedback given (by slack:ann): keep hyphens" in first.shown()
+    assert [b["action_id"] for b in second.buttons()] == []  # closed: the task was cancelled
+    assert "cancelled" in second.shown()
+    assert bad.json() == {
+        "response_action": "errors",
+        "errors": {"seconds": "seconds: 'soon' is not a number"},
+    }
+    assert result.state == TaskState.CANCELLED
+    assert len(slack.messages) == 2, "one message per wait"
