@@ -28,6 +28,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from loop.errors import BadInput, LoopError, UnknownTask
 from loop.settings import Settings
@@ -135,7 +136,9 @@ class SlackHook:
             await answer(self.client, task_id, what, payload_for(what, form, who), who, key)
         except (BadInput, UnknownTask) as e:
             await self._say(task_id, channel, ts, f"{who} pressed {what}: nothing was done: {e}")
-        except LoopError as e:
+        except (LoopError, RPCError) as e:
+            # No worker took it in time, or Temporal did not answer: the buttons stay, so
+            # the person can press again (the CLI and the review page answer as well).
             log.warning("a Slack %s for %s was not taken: %s", what, task_id, e)
 
     async def _say(self, task_id: str, channel: str, ts: str, outcome: str) -> None:
