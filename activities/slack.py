@@ -42,7 +42,8 @@ class SlackActivities:
 
     @activity.defn(name=SLACK_POST.name)
     async def slack_post(self, inp: SlackPostInput) -> SlackMessage:
-        if not self.settings.slack:
+        channel = self.settings.slack_channel_for(inp.repo)
+        if self.settings.slack_token_file is None or not channel:
             return SlackMessage()
         text, shown = blocks.waiting(
             inp.task_id, str(inp.state), inp.reason, inp.goal, inp.waiting_for
@@ -51,7 +52,7 @@ class SlackActivities:
             said = await api.call(
                 self._web(),
                 "chat.postMessage",
-                channel=self.settings.slack_channel,
+                channel=channel,
                 text=text,
                 blocks=shown,
                 unfurl_links=False,

@@ -50,8 +50,10 @@ class Settings(BaseModel):
     answer buttons there; ``loop ui`` needs it too, to open the modals that ask for a
     reason (see [In Slack](../guides/slack.md))."""
     slack_channel: str = ""
-    """LOOP_SLACK_CHANNEL: the id of the channel (``C0123…``) the worker posts to; the
-    app must be a member of it."""
+    """LOOP_SLACK_CHANNEL: the id of the channel (``C0123…``) the worker posts to (the app
+    must be a member of it); or a channel per repository, ``REPO=CHANNEL`` entries
+    separated by commas (``REPO`` as a task file names it, a path or a URL), with a
+    bare channel as the default for the others."""
     slack_api_url: str = "https://slack.com/api/"
     """LOOP_SLACK_API_URL: Slack's Web API, for the worker and ``loop ui`` (another only
     for a proxy or a test's stand-in)."""
@@ -94,10 +96,16 @@ class Settings(BaseModel):
             slack_api_url=env.get("LOOP_SLACK_API_URL") or "https://slack.com/api/",
         )
 
-    @property
-    def slack(self) -> bool:
-        """Whether waits post to Slack: a bot token and a channel, both."""
-        return self.slack_token_file is not None and bool(self.slack_channel)
+    def slack_channel_for(self, repo: str) -> str:
+        """The channel a task on ``repo`` posts to ("" when none is named for it)."""
+        default = ""
+        for entry in filter(None, (e.strip() for e in self.slack_channel.split(","))):
+            named, sep, channel = entry.rpartition("=")
+            if not sep:
+                default = entry
+            elif _same_repo(named.strip(), repo):
+                return channel.strip()
+        return default
 
     @property
     def host_queue(self) -> str:
@@ -142,6 +150,13 @@ class Settings(BaseModel):
     @property
     def db(self) -> Path:
         return self.home / "temporal.db"
+
+
+def _same_repo(named: str, repo: str) -> bool:
+    """A repository as a person names it in a variable and as a task file resolved it."""
+    if "://" in named or "://" in repo:
+        return named.rstrip("/").removesuffix(".git") == repo.rstrip("/").removesuffix(".git")
+    return Path(named).expanduser().resolve() == Path(repo).expanduser().resolve()
 
 
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -600,6 +600,7 @@ class TaskWorkflow(TaskRecord):
                 reason=reason,
                 waiting_for=waiting_for,
                 attempt=len(self.result.attempts),
+                repo=self.spec.repo,
             )
         )
         failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)

@@ -25,6 +25,8 @@ class SlackPostInput(_Record):
     reason: str
     waiting_for: str
     attempt: int
+    repo: str = ""
+    """The task's repository: ``LOOP_SLACK_CHANNEL`` may name a channel per repository."""
 
 
 class SlackMessage(_Record):

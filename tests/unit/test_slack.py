@@ -163,3 +163,22 @@ def test_slack_failures_are_classified_for_temporal(tmp_path: Path):
     assert limited.value.type == api.RATE_LIMITED
     assert limited.value.next_retry_delay == timedelta(seconds=7)
     assert not gone.value.non_retryable and gone.value.type == "SlackUnreachable"
+
+
+def test_a_channel_per_repository_and_a_default(tmp_path: Path):
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    both = f"{app}=C0APP, https://github.com/acme/lib.git=C0LIB"
+    settings = Settings(home=tmp_path, slack_channel=f"C0ALL,{both}")
+    assert settings.slack_channel_for(str(app)) == "C0APP"
+    assert settings.slack_channel_for(str(app / ".." / "app")) == "C0APP"
+    assert settings.slack_channel_for("https://github.com/acme/lib") == "C0LIB"
+    assert settings.slack_channel_for(str(lib)) == "C0ALL"
+    only = Settings(home=tmp_path, slack_channel=both)
+    assert only.slack_channel_for(str(lib)) == "", "no default: that repository posts nothing"
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)
+        acts.settings = acts.settings.model_copy(update={"slack_channel": both})
+        posted = asyncio.run(acts.slack_post(POST.model_copy(update={"repo": str(app)})))
+        none = asyncio.run(acts.slack_post(POST.model_copy(update={"repo": str(lib)})))
+    assert posted.channel == "C0APP" and [m.channel for m in hub.messages] == ["C0APP"]
+    assert none == SlackMessage()
