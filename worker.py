@@ -38,6 +38,7 @@ from activities.ping import PingActivities
 from activities.pull_request import PullRequestActivities
 from activities.reconcile import reconcile_worktrees, release_leases
 from activities.review import ReviewActivities
+from activities.slack import SlackActivities
 from activities.summarize import SummarizeActivities
 from activities.tools import ToolActivities
 from activities.verify import VerifyActivities
@@ -53,6 +54,7 @@ from workflows.eval import EvalWorkflow
 from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
 from workflows.task import TaskWorkflow
+from workflows.tasks_hook import TaskHookWorkflow
 from workflows.triage import TriageWorkflow
 
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -71,6 +73,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
     budget = BudgetActivities()
     discover = DiscoverActivities(settings)
     hooks = GitHubHookActivities(settings)
+    slack = SlackActivities(settings)
     return [
         WorkspaceActivities(settings).prepare_workspace,
         EscalateActivities(settings).escalate,
@@ -81,12 +84,15 @@ def shared_activities(settings: Settings) -> list[Callable]:
         EvalActivities(settings).write_eval_results,
         discover.discover,
         discover.lookup_tasks,
+        discover.hook_issue_item,
         hooks.github_hook_item,
         hooks.cancel_task,
         hooks.github_permission,
         hooks.github_comment,
         hooks.hook_answer,
         hooks.github_review_comments,
+        slack.slack_post,
+        slack.slack_close,
     ]
 
 
@@ -118,6 +124,7 @@ WORKFLOWS: list[type] = [
     EvalWorkflow,
     TriageWorkflow,
     GitHubDeliveryWorkflow,
+    TaskHookWorkflow,
 ]
 
 

@@ -48,6 +48,7 @@ from activities.host import artifact, sandbox
 from activities.host.git import GitError, git
 from loop.contracts import (
     DISCOVER,
+    HOOK_ISSUE,
     ISSUE_META_KEYS,
     ISSUE_OVERRIDE_KEYS,
     LOOKUP_TASKS,
@@ -61,6 +62,8 @@ from loop.contracts import (
     ExistingTask,
     GitHubIssuesSource,
     GitHubSource,
+    HookIssueInput,
+    HookItemResult,
     IssueFilesSource,
     LookupInput,
     LookupResult,
@@ -68,6 +71,7 @@ from loop.contracts import (
     TaskSpec,
     TodoSource,
     TriageItem,
+    WebhookSource,
     workflow_id_for,
 )
 from loop.errors import permanent
@@ -89,6 +93,12 @@ class DiscoverActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
+    @activity.defn(name=HOOK_ISSUE.name)
+    async def hook_issue_item(self, inp: HookIssueInput) -> HookItemResult:
+        """A ``POST /hooks/tasks`` body as its item, by the rules an issue file follows."""
+        item = issue_item(inp.source, inp.fields, inp.body, "the hook's body", "")
+        return HookItemResult(item=item)
+
     @activity.defn(name=DISCOVER.name)
     async def discover(self, inp: DiscoverInput) -> DiscoverResult:
         source = inp.source
@@ -103,6 +113,8 @@ class DiscoverActivities:
                 items, note = await self._ci(source)
             case TodoSource():
                 items, note = await _todo(source)
+            case WebhookSource():
+                items, note = [], "its items come by POST /hooks/tasks"
             case _:
                 assert_never(source)
         return _bounded(source.name, items, source.max_items, note)
@@ -233,23 +245,36 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
     except (yaml.YAMLError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return skipped(file.stem, f"{file.name}: front matter is not valid YAML ({first})")
-    meta: dict[str, Any] = dict(post.metadata)
-    key = str(meta.get("id") or file.stem)
+    return issue_item(source, dict(post.metadata), post.content, file.name, file.stem)
+
+
+def issue_item(
+    source: Any, meta: dict[str, Any], content: str, where: str, default_key: str
+) -> TriageItem:
+    """An issue's fields (an issue file's front matter, a ``POST /hooks/tasks`` body) and
+    text as its item: goal-level fields only, a budget no higher than the source's; what
+    is refused is the item's skip reason, named after ``where`` the fields came from."""
+
+    def skipped(key: str, why: str) -> TriageItem:
+        task_id = triage.task_id_for(source.name, key)
+        return TriageItem(source=source.name, key=key, task_id=task_id, skip_reason=why)
+
+    key = str(meta.get("id") or default_key)
     if "repo" in meta:
-        return skipped(key, f"{file.name}: an issue cannot choose its repository")
+        return skipped(key, f"{where}: an issue cannot choose its repository")
     refused = sorted(set(meta) - ISSUE_META_KEYS - ISSUE_OVERRIDE_KEYS)
     if refused:
         allowed = ", ".join(sorted(ISSUE_META_KEYS | ISSUE_OVERRIDE_KEYS))
         return skipped(
             key,
-            f"{file.name}: front matter may not set {refused[0]!r}; an issue gives "
+            f"{where}: front matter may not set {refused[0]!r}; an issue gives "
             f"goal-level fields only ({allowed})",
         )
     labels = meta.get("labels") or []
     if not isinstance(labels, list):
         labels = [labels]
-    body = post.content.strip()
-    title = str(meta.get("title") or _first_heading(body) or file.stem)
+    body = content.strip()
+    title = str(meta.get("title") or _first_heading(body) or default_key)
     if str(meta.get("state", "open")).lower() != "open":
         return skipped(key, f"state {meta['state']}")
     overrides = {k: v for k, v in meta.items() if k in ISSUE_OVERRIDE_KEYS}
@@ -261,7 +286,7 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
             overrides["budget"], note = _budget_within(overrides["budget"], source.template)
         except (ValidationError, TypeError) as e:
             why = describe(e) if isinstance(e, ValidationError) else "budget must be a mapping"
-            return skipped(key, f"{file.name}: front matter budget: {why}")
+            return skipped(key, f"{where}: front matter budget: {why}")
     item = _item(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
     return item.model_copy(update={"note": note})
 
@@ -416,7 +441,12 @@ async def _context(repo: str, commit: str, path: str, line: int) -> str:
 
 
 def _item(
-    source: IssueFilesSource | GitHubIssuesSource | GitHubSource | CiSource | TodoSource,
+    source: IssueFilesSource
+    | GitHubIssuesSource
+    | GitHubSource
+    | CiSource
+    | TodoSource
+    | WebhookSource,
     *,
     key: str,
     title: str,

@@ -44,6 +44,19 @@ class Settings(BaseModel):
     answer_key_file: Path | None = None
     """LOOP_ANSWER_KEY_FILE: the key answers are signed with (``loop.hardened.answers``);
     unset, ``LOOP_HOME/answer.key`` if it exists (``loop dev`` and ``loop demo`` make it)."""
+    slack_token_file: Path | None = None
+    """LOOP_SLACK_BOT_TOKEN_FILE: a file holding the Slack app's bot token (``xoxb-…``).
+    With ``LOOP_SLACK_CHANNEL`` on a worker, each wait for a person posts a message with
+    answer buttons there; ``loop ui`` needs it too, to open the modals that ask for a
+    reason (see [In Slack](../guides/slack.md))."""
+    slack_channel: str = ""
+    """LOOP_SLACK_CHANNEL: the id of the channel (``C0123…``) the worker posts to (the app
+    must be a member of it); or a channel per repository, ``REPO=CHANNEL`` entries
+    separated by commas (``REPO`` as a task file names it, a path or a URL), with a
+    bare channel as the default for the others."""
+    slack_api_url: str = "https://slack.com/api/"
+    """LOOP_SLACK_API_URL: Slack's Web API, for the worker and ``loop ui`` (another only
+    for a proxy or a test's stand-in)."""
 
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:
@@ -74,7 +87,25 @@ class Settings(BaseModel):
             host_lost_after=_count(env, "LOOP_HOST_LOST_AFTER", 60),
             endpoint_wait=min(_count(env, "LOOP_ENDPOINT_WAIT", 60), 60),
             answer_key_file=Path(env[KEY_ENV]) if env.get(KEY_ENV) else None,
+            slack_token_file=(
+                Path(env["LOOP_SLACK_BOT_TOKEN_FILE"])
+                if env.get("LOOP_SLACK_BOT_TOKEN_FILE")
+                else None
+            ),
+            slack_channel=env.get("LOOP_SLACK_CHANNEL") or "",
+            slack_api_url=env.get("LOOP_SLACK_API_URL") or "https://slack.com/api/",
         )
+
+    def slack_channel_for(self, repo: str) -> str:
+        """The channel a task on ``repo`` posts to ("" when none is named for it)."""
+        default = ""
+        for entry in filter(None, (e.strip() for e in self.slack_channel.split(","))):
+            named, sep, channel = entry.rpartition("=")
+            if not sep:
+                default = entry
+            elif _same_repo(named.strip(), repo):
+                return channel.strip()
+        return default
 
     @property
     def host_queue(self) -> str:
@@ -119,6 +150,13 @@ class Settings(BaseModel):
     @property
     def db(self) -> Path:
         return self.home / "temporal.db"
+
+
+def _same_repo(named: str, repo: str) -> bool:
+    """A repository as a person names it in a variable and as a task file resolved it."""
+    if "://" in named or "://" in repo:
+        return named.rstrip("/").removesuffix(".git") == repo.rstrip("/").removesuffix(".git")
+    return Path(named).expanduser().resolve() == Path(repo).expanduser().resolve()
 
 
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -44,6 +44,14 @@ class Decision:
 
     kind: str  # approve | reject | feedback | extend
     text: str = ""
+    by: str = ""
+    """How the trace credits who answered: `` (by slack:ann)``, `` (unsigned)``."""
+
+    def said(self) -> str:
+        """The answer in a few words, for the message that asked for it."""
+        words = {"approve": "approved", "reject": "rejected", "feedback": "feedback given"}
+        head = words.get(self.kind, "budget extended") + self.by
+        return f"{head}: {self.text}" if self.text else head
 
 
 @dataclass
@@ -91,7 +99,7 @@ class TaskRecord:
         """Where the last make kept the task file and workspace on its host: later steps
         there are sent that path instead of the two."""
         self.explored = False
-        self.notifications: list[asyncio.Task[None]] = []
+        self.notifications: list[asyncio.Task[Any]] = []
         self.seen_signatures: list[str] = []
         """Signatures of the answers taken so far: each is good once."""
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")

@@ -29,9 +29,14 @@ from loop.contracts import (
     PERMANENT,
     PING,
     POLICY_VIOLATION,
+    SLACK_CLOSE,
+    SLACK_POST,
     ActivityDef,
     EscalateInput,
     PingInput,
+    SlackCloseInput,
+    SlackMessage,
+    SlackPostInput,
     Workspace,
     ping_queue,
 )
@@ -214,6 +219,39 @@ async def notify(inp: EscalateInput) -> str:
             heartbeat_timeout=HEARTBEAT,
             retry_policy=NOTIFY_RETRY,
             summary=f"tell people: {inp.state} (a message; the wait is the timer beside it)",
+        )
+    except ActivityError as e:
+        return failure_reason(e)
+    return ""
+
+
+async def post_slack(inp: SlackPostInput) -> tuple[SlackMessage | None, str]:
+    """A waiting task's Slack message: (where it is, ""), or (None, why not) after about a
+    minute of tries (Slack unreachable: the task waits all the same)."""
+    try:
+        posted: SlackMessage = await workflow.execute_activity(
+            SLACK_POST.name,
+            inp,
+            result_type=SLACK_POST.output,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=NOTIFY_RETRY,
+            summary=f"Slack: {inp.state} (a message with answer buttons)",
+        )
+    except ActivityError as e:
+        return None, failure_reason(e)
+    return posted, ""
+
+
+async def close_slack(task_id: str, message: SlackMessage, outcome: str) -> str:
+    """Rewrite a wait's Slack message to say how it ended; "" or why it could not."""
+    try:
+        await workflow.execute_activity(
+            SLACK_CLOSE.name,
+            SlackCloseInput(task_id=task_id, message=message, outcome=outcome),
+            result_type=SLACK_CLOSE.output,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=NOTIFY_RETRY,
+            summary=f"Slack: {outcome[:60]}",
         )
     except ActivityError as e:
         return failure_reason(e)

@@ -68,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
         RejectSignal,
         RemoveInput,
         ReserveReply,
+        SlackMessage,
+        SlackPostInput,
         SummarizeInput,
         TaskResult,
         TaskSpec,
@@ -86,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.clock import OutOfTime
     from workflows.judge import judge
     from workflows.record import Cited, Decision, TaskRecord, now
-    from workflows.steps import HostLost, StepFailed, act, notify
+    from workflows.steps import HostLost, StepFailed, act, close_slack, notify, post_slack
 
 
 ABANDON = HandlerUnfinishedPolicy.ABANDON
@@ -557,17 +559,24 @@ class TaskWorkflow(TaskRecord):
             )
         except TimeoutError:
             escalation.resolved_by = "timeout"
+            self._close_message(notifying, "no answer within approval_timeout")
             return None
+        except asyncio.CancelledError:
+            self._close_message(notifying, "cancelled")
+            raise
         decision, self.decision = self.decision, None
         assert decision is not None
         escalation.resolved_by = decision.kind
+        self._close_message(notifying, decision.said())
         self.state, self.reason, self.waiting_for = TaskState.RUNNING, "", ""
         self._publish()
         return decision
 
-    async def _notify(self, reason: str, waiting_for: str) -> None:
-        """Tell people; a sink that keeps failing is retried, then recorded, never fatal."""
-        failed = await notify(
+    async def _notify(self, reason: str, waiting_for: str) -> SlackMessage | None:
+        """Tell people; a sink that keeps failing is retried, then recorded, never fatal.
+        The Slack message (where the worker has Slack) is posted beside the webhook, so a
+        broken webhook does not hold it up; where it is, is returned for its close."""
+        escalated = notify(
             EscalateInput(
                 task_id=self.spec.id,
                 goal=self.spec.goal,
@@ -578,8 +587,41 @@ class TaskWorkflow(TaskRecord):
                 last_verdict=self.last_verdict.summary() if self.last_verdict else "",
             )
         )
-        if failed:
-            self._event("notify-failed", failed)
+        if not workflow.patched("slack-messages"):
+            failed = await escalated
+            if failed:
+                self._event("notify-failed", failed)
+            return None
+        posting = post_slack(
+            SlackPostInput(
+                task_id=self.spec.id,
+                goal=self.spec.goal,
+                state=self.state,
+                reason=reason,
+                waiting_for=waiting_for,
+                attempt=len(self.result.attempts),
+                repo=self.spec.repo,
+            )
+        )
+        failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)
+        for why in (failed, slack_failed):
+            if why:
+                self._event("notify-failed", why)
+        return posted
+
+    def _close_message(self, notifying: asyncio.Task[SlackMessage | None], outcome: str) -> None:
+        """Once the wait is over, its Slack message says how, its buttons gone; beside
+        what comes next, and delivered before the task closes (``notifications``)."""
+
+        async def close() -> None:
+            posted = await notifying
+            if posted is None or not posted.ts:
+                return
+            failed = await close_slack(self.spec.id, posted, outcome)
+            if failed:
+                self._event("notify-failed", failed)
+
+        self.notifications.append(asyncio.create_task(close()))
 
     # ------------------------------------------------------------------ answers
     #
@@ -685,18 +727,18 @@ class TaskWorkflow(TaskRecord):
         else:
             base = self.ws.base_ref if self.ws is not None else "base"
             did = f"approved; merging {self.result.branch} into {base}"
-        self._decide(Decision("approve", payload.note), f"approve: {payload.note}{by}")
+        self._decide(Decision("approve", payload.note, by), f"approve: {payload.note}{by}")
         return did
 
     def _reject(self, payload: RejectSignal, by: str) -> str:
-        self._decide(Decision("reject", payload.reason), f"reject: {payload.reason}{by}")
+        self._decide(Decision("reject", payload.reason, by), f"reject: {payload.reason}{by}")
         return "rejected; the task ends REJECTED"
 
     def _feedback(self, payload: FeedbackSignal, by: str) -> str:
         parked = self.state == TaskState.NEEDS_HUMAN
         self.human_feedback.append(payload.text)
         self._grant_attempt_if_waiting()
-        self._decide(Decision("feedback", payload.text), f"feedback: {payload.text}{by}")
+        self._decide(Decision("feedback", payload.text, by), f"feedback: {payload.text}{by}")
         if parked:
             return "one more attempt with your feedback"
         return "your feedback goes into the next attempt"
@@ -717,7 +759,7 @@ class TaskWorkflow(TaskRecord):
             if payload.cost_usd:
                 self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
         added = payload.model_dump_json(exclude={"by", "at", "signature"})
-        self._decide(Decision("extend"), f"extend_budget: {added}{by}")
+        self._decide(Decision("extend", "", by), f"extend_budget: {added}{by}")
         more = answers.extension(payload)
         return (
             f"budget extended: {more}; the loop goes on" if parked else f"budget extended: {more}"

@@ -502,6 +502,20 @@ ENVIRONMENT = {
         "`--sources`), `loop ui` takes signed deliveries at `POST /hooks/github` "
         "([On GitHub](../guides/github.md)); at least 16 characters.",
     ),
+    "LOOP_HOOKS_TOKEN_FILE": (
+        "unset",
+        "A file holding the bearer token of `POST /hooks/tasks`: with it (and `--sources`), "
+        "`loop ui` starts a task from a tracker's or an alert's JSON body of goal-level "
+        "fields ([Triage and schedules](../guides/triage.md#from-any-trackers-webhook)); at "
+        "least 16 characters.",
+    ),
+    "LOOP_SLACK_SIGNING_SECRET_FILE": (
+        "unset",
+        "A file holding the Slack app's Signing Secret: with it (and "
+        "`LOOP_SLACK_BOT_TOKEN_FILE`), `loop ui` takes the buttons and modals of Loopwork's "
+        "Slack messages at `POST /hooks/slack`, each request's signature and 5-minute "
+        "timestamp checked ([In Slack](../guides/slack.md)).",
+    ),
     "LOOP_UI_URL": (
         "the Temporal address's port + 1000",
         "The Temporal UI used in printed links.",

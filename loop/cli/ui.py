@@ -31,7 +31,8 @@ def ui(
             "--sources",
             metavar="FILE",
             help="a sources file whose github sources' webhook deliveries POST /hooks/github "
-            "takes (repeatable; needs LOOP_GITHUB_WEBHOOK_SECRET_FILE)",
+            "takes (with LOOP_GITHUB_WEBHOOK_SECRET_FILE), and whose sources' templates make "
+            "the tasks of POST /hooks/tasks (with LOOP_HOOKS_TOKEN_FILE); repeatable",
         ),
     ] = None,
 ) -> None:
@@ -40,7 +41,14 @@ def ui(
     With LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources it also takes GitHub's webhook
     deliveries at POST /hooks/github: labeled issues start their tasks, closed ones
     cancel them, /loop comments from people with write access answer them, and a
-    review of a task's pull request is one feedback."""
+    review of a task's pull request is one feedback.
+
+    With LOOP_HOOKS_TOKEN_FILE and --sources it starts tasks at POST /hooks/tasks from a
+    tracker's JSON body of goal-level fields, sent with that bearer token.
+
+    With LOOP_SLACK_SIGNING_SECRET_FILE (and LOOP_SLACK_BOT_TOKEN_FILE) it takes the
+    buttons of Loopwork's Slack messages at POST /hooks/slack: approve, reject,
+    feedback and extend, each request's signature and timestamp checked."""
     from loop.ui.config import ui_config
     from loop.ui.server import serve
 

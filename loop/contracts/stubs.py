@@ -46,6 +46,7 @@ from loop.contracts.model import (
     ToolStepResult,
 )
 from loop.contracts.results import SummarizeInput, SummarizeResult
+from loop.contracts.slack import SlackCloseInput, SlackCloseResult, SlackMessage, SlackPostInput
 from loop.contracts.steps import (
     CommitInput,
     CommitResult,
@@ -67,6 +68,7 @@ from loop.contracts.steps import (
     VerifyInput,
     Workspace,
 )
+from loop.contracts.tasks_hook import HookIssueInput
 from loop.contracts.triage import DiscoverInput, DiscoverResult, LookupInput, LookupResult
 
 In = TypeVar("In", bound=BaseModel)
@@ -150,6 +152,10 @@ GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, Permission
 GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
 HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
 REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
+HOOK_ISSUE = ActivityDef("hook_issue_item", HookIssueInput, HookItemResult)
+"""A ``POST /hooks/tasks`` body as triage's item (discovery's issue-file rules)."""
+SLACK_POST = ActivityDef("slack_post", SlackPostInput, SlackMessage)
+SLACK_CLOSE = ActivityDef("slack_close", SlackCloseInput, SlackCloseResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -181,5 +187,8 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     GITHUB_COMMENT,
     HOOK_ANSWER,
     REVIEW_COMMENTS,
+    SLACK_POST,
+    SLACK_CLOSE,
+    HOOK_ISSUE,
 )
 """The one registry: every activity a workflow may call."""

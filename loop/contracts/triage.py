@@ -144,8 +144,15 @@ class TodoSource(_SourceBase):
         return markers
 
 
+class WebhookSource(_SourceBase):
+    """Items a tracker or an alert sends to ``loop ui``'s ``POST /hooks/tasks`` (with this
+    source's name in the body); triage polls nothing of it."""
+
+    kind: Literal["webhook"]
+
+
 Source = Annotated[
-    IssueFilesSource | GitHubIssuesSource | GitHubSource | CiSource | TodoSource,
+    IssueFilesSource | GitHubIssuesSource | GitHubSource | CiSource | TodoSource | WebhookSource,
     Field(discriminator="kind"),
 ]
 

@@ -7,6 +7,10 @@
     GET  /eval                   the latest harness comparisons (?run=)
     GET  /budgets                each repository's period ledger today
     GET|POST /login, POST /logout
+    POST /hooks/tasks            a tracker's webhook starts a task (``loop.ui.tasks_hook``),
+                                 only with LOOP_HOOKS_TOKEN_FILE; a bearer token
+    POST /hooks/slack            a Slack button or modal (``loop.ui.slack``), only with
+                                 LOOP_SLACK_SIGNING_SECRET_FILE
     POST /hooks/github           a GitHub webhook delivery (``loop.ui.hooks``), only with
                                  LOOP_GITHUB_WEBHOOK_SECRET_FILE; signed, not signed in
 
@@ -50,7 +54,11 @@ from loop.ui.config import UiConfig
 from loop.ui.guard import Caller, Guard
 from loop.ui.hooks import PATH as HOOK_PATH
 from loop.ui.hooks import GitHubHook
+from loop.ui.slack import PATH as SLACK_PATH
+from loop.ui.slack import SlackHook
 from loop.ui.source import Source, today
+from loop.ui.tasks_hook import PATH as TASKS_PATH
+from loop.ui.tasks_hook import TasksHook
 
 HERE = Path(__file__).parent
 SECURITY_HEADERS = {
@@ -296,6 +304,22 @@ def create_app(
                     "LOOP_GITHUB_WEBHOOK_SECRET_FILE and --sources\n",
                     status_code=404,
                 )
+            if request.url.path == TASKS_PATH:
+                if config.hooks_token is not None:
+                    return await call_next(request)  # its bearer token is its sign-in
+                return PlainTextResponse(
+                    "not here: loop ui starts tasks from webhooks only with "
+                    "LOOP_HOOKS_TOKEN_FILE and --sources\n",
+                    status_code=404,
+                )
+            if request.url.path == SLACK_PATH:
+                if config.slack is not None:
+                    return await call_next(request)  # its signature is its sign-in
+                return PlainTextResponse(
+                    "not here: loop ui takes Slack's buttons only with "
+                    "LOOP_SLACK_SIGNING_SECRET_FILE\n",
+                    status_code=404,
+                )
             if not guard.host_allowed(request):
                 return PlainTextResponse(
                     "refused: this page answers only to a loopback address "
@@ -343,6 +367,12 @@ def create_app(
     if config.github_secret is not None:
         hook = GitHubHook(config.github_secret, config.hooked, client, config.task_queue)
         routes.append(Route(HOOK_PATH, hook.handle, methods=["POST"]))
+    if config.hooks_token is not None:
+        tasks = TasksHook(config.hooks_token, config.tasked, client, config.task_queue)
+        routes.append(Route(TASKS_PATH, tasks.handle, methods=["POST"]))
+    if config.slack is not None:
+        slack = SlackHook(config.slack.secret, config.slack.token, config.slack.api_url, client)
+        routes.append(Route(SLACK_PATH, slack.handle, methods=["POST"]))
     app = Starlette(routes=routes, middleware=[Middleware(Guarded)])
     app.state.guard = guard
     app.state.source = source

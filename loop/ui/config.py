@@ -1,7 +1,8 @@
 """What ``loop ui`` is told: where to listen (``--bind``), who may answer
 (``LOOP_UI_TOKEN``), and whose GitHub deliveries it takes (``--sources`` and
-``LOOP_GITHUB_WEBHOOK_SECRET_FILE``). Bad input is a ``BadInput`` with one line, before
-anything starts."""
+``LOOP_GITHUB_WEBHOOK_SECRET_FILE``), and whether it takes Slack's buttons
+(``LOOP_SLACK_SIGNING_SECRET_FILE`` with ``LOOP_SLACK_BOT_TOKEN_FILE``). Bad input is
+a ``BadInput`` with one line, before anything starts."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loop.contracts import GitHubSource
+from loop.contracts import GitHubSource, TriageSources
 from loop.errors import BadInput, LoopError
 from loop.loaders import load_sources
+from loop.slack.api import DEFAULT_API, read_token
 from loop.ui.hooks import Hooked
 
 DEFAULT_BIND = "127.0.0.1:8300"
 TOKEN_ENV = "LOOP_UI_TOKEN"
 SECRET_FILE_ENV = "LOOP_GITHUB_WEBHOOK_SECRET_FILE"
+HOOKS_TOKEN_ENV = "LOOP_HOOKS_TOKEN_FILE"
+SLACK_SECRET_ENV = "LOOP_SLACK_SIGNING_SECRET_FILE"
+SLACK_TOKEN_ENV = "LOOP_SLACK_BOT_TOKEN_FILE"
 MIN_SECRET = 16
 """Shortest secret accepted: a page that approves merges deserves more than a PIN."""
 DEFAULT_TOKEN_NAME = "token"
@@ -115,6 +120,21 @@ class UiConfig:
     """The webhook secret; None: ``POST /hooks/github`` does not exist."""
     hooked: list[Hooked] = field(default_factory=list)
     """The ``github`` sources of ``--sources`` whose deliveries are taken."""
+    slack: SlackConfig | None = None
+    """None: ``POST /hooks/slack`` does not exist."""
+    hooks_token: str | None = None
+    """The bearer token of ``POST /hooks/tasks``; None: the path does not exist."""
+    tasked: dict[str, TriageSources] = field(default_factory=dict)
+    """Source name -> its sources file with that source alone: what a body may name."""
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    secret: str
+    """The Slack app's signing secret."""
+    token: str
+    """Its bot token: the page opens modals and says refusals in messages."""
+    api_url: str
 
 
 def ui_config(
@@ -135,7 +155,10 @@ def ui_config(
             f"--bind {bind} listens beyond this machine: set {TOKEN_ENV} (NAME:SECRET) so "
             "only people with the token can see and answer tasks, or bind 127.0.0.1"
         )
-    secret, hooked = webhook(environ.get(SECRET_FILE_ENV, ""), sources or [])
+    token = hooks_token(environ.get(HOOKS_TOKEN_ENV, ""))
+    secret, hooked = webhook(
+        environ.get(SECRET_FILE_ENV, ""), sources or [], tasks=token is not None
+    )
     return UiConfig(
         bind=where,
         home=home,
@@ -144,16 +167,85 @@ def ui_config(
         tokens=tokens,
         github_secret=secret,
         hooked=hooked,
+        slack=slack(environ),
+        hooks_token=token,
+        tasked=tasked(sources or []) if token is not None else {},
     )
 
 
-def webhook(secret_file: str, files: list[Path]) -> tuple[bytes | None, list[Hooked]]:
-    """The webhook secret and the ``github`` sources it serves: both, or neither."""
+def hooks_token(token_file: str) -> str | None:
+    """The bearer token ``POST /hooks/tasks`` takes, from its file; None: no such path."""
+    if not token_file:
+        return None
+    try:
+        token = Path(token_file).expanduser().read_text().strip()
+    except OSError as e:
+        raise BadInput(f"{HOOKS_TOKEN_ENV}: cannot read {token_file}: {e.strerror}") from None
+    if len(token) < MIN_SECRET:
+        raise BadInput(
+            f"{HOOKS_TOKEN_ENV}: the token in {token_file} is shorter than {MIN_SECRET} "
+            "characters; make one with "
+            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+        )
+    return token
+
+
+def tasked(files: list[Path]) -> dict[str, TriageSources]:
+    """Every source of ``--sources`` by name, each with its file's template and policy."""
+    if not files:
+        raise BadInput(
+            f"{HOOKS_TOKEN_ENV} is set: name the sources whose templates make the tasks "
+            "with --sources FILE"
+        )
+    found: dict[str, TriageSources] = {}
+    for file in files:
+        try:
+            loaded = load_sources(file)
+        except LoopError as e:
+            raise BadInput(str(e).splitlines()[0]) from None
+        for s in loaded.sources:
+            if s.name in found:
+                raise BadInput(f"--sources: two sources are named {s.name}; keep one")
+            found[s.name] = loaded.model_copy(update={"sources": [s]})
+    return found
+
+
+def slack(environ: dict[str, str]) -> SlackConfig | None:
+    """The Slack app's signing secret and bot token: both, or neither."""
+    secret_file = environ.get(SLACK_SECRET_ENV, "")
     if not secret_file:
-        if files:
+        return None
+    token_file = environ.get(SLACK_TOKEN_ENV, "")
+    if not token_file:
+        raise BadInput(
+            f"{SLACK_SECRET_ENV} is set: set {SLACK_TOKEN_ENV} too (the bot token opens the "
+            "modals that ask for a reason)"
+        )
+    try:
+        secret = Path(secret_file).expanduser().read_text().strip()
+    except OSError as e:
+        raise BadInput(f"{SLACK_SECRET_ENV}: cannot read {secret_file}: {e.strerror}") from None
+    if len(secret) < MIN_SECRET:
+        raise BadInput(
+            f"{SLACK_SECRET_ENV}: the secret in {secret_file} is shorter than {MIN_SECRET} "
+            "characters (copy the Signing Secret from the app's Basic Information page)"
+        )
+    token = read_token(Path(token_file))
+    api_url = environ.get("LOOP_SLACK_API_URL") or DEFAULT_API
+    return SlackConfig(secret=secret, token=token, api_url=api_url)
+
+
+def webhook(
+    secret_file: str, files: list[Path], *, tasks: bool = False
+) -> tuple[bytes | None, list[Hooked]]:
+    """The webhook secret and the ``github`` sources it serves: both, or neither (``tasks``:
+    ``--sources`` serves ``POST /hooks/tasks`` too)."""
+    if not secret_file:
+        if files and not tasks:
             raise BadInput(
                 f"--sources names the sources whose GitHub deliveries are taken: set "
-                f"{SECRET_FILE_ENV} to the file holding the webhook's secret"
+                f"{SECRET_FILE_ENV} to the file holding the webhook's secret (or "
+                f"{HOOKS_TOKEN_ENV}, for POST /hooks/tasks)"
             )
         return None, []
     try:

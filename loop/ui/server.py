@@ -90,6 +90,11 @@ async def serve(
     if config.hooked:
         repos = ", ".join(h.source.repo for h in config.hooked)
         say(f"GitHub webhook: POST {Bind(host, port).url()}hooks/github for {repos}")
+    if config.hooks_token is not None:
+        names = ", ".join(sorted(config.tasked))
+        say(f"Tasks webhook: POST {Bind(host, port).url()}hooks/tasks for {names}")
+    if config.slack is not None:
+        say(f"Slack interactivity: POST {Bind(host, port).url()}hooks/slack")
     try:
         with register(config.home, "ui", f"{host}:{port}"):  # no sandbox may reach it
             await server.serve(sockets=[sock])

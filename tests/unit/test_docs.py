@@ -29,6 +29,7 @@ from loop.cli.app import app
 from loop.contracts.gates import KINDS
 from loop.contracts.task import TaskSpec
 from loop.contracts.triage import TriageSources
+from loop.ui.slack import PATH as SLACK_PATH
 from tests.support.repos import ROOT
 
 DOCS = ROOT / "docs"
@@ -185,14 +186,22 @@ MINIMAL_TASK = {
 @pytest.mark.parametrize(("where", "data"), yaml_blocks(), ids=[w for w, _ in yaml_blocks()])
 def test_the_yaml_examples_are_valid(where: str, data: Any) -> None:
     """A whole task file, a part of one (``agent:``, ``sandbox:``, ``verify:``…) laid
-    over a minimal task, or a sources file: each validates as the page says it does."""
+    over a minimal task, a sources file, or the Slack app's manifest: each validates as the
+    page says it does."""
     assert isinstance(data, dict), where
     if set(data) <= set(TriageSources.model_fields) and "sources" in data:
         TriageSources.model_validate(data)
     elif set(data) <= set(TaskSpec.model_fields):
         TaskSpec.model_validate({**MINIMAL_TASK, **data})
+    elif "oauth_config" in data:  # a Slack app manifest: what Loopwork's app needs
+        assert data["oauth_config"]["scopes"]["bot"] == ["chat:write"], where
+        interactivity = data["settings"]["interactivity"]
+        assert interactivity["is_enabled"], where
+        assert interactivity["request_url"].endswith(SLACK_PATH), where
     else:
-        pytest.fail(f"{where}: neither a task file, a part of one, nor a sources file")
+        pytest.fail(
+            f"{where}: neither a task file, a part of one, a sources file nor a Slack app manifest"
+        )
 
 
 @pytest.mark.timeout(180)

@@ -31,6 +31,10 @@ the way its name says, then writes each workflow's history
 - ``before_hosts_*``: ``approval``, ``pass_after_feedback`` and ``model_loop``(``_agent``)
   as the code recorded them before tasks were pinned to hosts (commit 1b07cf5, run
   in a worktree of that commit, files renamed): a rolling upgrade's tasks in flight.
+- ``slack_approval``, ``slack_rejection``: a wait's Slack message posted, answered by its
+  button (approve; reject with a reason from the modal) and closed; recorded by
+  ``LOOP_RECORD_HISTORIES=tests/workflow/histories pytest tests/e2e/test_slack.py``
+  (the Slack stand-in and ``loop ui`` live there), not by this script.
 
 Continue-as-new is the real thing, not a test-only workflow: the server sets
 "continue-as-new suggested" once a run's history passes

@@ -41,6 +41,10 @@ REPRESENTATIVE = {
     "before_hosts_pass_after_feedback",
     "before_hosts_model_loop",
     "before_hosts_model_loop_agent",
+    # A wait's Slack message posted and closed (the slack-messages patch), recorded by
+    # tests/e2e/test_slack.py with LOOP_RECORD_HISTORIES.
+    "slack_approval",
+    "slack_rejection",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",

@@ -28,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.answers import AnswerActivities
+from activities.slack import SlackActivities
 from loop.contracts import (
     COMMIT,
     ESCALATE,
@@ -78,6 +79,8 @@ from loop.contracts import (
 )
 from loop.settings import Settings
 from tests.support.repos import ROOT
+from tests.support.slack import TOKEN as SLACK_TOKEN
+from tests.support.slack import SlackStandIn, serving
 from tests.support.tasks import result_of
 from workflows import task as task_module
 from workflows.task import TaskWorkflow
@@ -100,6 +103,7 @@ class Fakes:
         self.pass_from, self.hang, self.merge_ok = pass_from, hang, merge_ok
         self.same_failure = same_failure
         self.escalate_delay = 0.0
+        self.slack: Settings | None = None
         self.make_started = False
         self.make_cancelled = False
         self.escalations: list[EscalateInput] = []
@@ -183,8 +187,13 @@ class Fakes:
         # The real check of answers, on a worker without an answer key: unsigned answers
         # are taken (and traced as unsigned), as on a worker with no LOOP_ANSWER_KEY_FILE.
         checker = AnswerActivities(Settings(home=Path(tempfile.mkdtemp()))).check_answer
+        # The real Slack steps: of a worker without Slack (they post nothing), unless a test
+        # points them at the Slack stand-in.
+        slack = SlackActivities(self.slack or Settings(home=Path(tempfile.mkdtemp())))
         return [
             checker,
+            slack.slack_post,
+            slack.slack_close,
             self.prepare,
             self.explore,
             self.make,
@@ -369,3 +378,21 @@ async def test_extend_adds_to_limits_and_leaves_no_limit_alone(skipping: Workflo
     assert after.budget.left.tokens == 150
     assert (after.budget.left.seconds, after.budget.left.cost_usd) == (None, None)
     assert after.budget.left.attempts == 0 and after.budget.used.attempts == 2
+
+
+async def test_a_wait_that_times_out_leaves_no_live_button_in_slack(
+    skipping: WorkflowEnvironment, tmp_path: Path
+):
+    fakes = Fakes(pass_from=1)
+    token = tmp_path / "token"
+    token.write_text(SLACK_TOKEN)
+    with serving(SlackStandIn()) as hub:
+        fakes.slack = Settings(
+            home=tmp_path, slack_token_file=token, slack_channel="C0T", slack_api_url=hub.url
+        )
+        _, result = await run(skipping.client, fakes, spec(autonomy="assisted"))
+    assert result.state == TaskState.DONE_WITH_EVIDENCE
+    (message,) = hub.messages
+    assert [u["ts"] for u in message.updates] == [message.ts]
+    assert not message.buttons()
+    assert "no answer within approval_timeout" in message.shown()

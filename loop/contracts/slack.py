@@ -1,0 +1,49 @@
+"""Slack: the message a waiting task posts, and the step that closes it.
+
+When the worker has a Slack bot token and a channel (``LOOP_SLACK_BOT_TOKEN_FILE``,
+``LOOP_SLACK_CHANNEL``), each wait for a person posts one Block Kit message with the
+answers as buttons (``slack_post``), and when the wait ends, however it ends, the task
+rewrites that message to say how (``slack_close``), so no live button outlives its
+decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's answer.
+"""
+
+from __future__ import annotations
+
+from loop.contracts.base import _Record
+from loop.contracts.states import TaskState
+
+ACTION_PREFIX = "loop_"
+"""Every Loopwork button's ``action_id`` (and modal's ``callback_id``): ``loop_<answer>``."""
+SLACK_ANSWERS = ("approve", "reject", "feedback", "extend")
+"""What the buttons send; reject, feedback and extend ask for their text in a modal first."""
+
+
+class SlackPostInput(_Record):
+    task_id: str
+    goal: str
+    state: TaskState
+    reason: str
+    waiting_for: str
+    attempt: int
+    repo: str = ""
+    """The task's repository: ``LOOP_SLACK_CHANNEL`` may name a channel per repository."""
+
+
+class SlackMessage(_Record):
+    """Where a posted message is (``chat.update`` finds it by both); empty: none posted
+    (Slack is not configured on the worker that took the step)."""
+
+    channel: str = ""
+    ts: str = ""
+
+
+class SlackCloseInput(_Record):
+    task_id: str
+    message: SlackMessage
+    outcome: str
+    """How the wait ended, in a few words (``approved (by slack:ann)``); may quote a
+    person, so it is escaped where shown."""
+
+
+class SlackCloseResult(_Record):
+    updated: bool = False

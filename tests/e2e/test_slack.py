@@ -1,0 +1,257 @@
+"""Slack, end to end: a waiting task posts a message with buttons, a button answers it
+through ``loop ui``'s ``POST /hooks/slack``, and the message always ends up saying how
+the wait ended, wherever it was answered.
+
+A real worker, real git, ``loop ui`` and ``loop`` as subprocesses against the test
+server; Slack's Web API is ``tests.support.slack``'s stand-in (blocks and views read
+back with ``slack-sdk``'s models), and every interaction is signed with ``slack-sdk``'s
+own signature code, as Slack signs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from loop.contracts import FinalAction, TaskState
+from loop.hardened import answers
+from loop.settings import Settings
+from tests.support.agents import FIX_AT_ONCE, write_agent
+from tests.support.slack import (
+    CHANNEL,
+    SIGNING_SECRET,
+    TOKEN,
+    Posted,
+    SlackStandIn,
+    interact,
+    pressed,
+    serving,
+    submitted,
+)
+from tests.support.tasks import result_of, start, task, wait_for
+from tests.support.triage import NOTHING
+from tests.support.ui import LOOP, loop_ui, ui_env
+from worker import WORKFLOWS, build_worker
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackStandIn]:
+    with serving(SlackStandIn()) as hub:
+        yield hub
+
+
+@pytest.fixture
+def slacked(settings: Settings, slack: SlackStandIn, tmp_path: Path) -> Settings:
+    """The worker's settings with Slack: a bot token's file and a channel."""
+    token = tmp_path / "slack.token"
+    token.write_text(TOKEN + "\n")
+    answers.create_key(settings.home / answers.KEY_NAME)  # answers are signed
+    return settings.model_copy(
+        update={"slack_token_file": token, "slack_channel": CHANNEL, "slack_api_url": slack.url}
+    )
+
+
+def ui_vars(settings: Settings, tmp_path: Path) -> dict[str, str]:
+    secret = tmp_path / "slack.secret"
+    secret.write_text(SIGNING_SECRET + "\n")
+    assert settings.slack_token_file is not None
+    return {
+        "LOOP_SLACK_SIGNING_SECRET_FILE": str(secret),
+        "LOOP_SLACK_BOT_TOKEN_FILE": str(settings.slack_token_file),
+        "LOOP_SLACK_API_URL": settings.slack_api_url,
+    }
+
+
+async def until(what: str, cond: Callable[[], object], within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def posted(slack: SlackStandIn, n: int = 1) -> Posted:
+    await until(f"message {n} in Slack", lambda: len(slack.messages) >= n)
+    return slack.messages[n - 1]
+
+
+async def replays(handle: WorkflowHandle, name: str) -> None:
+    """The run replays on the code that made it: the Slack steps are deterministic.
+    ``LOOP_RECORD_HISTORIES=DIR`` keeps it as ``DIR/<name>.json`` (for
+    tests/workflow/histories)."""
+    history = await handle.fetch_history()
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    keep = os.environ.get("LOOP_RECORD_HISTORIES")
+    if keep:
+        (Path(keep) / f"{name}.json").write_text(history.to_json())
+
+
+async def test_the_approve_button_merges_and_the_message_says_who_approved(
+    client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
+    demo_repo: Path, tmp_path: Path,
+):  # fmt: skip
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
+    async with build_worker(client, slacked), ui as url:
+        handle = await start(client, slacked, spec)
+        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        message = await posted(slack)
+        shown = [(b["action_id"], b["value"]) for b in message.buttons()]
+        first = message.shown()
+        approve = pressed(message, "loop_approve", user="ann")
+        answered = await interact(url, approve)
+        result = await result_of(handle)
+        closed = message.shown()
+        # The same button again, now that the task has ended: said so, nothing done.
+        again = await interact(url, pressed_again(approve, "bob"))
+        await until("the refusal in the message", lambda: "nothing was done" in message.shown())
+        await replays(handle, "slack_approval")
+
+    assert message.channel == CHANNEL
+    assert f"*Loopwork task `{spec['id']}` is AWAITING_APPROVAL*: verified; " in first
+    assert shown == [("loop_approve", spec["id"]), ("loop_reject", spec["id"])]
+    assert answered.status_code == 200
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert result.final_action == FinalAction.MERGED
+    signals = [e.detail for e in result.events if e.kind == "signal"]
+    assert signals == ["approve:  (by slack:ann)"], signals
+    assert "approved (by slack:ann)" in closed, closed
+    assert again.status_code == 200
+    assert not message.buttons(), "no live button is left"
+    assert f"slack:bob pressed approve: nothing was done: task {spec['id']} has ended" in (
+        message.shown()
+    )
+    assert [e.detail for e in result.events if e.kind == "signal"] == signals
+
+
+def pressed_again(payload: dict, user: str) -> dict:
+    return payload | {"user": {"id": f"U{user.upper()}", "username": user, "team_id": "T0"}}
+
+
+async def test_reject_asks_for_a_reason_in_a_modal_and_ends_the_task_rejected(
+    client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
+    demo_repo: Path, tmp_path: Path,
+):  # fmt: skip
+    spec = task(demo_repo, write_agent(tmp_path, NOTHING), budget={"max_attempts": 1})
+    ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
+    async with build_worker(client, slacked), ui as url:
+        handle = await start(client, slacked, spec)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        message = await posted(slack)
+        buttons = [b["action_id"] for b in message.buttons()]
+        opening = await interact(url, pressed(message, "loop_reject", trigger="1.2.trig"))
+        await until("the modal", lambda: slack.views)
+        (opened,) = slack.views
+        empty = await interact(url, submitted(opened, {"reason": "  "}))
+        still = await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        reason = "not needed <!channel> after all"
+        taken = await interact(url, submitted(opened, {"reason": reason}, user="ann"))
+        result = await result_of(handle)
+        await replays(handle, "slack_rejection")
+
+    assert buttons == ["loop_feedback", "loop_extend", "loop_reject"]
+    assert opening.status_code == 200
+    assert opened["trigger_id"] == "1.2.trig"
+    assert opened["view"]["callback_id"] == "loop_reject"
+    assert empty.status_code == 200
+    assert empty.json() == {
+        "response_action": "errors",
+        "errors": {"reason": "say why it is rejected (the reason is recorded in the trace)"},
+    }
+    assert still.state == TaskState.NEEDS_HUMAN, "an empty reason does nothing"
+    assert taken.status_code == 200 and not taken.content
+    assert result.state == TaskState.REJECTED and result.reason == reason
+    assert not message.buttons()
+    said = message.shown()
+    assert "rejected (by slack:ann): not needed &lt;!channel&gt; after all" in said, said
+    assert "<!channel>" not in said, "Slack markup in a person's words stays text"
+
+
+async def test_forged_or_old_requests_are_refused_and_a_cli_answer_closes_the_message(
+    client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
+    demo_repo: Path, tmp_path: Path,
+):  # fmt: skip
+    spec = task(demo_repo, write_agent(tmp_path, NOTHING), budget={"max_attempts": 1})
+    slack.down = True  # Slack unreachable when the task comes to wait
+    ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
+    async with build_worker(client, slacked), ui as url:
+        handle = await start(client, slacked, spec)
+        st = await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        await until("a try at posting", lambda: "chat.postMessage" in slack.calls)
+        slack.down = False  # Temporal retries the post
+        message = await posted(slack)
+        press = pressed(message, "loop_reject")
+        forged = await interact(url, press, secret="not-the-signing-secret-0123")
+        old = await interact(url, press, at=int(time.time()) - 5 * 60 - 30)
+        after = await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        assert not slack.views and not message.updates
+        proc = await asyncio.create_subprocess_exec(
+            LOOP, "reject", spec["id"], "--reason", "done by hand",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=ui_env(env, slacked),
+        )  # fmt: skip
+        _, err = await proc.communicate()
+        result = await result_of(handle)
+    async with loop_ui(env, slacked) as plain:  # no signing secret: no such path
+        off = await interact(plain, press)
+
+    assert st.reason == "attempts exhausted", "the task waited while Slack was down"
+    assert [forged.status_code, old.status_code] == [401, 401]
+    assert forged.json() == {
+        "message": "refused: X-Slack-Signature is wrong or the request is older than 5 minutes"
+    }
+    assert after.state == TaskState.NEEDS_HUMAN, "nothing changed"
+    assert proc.returncode == 0, err.decode()
+    assert result.state == TaskState.REJECTED and result.reason == "done by hand"
+    assert not message.buttons()
+    assert "rejected (by " in message.shown() and ": done by hand" in message.shown()
+    assert off.status_code == 404
+
+
+async def test_feedback_from_a_modal_reaches_the_next_attempt_and_each_wait_has_its_message(
+    client: Client, env: WorkflowEnvironment, slacked: Settings, slack: SlackStandIn,
+    demo_repo: Path, tmp_path: Path,
+):  # fmt: skip
+    spec = task(demo_repo, write_agent(tmp_path, NOTHING), budget={"max_attempts": 1})
+    ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
+    async with build_worker(client, slacked), ui as url:
+        handle = await start(client, slacked, spec)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        first = await posted(slack)
+        await interact(url, pressed(first, "loop_feedback"))
+        await until("the feedback modal", lambda: slack.views)
+        said = "keep hyphens\nand add a test"
+        taken = await interact(url, submitted(slack.views[0], {"text": said}, user="ann"))
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 2)
+        prompt = (slacked.runs / spec["id"] / "attempt-2" / "prompt.md").read_text()
+        second = await posted(slack, 2)
+        await interact(url, pressed(second, "loop_extend"))
+        await until("the extend modal", lambda: len(slack.views) == 2)
+        bad = await interact(url, submitted(slack.views[1], {"attempts": "", "seconds": "soon"}))
+        await handle.cancel()
+        result = await result_of(handle)
+
+    assert taken.status_code == 200
+    assert said in prompt
+    assert not first.buttons() and "feedback given (by slack:ann): keep hyphens" in first.shown()
+    assert [b["action_id"] for b in second.buttons()] == []  # closed: the task was cancelled
+    assert "cancelled" in second.shown()
+    assert bad.json() == {
+        "response_action": "errors",
+        "errors": {"seconds": "seconds: 'soon' is not a number"},
+    }
+    assert result.state == TaskState.CANCELLED
+    assert len(slack.messages) == 2, "one message per wait"

@@ -1,0 +1,184 @@
+"""Slack's pure parts and the Web API calls: the message and its buttons as slack-sdk
+reads them, hostile text made inert, who answered, a modal's fields, and how each of
+Slack's failures is classified for Temporal's retries (against the stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from slack_sdk.models.blocks import ActionsBlock, Block, SectionBlock
+from slack_sdk.models.views import View
+
+from activities.slack import SlackActivities
+from loop.contracts import (
+    PERMANENT,
+    WAITING_APPROVAL,
+    WAITING_DECISION,
+    SlackCloseInput,
+    SlackMessage,
+    SlackPostInput,
+    TaskState,
+)
+from loop.errors import BadInput
+from loop.settings import Settings
+from loop.slack import api, blocks
+from loop.tasks import payload_for
+from loop.ui.config import slack as slack_config
+from tests.support.slack import CHANNEL, TOKEN, SlackStandIn, serving
+
+
+def test_a_wait_shows_the_answers_that_apply_as_buttons():
+    _, approval = blocks.waiting(
+        "fix-1", "AWAITING_APPROVAL", "verified", "Fix it", WAITING_APPROVAL
+    )
+    _, decision = blocks.waiting("fix-1", "NEEDS_HUMAN", "stalled", "Fix it", WAITING_DECISION)
+    for shown, ids in (
+        (approval, ["loop_approve", "loop_reject"]),
+        (decision, ["loop_feedback", "loop_extend", "loop_reject"]),
+    ):
+        section, actions = (Block.parse(b) for b in shown)
+        assert isinstance(section, SectionBlock) and isinstance(actions, ActionsBlock)
+        section.validate_json()
+        actions.validate_json()
+        assert [e.action_id for e in actions.elements] == ids
+        assert {e.value for e in actions.elements} == {"fix-1"}
+    assert [blocks.answer_of(i) for i in ("loop_approve", "loop_extend", "loop_x", "approve")] == [
+        "approve",
+        "extend",
+        "",
+        "",
+    ]
+
+
+def test_hostile_text_is_inert_in_every_message():
+    reason = "<!channel> see <https://evil.example|the fix> & \x1b[2Jdone"
+    text, shown = blocks.waiting("t", "NEEDS_HUMAN", reason, "<@U1> goal", WAITING_DECISION)
+    said = shown[0]["text"]["text"] + text
+    closed_text, closed = blocks.closed("t", f"rejected (by slack:ann): {reason}")
+    said += closed[0]["text"]["text"] + closed_text
+    for markup in ("<!channel>", "<https://", "<@U1>", "\x1b"):
+        assert markup not in said
+    assert "&lt;!channel&gt;" in said and "&amp;" in said
+    assert len(closed) == 1 and closed[0]["type"] == "section", "no buttons left"
+
+
+def test_who_answered_is_a_name_a_trace_can_hold():
+    assert blocks.by({"id": "U1", "username": "ann"}) == "slack:ann"
+    assert blocks.by({"id": "U1"}) == "slack:U1"
+    assert blocks.by({"username": "a b;$(rm -rf ~)"}) == "slack:a-b---rm--rf---"
+    assert blocks.by({}) == "slack:unknown"
+
+
+def test_modals_are_views_slack_takes_and_their_fields_are_the_cli_form():
+    for answer in blocks.MODALS:
+        view = blocks.modal(answer, "fix-1", CHANNEL, "1.2")
+        View(**view).validate_json()
+        assert view["callback_id"] == f"loop_{answer}"
+    extend = blocks.modal("extend", "fix-1", CHANNEL, "1.2")
+    values = {"attempts": {"attempts": {"value": "2"}}, "seconds": {"seconds": {"value": None}}}
+    form = blocks.submitted(extend | {"state": {"values": values}})
+    assert form == {"attempts": "2", "seconds": ""}
+    payload = payload_for("extend", form, "slack:ann")
+    assert (payload.attempts, payload.seconds, payload.by) == (2, 0, "slack:ann")
+    with pytest.raises(BadInput, match="say why it is rejected"):
+        payload_for("reject", blocks.submitted({"state": {"values": {}}}), "slack:ann")
+
+
+def test_loop_ui_takes_the_signing_secret_and_the_token_together(tmp_path: Path):
+    secret, token = tmp_path / "secret", tmp_path / "token"
+    secret.write_text("s" * 32)
+    token.write_text(TOKEN)
+    assert slack_config({}) is None
+    with pytest.raises(BadInput, match="set LOOP_SLACK_BOT_TOKEN_FILE too"):
+        slack_config({"LOOP_SLACK_SIGNING_SECRET_FILE": str(secret)})
+    (tmp_path / "short").write_text("short")
+    with pytest.raises(BadInput, match="shorter than 16"):
+        slack_config(
+            {
+                "LOOP_SLACK_SIGNING_SECRET_FILE": str(tmp_path / "short"),
+                "LOOP_SLACK_BOT_TOKEN_FILE": str(token),
+            }
+        )
+    got = slack_config(
+        {"LOOP_SLACK_SIGNING_SECRET_FILE": str(secret), "LOOP_SLACK_BOT_TOKEN_FILE": str(token)}
+    )
+    assert got is not None and got.token == TOKEN and got.api_url == api.DEFAULT_API
+
+
+def _activities(tmp_path: Path, url: str, token: str = TOKEN) -> SlackActivities:
+    file = tmp_path / "token"
+    file.write_text(token)
+    return SlackActivities(
+        Settings(home=tmp_path, slack_token_file=file, slack_channel=CHANNEL, slack_api_url=url)
+    )
+
+
+POST = SlackPostInput(
+    task_id="fix-1",
+    goal="Fix it",
+    state=TaskState.NEEDS_HUMAN,
+    reason="attempts exhausted",
+    waiting_for=WAITING_DECISION,
+    attempt=3,
+)
+
+
+def test_a_worker_without_slack_posts_nothing(tmp_path: Path):
+    plain = SlackActivities(Settings(home=tmp_path))
+    assert asyncio.run(plain.slack_post(POST)) == SlackMessage()
+    close = SlackCloseInput(task_id="fix-1", message=SlackMessage(), outcome="cancelled")
+    assert not asyncio.run(plain.slack_close(close)).updated
+
+
+def test_a_post_and_its_close_reach_the_same_message(tmp_path: Path):
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)
+        posted = asyncio.run(acts.slack_post(POST))
+        close = SlackCloseInput(task_id="fix-1", message=posted, outcome="approved (by ann)")
+        closed = asyncio.run(acts.slack_close(close))
+    (m,) = hub.messages
+    assert (posted.channel, posted.ts) == (CHANNEL, m.ts) and closed.updated
+    assert not m.buttons() and "approved (by ann)" in m.shown()
+
+
+def test_slack_failures_are_classified_for_temporal(tmp_path: Path):
+    with serving(SlackStandIn()) as hub:
+        bad = _activities(tmp_path, hub.url, token="xoxb-wrong")
+        with pytest.raises(Exception) as refused:
+            asyncio.run(bad.slack_post(POST))
+        hub.down = True
+        with pytest.raises(Exception) as down:
+            asyncio.run(_activities(tmp_path, hub.url).slack_post(POST))
+        hub.down, hub.limited = False, 7
+        with pytest.raises(Exception) as limited:
+            asyncio.run(_activities(tmp_path, hub.url).slack_post(POST))
+    with pytest.raises(Exception) as gone:
+        asyncio.run(_activities(tmp_path, "http://127.0.0.1:9/api/").slack_post(POST))
+    assert refused.value.type == PERMANENT and refused.value.non_retryable
+    assert "invalid_auth" in refused.value.message
+    assert not down.value.non_retryable and down.value.type == "SlackFailed"
+    assert limited.value.type == api.RATE_LIMITED
+    assert limited.value.next_retry_delay == timedelta(seconds=7)
+    assert not gone.value.non_retryable and gone.value.type == "SlackUnreachable"
+
+
+def test_a_channel_per_repository_and_a_default(tmp_path: Path):
+    app, lib = tmp_path / "app", tmp_path / "lib"
+    both = f"{app}=C0APP, https://github.com/acme/lib.git=C0LIB"
+    settings = Settings(home=tmp_path, slack_channel=f"C0ALL,{both}")
+    assert settings.slack_channel_for(str(app)) == "C0APP"
+    assert settings.slack_channel_for(str(app / ".." / "app")) == "C0APP"
+    assert settings.slack_channel_for("https://github.com/acme/lib") == "C0LIB"
+    assert settings.slack_channel_for(str(lib)) == "C0ALL"
+    only = Settings(home=tmp_path, slack_channel=both)
+    assert only.slack_channel_for(str(lib)) == "", "no default: that repository posts nothing"
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)
+        acts.settings = acts.settings.model_copy(update={"slack_channel": both})
+        posted = asyncio.run(acts.slack_post(POST.model_copy(update={"repo": str(app)})))
+        none = asyncio.run(acts.slack_post(POST.model_copy(update={"repo": str(lib)})))
+    assert posted.channel == "C0APP" and [m.channel for m in hub.messages] == ["C0APP"]
+    assert none == SlackMessage()
