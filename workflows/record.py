@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
 class Decision:
     """A person's answer to a waiting task."""
 
-    kind: str  # approve | reject | feedback | extend
+    kind: str  # approve | reject | feedback | extend | merged | closed (its pull request)
     text: str = ""
 
 

@@ -40,11 +40,13 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_APPROVE,
         SIGNAL_EXTEND_BUDGET,
         SIGNAL_FEEDBACK,
+        SIGNAL_PULL_REQUEST_CLOSED,
         SIGNAL_REJECT,
         SUMMARIZE,
         TASK_WORKFLOW,
         WAITING_APPROVAL,
         WAITING_DECISION,
+        WAITING_PULL_REQUEST,
         AgentLimits,
         AnswerReply,
         ApproveSignal,
@@ -64,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         MergeInput,
         Phase,
         PromptParts,
+        PullRequestClosedSignal,
         PullRequestInput,
         RejectSignal,
         RemoveInput,
@@ -95,8 +98,17 @@ UNEXPECTED = HandlerUnfinishedPolicy.WARN_AND_ABANDON
 """An answer update is never left running: the task waits for it before it closes, so its
 sender hears why it was refused (the task has ended), not the server's "workflow
 completed". One still running at the close is a bug: the worker warns."""
-Answer = ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal
-A = TypeVar("A", ApproveSignal, RejectSignal, FeedbackSignal, ExtendBudgetSignal)
+Answer = (
+    ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal | PullRequestClosedSignal
+)
+A = TypeVar(
+    "A",
+    ApproveSignal,
+    RejectSignal,
+    FeedbackSignal,
+    ExtendBudgetSignal,
+    PullRequestClosedSignal,
+)
 Take = Callable[[A, str], str]
 """Takes an answer that applies, credited as ``by``; returns what it did, in a few words."""
 
@@ -159,7 +171,8 @@ class TaskWorkflow(TaskRecord):
             try:
                 stop = await self.clock.run(self._attempts())
                 if stop is None:
-                    await self._finalize()
+                    if await self._finalize():
+                        continue  # a review of its pull request: another attempt
                     return
             except OutOfTime as e:
                 stop = _Stop(TaskState.BUDGET_EXCEEDED, str(e))
@@ -403,15 +416,16 @@ class TaskWorkflow(TaskRecord):
         self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
 
-    async def _finalize(self) -> None:
-        """What the loop may do with a verified result, by autonomy."""
+    async def _finalize(self) -> bool:
+        """What the loop may do with a verified result, by autonomy; True when a review of
+        its pull request asks for another attempt."""
         assert self.ws is not None and self.last_verdict is not None
         self.phase = Phase.FINALIZE
         artifact = self.last_verdict.artifact
         if self.spec.autonomy == Autonomy.REPORT:
             self.result.final_action = FinalAction.LEFT_IN_WORKTREE
             self._end(TaskState.DONE_WITH_EVIDENCE, "verified; change left in the worktree")
-            return
+            return False
         committed = await act(
             COMMIT,
             CommitInput(
@@ -438,14 +452,13 @@ class TaskWorkflow(TaskRecord):
                     TaskState.DONE_WITH_EVIDENCE,
                     "verified; no approval within approval_timeout, branch kept for review",
                 )
-                return
+                return False
             if decision.kind == "reject":
                 self._end(TaskState.REJECTED, decision.text or "rejected")
-                return
+                return False
 
         if self.spec.finalize.pull_request:
-            await self._hand_over(committed.commit)
-            return
+            return await self._hand_over(committed.commit)
 
         while True:
             self.phase = Phase.FINALIZE
@@ -467,7 +480,7 @@ class TaskWorkflow(TaskRecord):
                 self._end(
                     TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}"
                 )
-                return
+                return False
             # A merge a person must sort out: approve retries it, reject ends the task.
             decision = await self._wait_for_person(
                 f"cannot merge: {merged.reason}", WAITING_APPROVAL
@@ -475,13 +488,16 @@ class TaskWorkflow(TaskRecord):
             if decision is None:
                 self.result.final_action = FinalAction.BRANCH_READY
                 self._end(TaskState.NEEDS_HUMAN, f"cannot merge: {merged.reason}")
-                return
+                return False
             if decision.kind == "reject":
                 self._end(TaskState.REJECTED, decision.text or "rejected")
-                return
+                return False
 
-    async def _hand_over(self, commit: str) -> None:
-        """A pull request instead of a merge (``finalize.pull_request``)."""
+    async def _hand_over(self, commit: str) -> bool:
+        """A pull request instead of a merge (``finalize.pull_request``). One opened on
+        GitHub keeps the task waiting for its outcome there (``finalize.pull_request_wait``),
+        so a review reaches a live task as feedback (True: attempt again, pushing to the
+        same branch, which updates the pull request) and its merge or close ends it."""
         assert self.ws is not None
         title, body = pull_request(self.spec, self.result)
         pr = await act(
@@ -496,8 +512,47 @@ class TaskWorkflow(TaskRecord):
         self.result.final_action = FinalAction.PULL_REQUEST
         where = f"opened: {pr.url}" if pr.url else f"written to {pr.path}"
         self._event("pull-request", where + (f" ({pr.note})" if pr.note else ""))
+        if (
+            pr.url
+            and self.spec.finalize.pull_request_wait
+            and workflow.patched("pull-request-outcome")
+        ):
+            return await self._await_outcome(pr.url)
         await self._remove(delete_branch=False)
         self._end(TaskState.DONE_WITH_EVIDENCE, f"verified; pull request {where}")
+        return False
+
+    async def _await_outcome(self, url: str) -> bool:
+        """Wait for the pull request's merge or close on GitHub, a review, or a rejection."""
+        wait = self.spec.finalize.pull_request_wait
+        decision = await self._wait_for_person(
+            f"verified; pull request {url} waits for review",
+            WAITING_PULL_REQUEST,
+            state=TaskState.AWAITING_APPROVAL,
+            limit=(wait, "finalize.pull_request_wait"),
+        )
+        if decision is not None and decision.kind == "feedback":
+            # The review's text is in human_feedback; the verified result is judged again.
+            self.max_attempts = max(self.max_attempts, len(self.result.attempts) + 1)
+            self.last_verdict, self.next_feedback = None, None
+            self.stalled, self.last_fingerprint = 0, ""
+            return True
+        await self._remove(delete_branch=False)
+        if decision is None:
+            self._end(
+                TaskState.DONE_WITH_EVIDENCE,
+                f"verified; pull request {url} still open after {wait} s (pull_request_wait)",
+            )
+        elif decision.kind == "merged":
+            self.result.final_action = FinalAction.MERGED_BY_PERSON
+            self._end(
+                TaskState.DONE_WITH_EVIDENCE, f"verified; {url} merged on GitHub by {decision.text}"
+            )
+        elif decision.kind == "closed":
+            self._end(TaskState.REJECTED, f"closed on GitHub by {decision.text}")
+        else:
+            self._end(TaskState.REJECTED, decision.text or "rejected")
+        return False
 
     async def _remove(self, *, delete_branch: bool) -> None:
         """The finished task's worktree goes; a host lost meanwhile keeps it (its worker
@@ -532,9 +587,15 @@ class TaskWorkflow(TaskRecord):
     # ------------------------------------------------------------------ people
 
     async def _wait_for_person(
-        self, reason: str, waiting_for: str, state: TaskState = TaskState.NEEDS_HUMAN
+        self,
+        reason: str,
+        waiting_for: str,
+        state: TaskState = TaskState.NEEDS_HUMAN,
+        limit: tuple[int, str] | None = None,
     ) -> Decision | None:
-        """Park on a person until a signal that applies, or ``approval_timeout`` (None)."""
+        """Park on a person until a signal that applies, or ``approval_timeout`` (None);
+        ``limit`` is another one, in seconds, and the task file's name for it."""
+        seconds, named = limit or (self.spec.approval_timeout, "approval_timeout")
         # Cleared before the state says "waiting": an answer may arrive while we notify.
         self.decision = None
         self.state, self.reason, self.waiting_for = state, reason, waiting_for
@@ -549,10 +610,10 @@ class TaskWorkflow(TaskRecord):
         try:
             await workflow.wait_condition(
                 lambda: self.decision is not None,
-                timeout=timedelta(seconds=self.spec.approval_timeout),
+                timeout=timedelta(seconds=seconds),
                 timeout_summary=(
                     f"waits for a person: {waiting_words(waiting_for)}, at most "
-                    f"{self.spec.approval_timeout} s (approval_timeout)"
+                    f"{seconds} s ({named})"
                 ),
             )
         except TimeoutError:
@@ -626,6 +687,18 @@ class TaskWorkflow(TaskRecord):
     def _extend_budget_applies(self, payload: ExtendBudgetSignal) -> None:
         self._validate(SIGNAL_EXTEND_BUDGET, payload)
 
+    @workflow.update(name=SIGNAL_PULL_REQUEST_CLOSED, unfinished_policy=UNEXPECTED)
+    async def pull_request_closed_update(self, payload: PullRequestClosedSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_PULL_REQUEST_CLOSED, payload, self._pr_closed)
+
+    @pull_request_closed_update.validator
+    def _pull_request_closed_applies(self, payload: PullRequestClosedSignal) -> None:
+        self._validate(SIGNAL_PULL_REQUEST_CLOSED, payload)
+
+    @workflow.signal(name=SIGNAL_PULL_REQUEST_CLOSED, unfinished_policy=ABANDON)
+    async def pull_request_closed(self, payload: PullRequestClosedSignal) -> None:
+        await self._signalled(SIGNAL_PULL_REQUEST_CLOSED, payload, self._pr_closed)
+
     @workflow.signal(name=SIGNAL_APPROVE, unfinished_policy=ABANDON)
     async def approve(self, payload: ApproveSignal) -> None:
         await self._signalled(SIGNAL_APPROVE, payload, self._approve)
@@ -687,6 +760,14 @@ class TaskWorkflow(TaskRecord):
             did = f"approved; merging {self.result.branch} into {base}"
         self._decide(Decision("approve", payload.note), f"approve: {payload.note}{by}")
         return did
+
+    def _pr_closed(self, payload: PullRequestClosedSignal, by: str) -> str:
+        who = payload.who or "someone"
+        if payload.merged:
+            self._decide(Decision("merged", who), f"pull_request_closed: merged by {who}{by}")
+            return "merged; the task ends DONE_WITH_EVIDENCE"
+        self._decide(Decision("closed", who), f"pull_request_closed: closed by {who}{by}")
+        return "closed unmerged; the task ends REJECTED"
 
     def _reject(self, payload: RejectSignal, by: str) -> str:
         self._decide(Decision("reject", payload.reason), f"reject: {payload.reason}{by}")

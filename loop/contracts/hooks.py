@@ -32,7 +32,7 @@ def is_valid_delivery_id(delivery: str) -> bool:
     return re.fullmatch(DELIVERY_ID_PATTERN, delivery) is not None
 
 
-HookEvent = Literal["issues", "issue_comment", "pull_request_review"]
+HookEvent = Literal["issues", "issue_comment", "pull_request_review", "pull_request"]
 
 
 class GitHubDelivery(_Record):
@@ -57,7 +57,10 @@ class GitHubDelivery(_Record):
     review_state: str = ""
     """``pull_request_review``: ``changes_requested``, ``commented`` or ``approved``."""
     head_ref: str = ""
-    """``pull_request_review``: the pull request's branch (a task's is ``loop/<id>``)."""
+    """``pull_request_review``, ``pull_request``: the pull request's branch (a task's is
+    ``loop/<id>``)."""
+    merged: bool = False
+    """``pull_request`` closed: whether it was merged (GitHub's ``merged``)."""
 
 
 class GitHubDeliveryResult(_Record):

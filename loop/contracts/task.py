@@ -287,6 +287,10 @@ class Finalize(_TaskFileModel):
     GITHUB_TOKEN) instead of merging into base."""
     github: str = Field(default="", pattern=r"^$|^[\w.-]+/[\w.-]+$")
     """``owner/repo`` on GitHub, when the remote's URL does not say it."""
+    pull_request_wait: int = Field(default=604_800, ge=0)
+    """Seconds a task whose pull request was opened on GitHub waits for it to be merged
+    or closed there (reviews meanwhile are feedback for another attempt); then it ends
+    ``DONE_WITH_EVIDENCE`` with the pull request open. 0: it ends when it opens it."""
 
 
 class TaskSpec(_TaskFileModel):

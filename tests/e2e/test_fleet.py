@@ -229,7 +229,7 @@ async def test_a_pull_request_instead_of_a_merge(
             remote,  # type: ignore[arg-type]
             write_agent(tmp_path, FIX_WITH_NOTE),
             autonomy="unattended",
-            finalize={"pull_request": True, "github": "acme/app"},
+            finalize={"pull_request": True, "github": "acme/app", "pull_request_wait": 0},
         )
     )
     try:

@@ -55,6 +55,10 @@ class GitHubStandIn:
     """Comments created, as GitHub returns them, with ``repo`` and ``number`` added."""
     reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     """A review's id to its inline comments (``review_comment``)."""
+    pulls: list[dict[str, Any]] = field(default_factory=list)
+    """Pull requests opened, as GitHub returns them, with ``repo`` added."""
+    pushed: list[dict[str, Any]] = field(default_factory=list)
+    """Every ``POST …/pulls``'s body, also the refused ones (a retried or updated one)."""
 
     def spend_limit(self, seconds: float) -> None:
         self.limited_until = time.time() + seconds
@@ -234,8 +238,12 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                 return _error(401, "Bad credentials", "authentication", {})
             segments = path.strip("/").split("/")
             repo = "/".join(segments[1:3])
+            if self.command == "POST" and segments[3:] == ["pulls"]:
+                return _open_pull(hub, repo, sent)
             if self.command == "POST":
                 return _comment(hub, repo, segments, sent)
+            if segments[0] == "repos" and segments[3:] == ["pulls"]:
+                return _list_pulls(hub, repo, query)
             if (
                 len(segments) == 6
                 and segments[3] == "collaborators"
@@ -298,6 +306,65 @@ def _review_comments(
     per_page = min(int(query.get("per_page", "30")), hub.per_page_max)
     page = int(query.get("page", "1"))
     listed = hub.reviews[review][(page - 1) * per_page : page * per_page]
+    return 200, JSON, json.dumps(listed).encode()
+
+
+def _open_pull(hub: GitHubStandIn, repo: str, sent: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``POST /repos/{owner}/{repo}/pulls``: 422 when one is open for the head already,
+    as GitHub answers. The object is GitHub's own example's (``@octokit/webhooks-examples``)
+    with this one's fields: the schema's nested repositories are too many to write."""
+    from tests.support.webhooks import example
+
+    doc = "pulls/pulls#create-a-pull-request"
+    asked = json.loads(sent or b"{}")
+    hub.pushed.append(asked)
+    if repo not in hub.repos:
+        return _error(404, "Not Found", doc, {})
+    head, base, title = asked.get("head"), asked.get("base"), asked.get("title")
+    if not all(isinstance(x, str) and x for x in (head, base, title)):
+        return _error(422, "Validation Failed", doc, {})
+    if any(p["head"]["ref"] == head and p["state"] == "open" for p in hub.pulls):
+        owner = repo.split("/")[0]
+        body = {
+            "message": "Validation Failed",
+            "errors": [
+                {
+                    "resource": "PullRequest",
+                    "code": "custom",
+                    "message": f"A pull request already exists for {owner}:{head}.",
+                }
+            ],
+            "documentation_url": f"{DOCS}/{doc}",
+            "status": "422",
+        }
+        return 422, JSON, json.dumps(body).encode()
+    number = 100 + len(hub.pulls)
+    pr = example("pull_request", "opened", repo)["pull_request"]
+    text = json.dumps(pr).replace(f"/pull/{pr['number']}", f"/pull/{number}")
+    text = text.replace(f"/pulls/{pr['number']}", f"/pulls/{number}")
+    pr = json.loads(text) | {"number": number, "title": title, "body": asked.get("body")}
+    pr["id"] = 9_000_000 + number
+    pr["auto_merge"] = None
+    pr["head"]["ref"], pr["base"]["ref"] = head, base
+    pr["head"]["label"] = f"{repo.split('/')[0]}:{head}"
+    hub.pulls.append(pr | {"repo": repo})
+    return 201, {**JSON, "Location": pr["url"]}, json.dumps(pr).encode()
+
+
+def _list_pulls(
+    hub: GitHubStandIn, repo: str, query: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/pulls`` by ``head`` (``owner:branch``) and ``state``."""
+    if repo not in hub.repos:
+        return _error(404, "Not Found", "pulls/pulls#list-pull-requests", {})
+    state, head = query.get("state", "open"), query.get("head", "")
+    listed = [
+        {k: v for k, v in p.items() if k != "repo"}
+        for p in hub.pulls
+        if p["repo"] == repo
+        and (state == "all" or p["state"] == state)
+        and (not head or p["head"]["label"] == head)
+    ]
     return 200, JSON, json.dumps(listed).encode()
 
 

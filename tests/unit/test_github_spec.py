@@ -37,6 +37,7 @@ from loop.contracts import (
 from loop.settings import Settings
 from tests.support.github import GitHubStandIn, issue, review_comment, serving
 from tests.support.repos import ROOT
+from tests.support.webhooks import needs_examples
 
 SPEC = ROOT / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
 REQUIRED = os.environ.get("LOOP_GITHUB_SPEC_REQUIRED") == "1"
@@ -235,3 +236,18 @@ async def test_what_the_webhook_activities_send_matches_the_description(
         api().validate_request(
             MockRequest("https://api.github.com", method, seen.path, args=seen.query, data=data)
         )
+
+
+@needs_examples
+def test_the_pull_request_routes_match_the_description(hub: GitHubStandIn):
+    asked = {"title": "Fix it", "head": "loop/gh-1", "base": "main", "body": "Evidence."}
+    made = send(hub, "POST", f"/repos/{REPO}/pulls", json.dumps(asked).encode())
+    assert made.status_code == 201
+    pr = made.json()
+    assert (pr["head"]["ref"], pr["base"]["ref"], pr["title"]) == ("loop/gh-1", "main", "Fix it")
+    assert pr["html_url"] == f"https://github.com/{REPO}/pull/{pr['number']}"
+    again = send(hub, "POST", f"/repos/{REPO}/pulls", json.dumps(asked).encode())
+    assert again.status_code == 422, "one pull request open per head"
+    found = send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/gh-1&state=open")
+    assert [p["number"] for p in found.json()] == [pr["number"]]
+    assert send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/other&state=open").json() == []

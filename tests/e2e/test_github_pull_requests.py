@@ -1,0 +1,179 @@
+"""A task's pull request on GitHub, end to end: opened, reviewed, merged or closed there.
+
+As ``test_github_hooks``: ``loop ui --sources`` with the webhook secret, a real worker,
+real git (the task's repository is a bare clone of the demo's, by URL, which the pull
+request's branch is pushed to), GitHub's own example payloads signed as GitHub signs
+them, and the stand-in API (``tests.support.github``) the worker opens the pull
+request on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from loop.contracts import WAITING_PULL_REQUEST, FinalAction, TaskResult, TaskState, workflow_id_for
+from loop.hardened import answers
+from loop.settings import Settings
+from tests.e2e.test_github_hooks import REPO, SECRET, delivered, hub  # noqa: F401  (a fixture)
+from tests.support.agents import write_agent
+from tests.support.github import GitHubStandIn, review_comment
+from tests.support.tasks import result_of, wait_for
+from tests.support.triage import template, write_sources
+from tests.support.ui import loop_ui
+from tests.support.webhooks import closed_event, deliver, issue_event, needs_examples, review_event
+from worker import build_worker
+
+pytestmark = needs_examples
+
+FIX_THEN_REVISE = """
+text = COMPLETE if attempt == 1 else COMPLETE + "\\n# hyphens kept, as the review asked\\n"
+pathlib.Path("slugify.py").write_text(text)
+out.write_text("done")
+"""
+"""Fixes the demo; asked again (a review), changes the file once more."""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def remote_of(demo_repo: Path, tmp_path: Path) -> Path:
+    """A bare clone of the demo repository: the task's remote, where its branch is pushed."""
+    bare = tmp_path / f"origin-{uuid.uuid4().hex[:6]}.git"
+    git(tmp_path, "clone", "-q", "--bare", str(demo_repo), str(bare))
+    return bare
+
+
+def sources(tmp_path: Path, demo_repo: Path, bare: Path) -> tuple[str, Path, Path]:
+    """An unattended github source whose tasks open a pull request instead of merging."""
+    name = f"gh{uuid.uuid4().hex[:6]}"
+    source = {
+        "name": name,
+        "kind": "github",
+        "repo": REPO,
+        "labels": {"include": ["loop"]},
+        "autonomy": "unattended",
+    }
+    spec = template(demo_repo, write_agent(tmp_path, FIX_THEN_REVISE)) | {
+        "repo": bare.as_uri(),
+        "autonomy": "unattended",
+        "finalize": {"pull_request": True, "github": REPO},
+    }
+    file = write_sources(tmp_path, spec, [source])
+    secret = tmp_path / "webhook.secret"
+    secret.write_bytes(SECRET + b"\n")
+    return name, file, secret
+
+
+async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_task(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,  # noqa: F811
+):
+    answers.create_key(settings.home / answers.KEY_NAME)  # the worker signs what it sends
+    bare = remote_of(demo_repo, tmp_path)
+    name, file, secret = sources(tmp_path, demo_repo, bare)
+    task_id = f"{name}-1"
+    branch = f"loop/{task_id}"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        waiting = await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST)
+        (pr,) = hub.pulls
+        first_push = git(bare, "rev-parse", branch)
+
+        hub.reviews[90] = [
+            review_comment(REPO, pr["number"], 90, "slugify.py", 4, "@@ -1 +1 @@", "Say so."),
+        ]
+        review = review_event(REPO, pr["number"], branch, 90, "changes_requested", "One.", "ann")
+        _, reviewed = await deliver(url, "pull_request_review", review, SECRET)
+        reviewed_did = await delivered(client, reviewed)
+        again = await wait_for(
+            handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST and st.attempt == 2
+        )
+        prompt = (settings.runs / task_id / "attempt-2" / "prompt.md").read_text()
+        second_push = git(bare, "rev-parse", branch)
+
+        other = closed_event(REPO, 55, "feature/x", merged=True, sender="ann")
+        not_ours, _ = await deliver(url, "pull_request", other, SECRET)
+        merged = closed_event(REPO, pr["number"], branch, merged=True, sender="ann")
+        taken, closing = await deliver(url, "pull_request", merged, SECRET)
+        closed_did = await delivered(client, closing)
+        result = await result_of(handle)
+
+    assert waiting.state == TaskState.AWAITING_APPROVAL
+    assert pr["head"]["ref"] == branch and pr["base"]["ref"] == "main"
+    assert reviewed_did.did[0].endswith(f"{task_id}: your feedback goes into the next attempt")
+    assert "Review on GitHub by ann (requested changes):" in prompt
+    assert "slugify.py:4\n```diff\n@@ -1 +1 @@\n```\nSay so." in prompt
+    assert again.state == TaskState.AWAITING_APPROVAL
+    assert second_push != first_push, "the next attempt pushed to the same branch"
+    assert "# hyphens kept" in git(bare, "show", f"{second_push}:slugify.py")
+    assert "# hyphens kept" not in git(bare, "show", f"{first_push}:slugify.py")
+    assert len(hub.pushed) == 2 and len(hub.pulls) == 1, "the same pull request, updated"
+    assert not_ours.status_code == 200
+    assert not_ours.json() == {
+        "message": "ignored: a pull request of feature/x, not of a task's branch"
+    }
+    assert taken.status_code == 202
+    assert closed_did.did == ["merged; the task ends DONE_WITH_EVIDENCE"]
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert result.final_action == FinalAction.MERGED_BY_PERSON
+    assert result.reason == f"verified; {pr['html_url']} merged on GitHub by ann"
+    assert result.commit == second_push
+    assert [a.attempt for a in result.attempts] == [1, 2]
+    signals = [e.detail for e in result.events if e.kind == "signal"]
+    assert signals[-1] == "pull_request_closed: merged by ann (by github:ann)", signals
+
+
+async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,  # noqa: F811
+):
+    answers.create_key(settings.home / answers.KEY_NAME)
+    name, file, secret = sources(tmp_path, demo_repo, remote_of(demo_repo, tmp_path))
+    task_id = f"{name}-1"
+    branch = f"loop/{task_id}"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST)
+        (pr,) = hub.pulls
+        by_reader = closed_event(REPO, pr["number"], branch, merged=False, sender="mallory")
+        _, d1 = await deliver(url, "pull_request", by_reader, SECRET)
+        ignored = await delivered(client, d1)
+        still = await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST)
+        by_writer = closed_event(REPO, pr["number"], branch, merged=False, sender="ann")
+        _, d2 = await deliver(url, "pull_request", by_writer, SECRET)
+        rejected = await delivered(client, d2)
+        result = await result_of(handle)
+        _, d3 = await deliver(url, "pull_request", by_writer, SECRET)  # a new delivery, late
+        late = await delivered(client, d3)
+
+    assert ignored.did == [f"ignored: mallory may not write to {REPO}"]
+    assert still.state == TaskState.AWAITING_APPROVAL
+    assert rejected.did == ["closed unmerged; the task ends REJECTED"]
+    assert result.state == TaskState.REJECTED
+    assert result.reason == "closed on GitHub by ann"
+    assert result.final_action == FinalAction.PULL_REQUEST
+    assert late.did[0].startswith("pull_request_closed not sent: ")
+    assert "has ended REJECTED" in late.did[0]
+    assert not hub.comments, "nothing is said on a closed pull request"
