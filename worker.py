@@ -87,6 +87,8 @@ def shared_activities(settings: Settings) -> list[Callable]:
         hooks.github_comment,
         hooks.hook_answer,
         hooks.github_review_comments,
+        hooks.github_status_comment,
+        hooks.github_commit_status,
     ]
 
 

@@ -45,6 +45,10 @@ class Settings(BaseModel):
     """LOOP_ANSWER_KEY_FILE: the key answers are signed with (``loop.hardened.answers``);
     unset, ``LOOP_HOME/answer.key`` if it exists (``loop dev`` and ``loop demo`` make it)."""
 
+    review_url: str | None = None
+    """LOOP_REVIEW_URL: the review page (``loop ui``) as people reach it; a task's status
+    comment on GitHub links to its page there."""
+
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:
         if not self.host_id:
@@ -74,6 +78,7 @@ class Settings(BaseModel):
             host_lost_after=_count(env, "LOOP_HOST_LOST_AFTER", 60),
             endpoint_wait=min(_count(env, "LOOP_ENDPOINT_WAIT", 60), 60),
             answer_key_file=Path(env[KEY_ENV]) if env.get(KEY_ENV) else None,
+            review_url=env.get("LOOP_REVIEW_URL") or None,
         )
 
     @property

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
+
+if TYPE_CHECKING:
+    from workflows.status import StatusComment
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
@@ -97,6 +100,9 @@ class TaskRecord:
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
         self.answering = 0
+        self.status_comment: StatusComment | None = None
+        """The issue's status comment (``spec.github_issue``), when the task keeps one."""
+        self.pull_request_url = ""
         """Answer updates being checked now: the task closes only once none is."""
 
     def _placed(self, moved_from: str = "") -> None:

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         CheckAnswerInput,
         CheckAnswerResult,
         CommitInput,
+        CommitStatusInput,
         EscalateInput,
         Escalation,
         ExploreInput,
@@ -75,10 +76,12 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
         TaskState,
+        TaskStatusView,
         Usage,
+        Verdict,
     )
     from loop.contracts.step_context import sent_once
-    from loop.rules import answers, budget, explain
+    from loop.rules import answers, budget, explain, status
     from loop.rules import feedback as fb
     from loop.rules.answers import waiting_words
     from loop.rules.fingerprint import fingerprint
@@ -89,6 +92,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.clock import OutOfTime
     from workflows.judge import judge
     from workflows.record import Cited, Decision, TaskRecord, now
+    from workflows.status import StatusComment, commit_status
     from workflows.steps import HostLost, StepFailed, act, notify
 
 
@@ -145,6 +149,10 @@ class TaskWorkflow(TaskRecord):
         self.result.spec_hash = spec_hash(spec)
         self._event("started", f"autonomy={spec.autonomy} base={spec.base or 'HEAD'}")
         self._publish()
+        commenting: asyncio.Task[None] | None = None
+        if spec.github_issue is not None and workflow.patched("github-status-comment"):
+            self.status_comment = StatusComment(spec.github_issue, self._status_view, self._event)
+            commenting = asyncio.create_task(self.status_comment.run())
         try:
             await self._process()
         except StepFailed as e:
@@ -162,9 +170,28 @@ class TaskWorkflow(TaskRecord):
             await self._settle(self.held, Usage())
         self.phase = Phase.SUMMARIZE
         await self._summarize()
+        if commenting is not None and self.status_comment is not None:
+            self.status_comment.closing = True  # its last word: the terminal state
+            await commenting
         # Messages still being retried are delivered before the task closes.
         await asyncio.gather(*self.notifications)
         return self.result
+
+    def _status_view(self) -> TaskStatusView:
+        """What the issue's status comment shows now (``loop.rules.status``)."""
+        verdict = self.last_verdict
+        if verdict is None and self.result.attempts:
+            verdict = self.result.attempts[-1].verdict
+        return status.view(
+            self.spec.id,
+            self.state,
+            len(self.result.attempts),
+            self.max_attempts,
+            self.reason,
+            self.waiting_for,
+            verdict.gates if verdict is not None else [],
+            self.pull_request_url,
+        )
 
     async def _process(self) -> None:
         while True:
@@ -337,6 +364,7 @@ class TaskWorkflow(TaskRecord):
 
         self.phase = Phase.VERIFY
         verdict = await judge(self.spec, self.ws, n, made)
+        self._verified_on_github(verdict.artifact or made.commit, verdict)
         record.verdict = verdict
         self.last_verdict = verdict
         self.result.evidence = verdict.gates
@@ -360,6 +388,33 @@ class TaskWorkflow(TaskRecord):
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
         return None
+
+    def _verified_on_github(self, sha: str, verdict: Verdict) -> None:
+        """``loopwork/verify`` on a commit the task pushed to GitHub (a repository by URL,
+        every attempt pushed), beside the task: a failure is an event, never in its way."""
+        assert self.ws is not None
+        spec, remote = self.spec, self.ws.remote
+        ref = spec.github_issue
+        if not remote or not (spec.finalize.github or ref or "github.com" in remote):
+            return
+        if not workflow.patched("commit-status"):
+            return
+        inp = CommitStatusInput(
+            repo=spec.finalize.github,
+            remote=remote,
+            token_env=ref.token_env if ref is not None else "GITHUB_TOKEN",
+            sha=sha,
+            passed=verdict.passed,
+            description=verdict.summary()[:140],
+            task_id=spec.id,
+        )
+
+        async def tell() -> None:
+            failed = await commit_status(inp)
+            if failed:
+                self._event("commit-status-failed", failed)
+
+        self.notifications.append(asyncio.create_task(tell()))
 
     # ------------------------------------------------------------------ hosts
 
@@ -439,6 +494,8 @@ class TaskWorkflow(TaskRecord):
         )
         self.result.branch, self.result.commit = committed.branch, committed.commit
         self._event("committed", f"{committed.branch} at {committed.commit[:12]}")
+        if self.spec.finalize.pull_request:
+            self._verified_on_github(committed.commit, self.last_verdict)  # the PR's head
 
         if self.spec.autonomy == Autonomy.ASSISTED:
             decision = await self._wait_for_person(
@@ -510,6 +567,7 @@ class TaskWorkflow(TaskRecord):
             ws=self.ws,
         )  # fmt: skip
         self.result.final_action = FinalAction.PULL_REQUEST
+        self.pull_request_url = pr.url
         where = f"opened: {pr.url}" if pr.url else f"written to {pr.path}"
         self._event("pull-request", where + (f" ({pr.note})" if pr.note else ""))
         if (

@@ -18,6 +18,8 @@ from loop.contracts.hooks import (
     CancelTaskResult,
     CommentInput,
     CommentResult,
+    CommitStatusInput,
+    CommitStatusResult,
     HookAnswerInput,
     HookAnswerResult,
     HookItemInput,
@@ -26,6 +28,8 @@ from loop.contracts.hooks import (
     PermissionResult,
     ReviewCommentsInput,
     ReviewCommentsResult,
+    StatusCommentInput,
+    StatusCommentResult,
 )
 from loop.contracts.ledger import (
     HoldersInput,
@@ -150,6 +154,8 @@ GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, Permission
 GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
 HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
 REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
+COMMIT_STATUS = ActivityDef("github_commit_status", CommitStatusInput, CommitStatusResult)
+STATUS_COMMENT = ActivityDef("github_status_comment", StatusCommentInput, StatusCommentResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -181,5 +187,7 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     GITHUB_COMMENT,
     HOOK_ANSWER,
     REVIEW_COMMENTS,
+    STATUS_COMMENT,
+    COMMIT_STATUS,
 )
 """The one registry: every activity a workflow may call."""

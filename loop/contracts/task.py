@@ -279,6 +279,17 @@ class SandboxPolicy(_TaskFileModel):
         return self
 
 
+class GitHubIssueRef(_TaskFileModel):
+    """The GitHub issue a task was started from, where its status comment is kept."""
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """The repository, ``owner/name``."""
+    number: int = Field(ge=1)
+    """The issue's number."""
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The worker's variable holding the token (the source's ``token_env``)."""
+
+
 class Finalize(_TaskFileModel):
     """What a verified task does instead of merging, when its autonomy would merge."""
 
@@ -323,6 +334,9 @@ class TaskSpec(_TaskFileModel):
     """How the agent, the ``run`` tool and ``run`` gates are confined."""
     finalize: Finalize = Field(default_factory=Finalize)
     """Hand the verified change over as a pull request instead of merging."""
+    github_issue: GitHubIssueRef | None = None
+    """Set by a ``github`` source for its issues: one comment there says, edited in place,
+    how the task goes."""
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> TaskSpec:

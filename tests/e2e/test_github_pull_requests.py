@@ -13,15 +13,23 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import WAITING_PULL_REQUEST, FinalAction, TaskResult, TaskState, workflow_id_for
 from loop.hardened import answers
 from loop.settings import Settings
-from tests.e2e.test_github_hooks import REPO, SECRET, delivered, hub  # noqa: F401  (a fixture)
+from tests.e2e.test_github_hooks import (  # noqa: F401  (hub: a fixture)
+    REPO,
+    SECRET,
+    delivered,
+    hub,
+    replies,
+    status_comment,
+)
 from tests.support.agents import write_agent
-from tests.support.github import GitHubStandIn, review_comment
+from tests.support.github import GitHubStandIn, annotation, check_run, review_comment
 from tests.support.tasks import result_of, wait_for
 from tests.support.triage import template, write_sources
 from tests.support.ui import loop_ui
@@ -51,7 +59,7 @@ def remote_of(demo_repo: Path, tmp_path: Path) -> Path:
     return bare
 
 
-def sources(tmp_path: Path, demo_repo: Path, bare: Path) -> tuple[str, Path, Path]:
+def sources(tmp_path: Path, demo_repo: Path, bare: Path, **tmpl: object) -> tuple[str, Path, Path]:
     """An unattended github source whose tasks open a pull request instead of merging."""
     name = f"gh{uuid.uuid4().hex[:6]}"
     source = {
@@ -66,6 +74,7 @@ def sources(tmp_path: Path, demo_repo: Path, bare: Path) -> tuple[str, Path, Pat
         "autonomy": "unattended",
         "finalize": {"pull_request": True, "github": REPO},
     }
+    spec |= tmpl
     file = write_sources(tmp_path, spec, [source])
     secret = tmp_path / "webhook.secret"
     secret.write_bytes(SECRET + b"\n")
@@ -136,6 +145,17 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
     assert [a.attempt for a in result.attempts] == [1, 2]
     signals = [e.detail for e in result.events if e.kind == "signal"]
     assert signals[-1] == "pull_request_closed: merged by ann (by github:ann)", signals
+    said = status_comment(hub, 1)
+    head = f"**Loopwork** · task `{task_id}` · **DONE_WITH_EVIDENCE** · attempt 2 of 2"
+    assert said.startswith(head), said
+    assert "merged on GitHub by ann" in said and "| tests | pass |" in said
+    assert "Pull request: https" in said and len(replies(hub)) == 1
+    # loopwork/verify on each attempt's pushed commit and on each head of the pull request
+    assert [(s["state"], s["context"]) for s in hub.statuses] == [
+        ("success", "loopwork/verify")
+    ] * 4
+    assert {first_push, second_push} <= {s["sha"] for s in hub.statuses}
+    assert all(s["description"] == "tests pass, scope pass, keep-tests pass" for s in hub.statuses)
 
 
 async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
@@ -176,4 +196,63 @@ async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
     assert result.final_action == FinalAction.PULL_REQUEST
     assert late.did[0].startswith("pull_request_closed not sent: ")
     assert "has ended REJECTED" in late.did[0]
-    assert not hub.comments, "nothing is said on a closed pull request"
+    assert not replies(hub), "nothing is said on a closed pull request"
+    assert "**REJECTED**" in status_comment(hub, 1)
+    assert "closed on GitHub by ann" in status_comment(hub, 1)
+
+
+async def test_a_failed_required_check_is_fed_back_with_its_annotations(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr("activities.gates.checks.POLL_S", 0.2)
+    bare = remote_of(demo_repo, tmp_path)
+    tmpl = template(demo_repo, [])
+    ci = {"name": "ci", "github_checks": {"required": ["build"], "timeout": 60}}
+    name, file, secret = sources(
+        tmp_path,
+        demo_repo,
+        bare,
+        verify=[*tmpl["verify"], ci],
+        budget={"max_attempts": 2, "max_stalled_attempts": 2},
+    )
+    task_id = f"{name}-1"
+    hub.check_plan = [
+        [check_run(REPO, 41, "build", "failure", "1 error", "ruff found a problem.")],
+        [check_run(REPO, 42, "build", "success", "All good")],
+    ]
+    hub.annotations[41] = [annotation("slugify.py", 4, "failure", "E999 keep @hyphens")]
+    hub.polls_pending = 2  # the CI reports a moment after the push
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        waiting = await wait_for(
+            handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST, within=120
+        )
+        prompt = (settings.runs / task_id / "attempt-2" / "prompt.md").read_text()
+        await handle.cancel()
+        result = await result_of(handle)
+
+    assert waiting.attempt == 2
+    first, second = result.attempts
+    assert first.verdict is not None and second.verdict is not None
+    (failed,) = [g for g in first.verdict.gates if g.name == "ci"]
+    assert not failed.passed and not failed.uncertain
+    assert failed.evidence.detail == "build failure"
+    assert "slugify.py:4: [failure] E999 keep @hyphens" in failed.evidence.failure
+    for part in ("build title: 1 error", "ruff found a problem.", "E999 keep @hyphens"):
+        assert part in prompt, (part, prompt)
+    (passed,) = [g for g in second.verdict.gates if g.name == "ci"]
+    assert passed.passed and passed.evidence.detail.startswith("all succeeded on ")
+    assert hub.check_shas[:2] == [first.make.commit, second.make.commit]
+    assert hub.polls[hub.check_shas[0]] == 3, "it waited for the CI to report"
+    said = status_comment(hub, 1)
+    assert "E999 keep ＠hyphens" not in said  # the table shows the last verdict: passed
+    assert "| ci | pass |" in said and "@" not in said
