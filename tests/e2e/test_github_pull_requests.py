@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from loop.contracts import WAITING_PULL_REQUEST, FinalAction, TaskResult, TaskState, workflow_id_for
 from loop.hardened import answers
@@ -34,7 +36,7 @@ from tests.support.tasks import result_of, wait_for
 from tests.support.triage import template, write_sources
 from tests.support.ui import loop_ui
 from tests.support.webhooks import closed_event, deliver, issue_event, needs_examples, review_event
-from worker import build_worker
+from worker import WORKFLOWS, build_worker
 
 pytestmark = needs_examples
 
@@ -121,6 +123,21 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
         taken, closing = await deliver(url, "pull_request", merged, SECRET)
         closed_did = await delivered(client, closing)
         result = await result_of(handle)
+        history = await handle.fetch_history()
+
+    # The whole run (a review, a second attempt, the merge, the status comment beside it)
+    # replays on this code: the new paths are deterministic.
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    markers = [
+        e.marker_recorded_event_attributes.details["patch_data"]
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert len(markers) >= 3, "pull-request-outcome, github-status-comment, commit-status"
 
     assert waiting.state == TaskState.AWAITING_APPROVAL
     assert pr["head"]["ref"] == branch and pr["base"]["ref"] == "main"
