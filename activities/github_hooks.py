@@ -11,6 +11,7 @@ Temporal's retry policy is the only one: a rate-limited answer waits until the r
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from githubkit import GitHub
@@ -50,6 +51,7 @@ from loop.contracts import (
     ReviewCommentsResult,
     StatusCommentInput,
     StatusCommentResult,
+    workflow_id_for,
 )
 from loop.errors import BadInput, UnknownTask, permanent
 from loop.hardened.text import for_github
@@ -118,13 +120,22 @@ class GitHubHookActivities:
     @activity.defn(name=STATUS_COMMENT.name)
     async def github_status_comment(self, inp: StatusCommentInput) -> StatusCommentResult:
         """The task's one comment on its issue, edited in place (made again if a person
-        deleted it), with a link to the task's review page when ``LOOP_REVIEW_URL`` says
-        where people reach it."""
+        deleted it), with links to the task's review page and its Temporal UI page where
+        ``LOOP_REVIEW_URL`` and ``LOOP_UI_URL`` say where people reach them (a worker's
+        loopback address would mean nothing on GitHub)."""
         owner, name = inp.repo.split("/", 1)
         body = status.comment(inp.view, for_github)
+        links = []
         if self.settings.review_url:
             page = f"{self.settings.review_url.rstrip('/')}/tasks/{inp.view.task_id}"
-            body += f"\n\n[Review page]({page})"
+            links.append(f"[Review page]({page})")
+        temporal = os.environ.get("LOOP_UI_URL", "").rstrip("/")
+        if temporal:
+            namespace = activity.info().workflow_namespace
+            wid = workflow_id_for(inp.view.task_id)
+            links.append(f"[Temporal UI]({temporal}/namespaces/{namespace}/workflows/{wid})")
+        if links:
+            body += "\n\n" + " · ".join(links)
         async with _client(inp.repo, inp.token_env) as gh:
             if inp.comment_id:
                 try:

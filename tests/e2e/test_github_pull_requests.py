@@ -90,10 +90,15 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
     demo_repo: Path,
     tmp_path: Path,
     hub: GitHubStandIn,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ):
     answers.create_key(settings.home / answers.KEY_NAME)  # the worker signs what it sends
+    monkeypatch.setattr("activities.gates.checks.POLL_S", 0.2)
     bare = remote_of(demo_repo, tmp_path)
-    name, file, secret = sources(tmp_path, demo_repo, bare)
+    ci = {"name": "ci", "github_checks": {"required": ["build"], "timeout": 60}}
+    verify = [*template(demo_repo, [])["verify"], ci]
+    name, file, secret = sources(tmp_path, demo_repo, bare, verify=verify)
+    hub.check_plan = [[check_run(REPO, 50, "build", "success", "All good")]]  # CI green
     task_id = f"{name}-1"
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
@@ -172,7 +177,10 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
         ("success", "loopwork/verify")
     ] * 4
     assert {first_push, second_push} <= {s["sha"] for s in hub.statuses}
-    assert all(s["description"] == "tests pass, scope pass, keep-tests pass" for s in hub.statuses)
+    described = "tests pass, scope pass, keep-tests pass, ci pass"
+    assert all(s["description"] == described for s in hub.statuses)
+    assert hub.check_shas == [a.make.commit for a in result.attempts], "CI asked per attempt"
+    assert "| ci | pass |" in said
 
 
 async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
