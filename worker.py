@@ -93,6 +93,8 @@ def shared_activities(settings: Settings) -> list[Callable]:
         hooks.github_review_comments,
         slack.slack_post,
         slack.slack_close,
+        hooks.github_status_comment,
+        hooks.github_commit_status,
     ]
 
 

@@ -36,6 +36,7 @@ from loop.contracts import (
     SIGNAL_APPROVE,
     SIGNAL_EXTEND_BUDGET,
     SIGNAL_FEEDBACK,
+    SIGNAL_PULL_REQUEST_CLOSED,
     SIGNAL_REJECT,
     TASK_WORKFLOW,
     CheckAnswerInput,
@@ -47,7 +48,15 @@ from loop.settings import Settings
 
 SKEW_S = 60
 """How far ahead of the worker's clock a person's clock may be."""
-ANSWER_UPDATES = frozenset({SIGNAL_APPROVE, SIGNAL_REJECT, SIGNAL_FEEDBACK, SIGNAL_EXTEND_BUDGET})
+ANSWER_UPDATES = frozenset(
+    {
+        SIGNAL_APPROVE,
+        SIGNAL_REJECT,
+        SIGNAL_FEEDBACK,
+        SIGNAL_EXTEND_BUDGET,
+        SIGNAL_PULL_REQUEST_CLOSED,
+    }
+)
 
 
 def verdict(path: Path | None, inp: CheckAnswerInput) -> CheckAnswerResult:

@@ -366,7 +366,15 @@ def github_item(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]
     body = str(issue.get("body") or "").strip()
     where = issue.get("html_url") or f"#{key}"
     goal = f"{title}\n\n{body}\n\n(GitHub issue {where})".strip()
-    return _item(source, key=key, title=title, labels=labels, fields={"goal": goal})
+    fields: dict[str, Any] = {"goal": goal}
+    if isinstance(source, GitHubSource) and key.isdigit():
+        # A live repository: the task keeps its status comment on the issue.
+        fields["github_issue"] = {
+            "repo": source.repo,
+            "number": int(key),
+            "token_env": source.token_env,
+        }
+    return _item(source, key=key, title=title, labels=labels, fields=fields)
 
 
 # --------------------------------------------------------------------------- TODO markers

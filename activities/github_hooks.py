@@ -11,6 +11,7 @@ Temporal's retry policy is the only one: a rate-limited answer waits until the r
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from githubkit import GitHub
@@ -21,18 +22,23 @@ from temporalio.exceptions import ApplicationError
 
 from activities import github_issues
 from activities.discover import github_item
-from activities.pull_request import API_TIMEOUT_S
+from activities.pull_request import API_TIMEOUT_S, github_repo
 from loop.contracts import (
     CANCEL_TASK,
+    COMMIT_STATUS,
+    COMMIT_STATUS_CONTEXT,
     GITHUB_COMMENT,
     GITHUB_PERMISSION,
     HOOK_ANSWER,
     HOOK_ITEM,
     REVIEW_COMMENTS,
+    STATUS_COMMENT,
     CancelTaskInput,
     CancelTaskResult,
     CommentInput,
     CommentResult,
+    CommitStatusInput,
+    CommitStatusResult,
     GitHubSource,
     HookAnswerInput,
     HookAnswerResult,
@@ -43,8 +49,13 @@ from loop.contracts import (
     ReviewComment,
     ReviewCommentsInput,
     ReviewCommentsResult,
+    StatusCommentInput,
+    StatusCommentResult,
+    workflow_id_for,
 )
 from loop.errors import BadInput, UnknownTask, permanent
+from loop.hardened.text import for_github
+from loop.rules import status
 from loop.settings import Settings
 from loop.tasks import answer, find, payload_for, task_state
 
@@ -105,6 +116,67 @@ class GitHubHookActivities:
             except RequestFailed as e:
                 raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
         return CommentResult(comment_id=resp.parsed_data.id)
+
+    @activity.defn(name=STATUS_COMMENT.name)
+    async def github_status_comment(self, inp: StatusCommentInput) -> StatusCommentResult:
+        """The task's one comment on its issue, edited in place (made again if a person
+        deleted it), with links to the task's review page and its Temporal UI page where
+        ``LOOP_REVIEW_URL`` and ``LOOP_UI_URL`` say where people reach them (a worker's
+        loopback address would mean nothing on GitHub)."""
+        owner, name = inp.repo.split("/", 1)
+        body = status.comment(inp.view, for_github)
+        links = []
+        if self.settings.review_url:
+            page = f"{self.settings.review_url.rstrip('/')}/tasks/{inp.view.task_id}"
+            links.append(f"[Review page]({page})")
+        temporal = os.environ.get("LOOP_UI_URL", "").rstrip("/")
+        if temporal:
+            namespace = activity.info().workflow_namespace
+            wid = workflow_id_for(inp.view.task_id)
+            links.append(f"[Temporal UI]({temporal}/namespaces/{namespace}/workflows/{wid})")
+        if links:
+            body += "\n\n" + " · ".join(links)
+        async with _client(inp.repo, inp.token_env) as gh:
+            if inp.comment_id:
+                try:
+                    await gh.rest.issues.async_update_comment(
+                        owner, name, inp.comment_id, body=body
+                    )
+                    return StatusCommentResult(comment_id=inp.comment_id)
+                except RequestFailed as e:
+                    if e.response.status_code != 404:
+                        raise _failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
+            try:
+                resp = await gh.rest.issues.async_create_comment(owner, name, inp.number, body=body)
+            except RequestFailed as e:
+                raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
+        return StatusCommentResult(comment_id=resp.parsed_data.id)
+
+    @activity.defn(name=COMMIT_STATUS.name)
+    async def github_commit_status(self, inp: CommitStatusInput) -> CommitStatusResult:
+        """``loopwork/verify`` on the commit: ``success`` when every gate passed, else
+        ``failure``; its link is the task's review page where ``LOOP_REVIEW_URL`` says."""
+        repo = inp.repo or github_repo(inp.remote)
+        if not repo:
+            return CommitStatusResult(posted=False, note="the commit is not on GitHub")
+        owner, name = repo.split("/", 1)
+        page = ""
+        if self.settings.review_url:
+            page = f"{self.settings.review_url.rstrip('/')}/tasks/{inp.task_id}"
+        async with _client(repo, inp.token_env) as gh:
+            try:
+                await gh.rest.repos.async_create_commit_status(
+                    owner,
+                    name,
+                    inp.sha,
+                    state="success" if inp.passed else "failure",
+                    description=inp.description[:140],
+                    context=COMMIT_STATUS_CONTEXT,
+                    **({"target_url": page} if page else {}),
+                )
+            except RequestFailed as e:
+                raise _failure(repo, f"set {COMMIT_STATUS_CONTEXT} on {inp.sha[:12]}", e) from None
+        return CommitStatusResult(posted=True)
 
     @activity.defn(name=REVIEW_COMMENTS.name)
     async def github_review_comments(self, inp: ReviewCommentsInput) -> ReviewCommentsResult:

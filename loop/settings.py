@@ -58,6 +58,10 @@ class Settings(BaseModel):
     """LOOP_SLACK_API_URL: Slack's Web API, for the worker and ``loop ui`` (another only
     for a proxy or a test's stand-in)."""
 
+    review_url: str | None = None
+    """LOOP_REVIEW_URL: the review page (``loop ui``) as people reach it; a task's status
+    comment on GitHub links to its page there."""
+
     @model_validator(mode="after")
     def _a_host_always(self) -> Settings:
         if not self.host_id:
@@ -94,6 +98,7 @@ class Settings(BaseModel):
             ),
             slack_channel=env.get("LOOP_SLACK_CHANNEL") or "",
             slack_api_url=env.get("LOOP_SLACK_API_URL") or "https://slack.com/api/",
+            review_url=env.get("LOOP_REVIEW_URL") or None,
         )
 
     def slack_channel_for(self, repo: str) -> str:

@@ -34,12 +34,14 @@ from loop.contracts import (
     SIGNAL_APPROVE,
     SIGNAL_EXTEND_BUDGET,
     SIGNAL_FEEDBACK,
+    SIGNAL_PULL_REQUEST_CLOSED,
     SIGNAL_REJECT,
     TASK_WORKFLOW,
     AnswerReply,
     ApproveSignal,
     ExtendBudgetSignal,
     FeedbackSignal,
+    PullRequestClosedSignal,
     RejectSignal,
     TaskResult,
     TaskSpec,
@@ -147,6 +149,10 @@ ANSWERS = {
     "extend": SIGNAL_EXTEND_BUDGET,
 }
 """The answers a person gives a task, and the update (and signal) name that carries each."""
+FROM_GITHUB = {"pull_request_closed": SIGNAL_PULL_REQUEST_CLOSED}
+"""Answers only a GitHub delivery gives (signed by the worker as a person's are): no
+form or command offers them."""
+UPDATES = ANSWERS | FROM_GITHUB
 
 ANSWER_TIMEOUT_S = 30
 """How long an answer waits for the task to take it: a worker normally does in
@@ -169,7 +175,7 @@ def signed(payload: P, task_id: str, answer: str, by: str, key_file: Path | None
     except answers.AnswerKeyError as e:
         raise BadInput(str(e)) from None
     fields = stamped.model_dump(mode="json")
-    signature = answers.sign(key, workflow_id_for(task_id), ANSWERS[answer], fields)
+    signature = answers.sign(key, workflow_id_for(task_id), UPDATES[answer], fields)
     return stamped.model_copy(update={"signature": signature})
 
 
@@ -187,7 +193,7 @@ async def answer(
         raise BadInput(f"task {task_id} has ended {task_state(desc)}; {what} does not apply")
     try:
         return await handle.execute_update(
-            ANSWERS[what],
+            UPDATES[what],
             signed(payload, task_id, what, by, key_file),
             result_type=AnswerReply,
             rpc_timeout=timedelta(seconds=ANSWER_TIMEOUT_S),
@@ -235,6 +241,9 @@ def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
         if payload.model_copy(update={"by": ""}) == ExtendBudgetSignal():
             raise BadInput("nothing to add; give attempts, seconds, tokens or cost")
         return payload
+    if answer == "pull_request_closed":
+        merged = form.get("merged") == "true"
+        return PullRequestClosedSignal(merged=merged, who=form.get("who", ""), by=by)
     raise BadInput(f"unknown answer {answer!r}")
 
 

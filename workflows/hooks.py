@@ -19,6 +19,11 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
   the whole review, its body and every inline comment with path, line and diff hunk
   (read from the API: the payload has none of them), and one reply saying what the
   task did with it. An approving review is not an approval: a person merging is.
+- ``pull_request`` closed on a task's pull request: merged, the task (waiting for its
+  pull request's outcome) ends ``DONE_WITH_EVIDENCE`` with ``merged_by_person``; closed
+  unmerged by someone who may write, it ends ``REJECTED`` with who closed it. Sent as a
+  signed answer (``pull_request_closed``) through the CLI's code path; nothing is said on
+  the closed pull request.
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ class GitHubDeliveryWorkflow:
             did = await self._command(hooks.parse(d.comment))
         elif d.event == "pull_request_review" and d.action == "submitted":
             did = await self._review()
+        elif d.event == "pull_request" and d.action == "closed":
+            did = await self._closed()
         else:
             did = f"ignored: {d.event} {d.action}"
         return GitHubDeliveryResult(did=[did])
@@ -157,7 +164,7 @@ class GitHubDeliveryWorkflow:
             return await self._reply(await self._start(self._asked(command.verb)))
         return await self._answer(command.verb, command.fields)
 
-    async def _answer(self, verb: str, fields: dict[str, str]) -> str:
+    async def _answer(self, verb: str, fields: dict[str, str], *, reply: bool = True) -> str:
         """The CLI's answer from the sender, and one reply with what the task did."""
         done: HookAnswerResult = await workflow.execute_activity(
             HOOK_ANSWER.name,
@@ -169,17 +176,39 @@ class GitHubDeliveryWorkflow:
             retry_policy=STEP_RETRY,
             summary=f"{verb} {self.task_id}",
         )
+        if not reply:
+            return f"{verb} not sent: {done.refused}" if done.refused else done.did
         if done.refused:
             return await self._reply(f"`{verb}` not sent: {done.refused}")
         return await self._reply(f"{self.task_id}: {done.did}")
 
-    async def _review(self) -> str:
-        """A review of a task's pull request as one feedback (quietly nothing when the
-        reviewer may not write: a public repository's reviews are anyone's)."""
+    def _task_of_branch(self) -> str:
+        """Why the pull request is not a task's ("" when it is: ``self.task_id`` is set)."""
         prefix = branch_for("")
         self.task_id = self.d.head_ref.removeprefix(prefix)
         if not self.d.head_ref.startswith(prefix) or not is_valid_task_id(self.task_id):
             return f"ignored: {self.d.head_ref} is not a task's branch"
+        return ""
+
+    async def _closed(self) -> str:
+        """A task's pull request merged (only a writer can: no check needed) or closed
+        unmerged (its author may close it too: only a writer's close rejects the task)."""
+        not_a_task = self._task_of_branch()
+        if not_a_task:
+            return not_a_task
+        if not self.d.merged:
+            granted = await self._permission()
+            if not granted.may_write:
+                return f"ignored: {self.d.sender} may not write to {self.source.repo}"
+        fields = {"merged": "true" if self.d.merged else "false", "who": self.d.sender}
+        return await self._answer("pull_request_closed", fields, reply=False)
+
+    async def _review(self) -> str:
+        """A review of a task's pull request as one feedback (quietly nothing when the
+        reviewer may not write: a public repository's reviews are anyone's)."""
+        not_a_task = self._task_of_branch()
+        if not_a_task:
+            return not_a_task
         if self.d.review_state not in hooks.REVIEW_STATES:
             return f"ignored: a review that {self.d.review_state} (merging is the approval)"
         granted = await self._permission()

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
+
+if TYPE_CHECKING:
+    from workflows.status import StatusComment
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
@@ -42,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
 class Decision:
     """A person's answer to a waiting task."""
 
-    kind: str  # approve | reject | feedback | extend
+    kind: str  # approve | reject | feedback | extend | merged | closed (its pull request)
     text: str = ""
     by: str = ""
     """How the trace credits who answered: `` (by slack:ann)``, `` (unsigned)``."""
@@ -105,6 +108,9 @@ class TaskRecord:
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
         self.answering = 0
+        self.status_comment: StatusComment | None = None
+        """The issue's status comment (``spec.github_issue``), when the task keeps one."""
+        self.pull_request_url = ""
         """Answer updates being checked now: the task closes only once none is."""
 
     def _placed(self, moved_from: str = "") -> None:

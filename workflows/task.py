@@ -40,11 +40,13 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_APPROVE,
         SIGNAL_EXTEND_BUDGET,
         SIGNAL_FEEDBACK,
+        SIGNAL_PULL_REQUEST_CLOSED,
         SIGNAL_REJECT,
         SUMMARIZE,
         TASK_WORKFLOW,
         WAITING_APPROVAL,
         WAITING_DECISION,
+        WAITING_PULL_REQUEST,
         AgentLimits,
         AnswerReply,
         ApproveSignal,
@@ -53,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         CheckAnswerInput,
         CheckAnswerResult,
         CommitInput,
+        CommitStatusInput,
         EscalateInput,
         Escalation,
         ExploreInput,
@@ -64,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         MergeInput,
         Phase,
         PromptParts,
+        PullRequestClosedSignal,
         PullRequestInput,
         RejectSignal,
         RemoveInput,
@@ -74,10 +78,12 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
         TaskState,
+        TaskStatusView,
         Usage,
+        Verdict,
     )
     from loop.contracts.step_context import sent_once
-    from loop.rules import answers, budget, explain
+    from loop.rules import answers, budget, explain, status
     from loop.rules import feedback as fb
     from loop.rules.answers import waiting_words
     from loop.rules.fingerprint import fingerprint
@@ -88,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.clock import OutOfTime
     from workflows.judge import judge
     from workflows.record import Cited, Decision, TaskRecord, now
+    from workflows.status import StatusComment, commit_status
     from workflows.steps import HostLost, StepFailed, act, close_slack, notify, post_slack
 
 
@@ -97,8 +104,17 @@ UNEXPECTED = HandlerUnfinishedPolicy.WARN_AND_ABANDON
 """An answer update is never left running: the task waits for it before it closes, so its
 sender hears why it was refused (the task has ended), not the server's "workflow
 completed". One still running at the close is a bug: the worker warns."""
-Answer = ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal
-A = TypeVar("A", ApproveSignal, RejectSignal, FeedbackSignal, ExtendBudgetSignal)
+Answer = (
+    ApproveSignal | RejectSignal | FeedbackSignal | ExtendBudgetSignal | PullRequestClosedSignal
+)
+A = TypeVar(
+    "A",
+    ApproveSignal,
+    RejectSignal,
+    FeedbackSignal,
+    ExtendBudgetSignal,
+    PullRequestClosedSignal,
+)
 Take = Callable[[A, str], str]
 """Takes an answer that applies, credited as ``by``; returns what it did, in a few words."""
 
@@ -135,6 +151,10 @@ class TaskWorkflow(TaskRecord):
         self.result.spec_hash = spec_hash(spec)
         self._event("started", f"autonomy={spec.autonomy} base={spec.base or 'HEAD'}")
         self._publish()
+        commenting: asyncio.Task[None] | None = None
+        if spec.github_issue is not None and workflow.patched("github-status-comment"):
+            self.status_comment = StatusComment(spec.github_issue, self._status_view, self._event)
+            commenting = asyncio.create_task(self.status_comment.run())
         try:
             await self._process()
         except StepFailed as e:
@@ -152,16 +172,36 @@ class TaskWorkflow(TaskRecord):
             await self._settle(self.held, Usage())
         self.phase = Phase.SUMMARIZE
         await self._summarize()
+        if commenting is not None and self.status_comment is not None:
+            self.status_comment.closing = True  # its last word: the terminal state
+            await commenting
         # Messages still being retried are delivered before the task closes.
         await asyncio.gather(*self.notifications)
         return self.result
+
+    def _status_view(self) -> TaskStatusView:
+        """What the issue's status comment shows now (``loop.rules.status``)."""
+        verdict = self.last_verdict
+        if verdict is None and self.result.attempts:
+            verdict = self.result.attempts[-1].verdict
+        return status.view(
+            self.spec.id,
+            self.state,
+            len(self.result.attempts),
+            self.max_attempts,
+            self.reason,
+            self.waiting_for,
+            verdict.gates if verdict is not None else [],
+            self.pull_request_url,
+        )
 
     async def _process(self) -> None:
         while True:
             try:
                 stop = await self.clock.run(self._attempts())
                 if stop is None:
-                    await self._finalize()
+                    if await self._finalize():
+                        continue  # a review of its pull request: another attempt
                     return
             except OutOfTime as e:
                 stop = _Stop(TaskState.BUDGET_EXCEEDED, str(e))
@@ -326,6 +366,7 @@ class TaskWorkflow(TaskRecord):
 
         self.phase = Phase.VERIFY
         verdict = await judge(self.spec, self.ws, n, made)
+        self._verified_on_github(verdict.artifact or made.commit, verdict)
         record.verdict = verdict
         self.last_verdict = verdict
         self.result.evidence = verdict.gates
@@ -349,6 +390,33 @@ class TaskWorkflow(TaskRecord):
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
         return None
+
+    def _verified_on_github(self, sha: str, verdict: Verdict) -> None:
+        """``loopwork/verify`` on a commit the task pushed to GitHub (a repository by URL,
+        every attempt pushed), beside the task: a failure is an event, never in its way."""
+        assert self.ws is not None
+        spec, remote = self.spec, self.ws.remote
+        ref = spec.github_issue
+        if not remote or not (spec.finalize.github or ref or "github.com" in remote):
+            return
+        if not workflow.patched("commit-status"):
+            return
+        inp = CommitStatusInput(
+            repo=spec.finalize.github,
+            remote=remote,
+            token_env=ref.token_env if ref is not None else "GITHUB_TOKEN",
+            sha=sha,
+            passed=verdict.passed,
+            description=verdict.summary()[:140],
+            task_id=spec.id,
+        )
+
+        async def tell() -> None:
+            failed = await commit_status(inp)
+            if failed:
+                self._event("commit-status-failed", failed)
+
+        self.notifications.append(asyncio.create_task(tell()))
 
     # ------------------------------------------------------------------ hosts
 
@@ -405,15 +473,16 @@ class TaskWorkflow(TaskRecord):
         self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
 
-    async def _finalize(self) -> None:
-        """What the loop may do with a verified result, by autonomy."""
+    async def _finalize(self) -> bool:
+        """What the loop may do with a verified result, by autonomy; True when a review of
+        its pull request asks for another attempt."""
         assert self.ws is not None and self.last_verdict is not None
         self.phase = Phase.FINALIZE
         artifact = self.last_verdict.artifact
         if self.spec.autonomy == Autonomy.REPORT:
             self.result.final_action = FinalAction.LEFT_IN_WORKTREE
             self._end(TaskState.DONE_WITH_EVIDENCE, "verified; change left in the worktree")
-            return
+            return False
         committed = await act(
             COMMIT,
             CommitInput(
@@ -427,6 +496,8 @@ class TaskWorkflow(TaskRecord):
         )
         self.result.branch, self.result.commit = committed.branch, committed.commit
         self._event("committed", f"{committed.branch} at {committed.commit[:12]}")
+        if self.spec.finalize.pull_request:
+            self._verified_on_github(committed.commit, self.last_verdict)  # the PR's head
 
         if self.spec.autonomy == Autonomy.ASSISTED:
             decision = await self._wait_for_person(
@@ -440,14 +511,13 @@ class TaskWorkflow(TaskRecord):
                     TaskState.DONE_WITH_EVIDENCE,
                     "verified; no approval within approval_timeout, branch kept for review",
                 )
-                return
+                return False
             if decision.kind == "reject":
                 self._end(TaskState.REJECTED, decision.text or "rejected")
-                return
+                return False
 
         if self.spec.finalize.pull_request:
-            await self._hand_over(committed.commit)
-            return
+            return await self._hand_over(committed.commit)
 
         while True:
             self.phase = Phase.FINALIZE
@@ -469,7 +539,7 @@ class TaskWorkflow(TaskRecord):
                 self._end(
                     TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}"
                 )
-                return
+                return False
             # A merge a person must sort out: approve retries it, reject ends the task.
             decision = await self._wait_for_person(
                 f"cannot merge: {merged.reason}", WAITING_APPROVAL
@@ -477,13 +547,16 @@ class TaskWorkflow(TaskRecord):
             if decision is None:
                 self.result.final_action = FinalAction.BRANCH_READY
                 self._end(TaskState.NEEDS_HUMAN, f"cannot merge: {merged.reason}")
-                return
+                return False
             if decision.kind == "reject":
                 self._end(TaskState.REJECTED, decision.text or "rejected")
-                return
+                return False
 
-    async def _hand_over(self, commit: str) -> None:
-        """A pull request instead of a merge (``finalize.pull_request``)."""
+    async def _hand_over(self, commit: str) -> bool:
+        """A pull request instead of a merge (``finalize.pull_request``). One opened on
+        GitHub keeps the task waiting for its outcome there (``finalize.pull_request_wait``),
+        so a review reaches a live task as feedback (True: attempt again, pushing to the
+        same branch, which updates the pull request) and its merge or close ends it."""
         assert self.ws is not None
         title, body = pull_request(self.spec, self.result)
         pr = await act(
@@ -496,10 +569,50 @@ class TaskWorkflow(TaskRecord):
             ws=self.ws,
         )  # fmt: skip
         self.result.final_action = FinalAction.PULL_REQUEST
+        self.pull_request_url = pr.url
         where = f"opened: {pr.url}" if pr.url else f"written to {pr.path}"
         self._event("pull-request", where + (f" ({pr.note})" if pr.note else ""))
+        if (
+            pr.url
+            and self.spec.finalize.pull_request_wait
+            and workflow.patched("pull-request-outcome")
+        ):
+            return await self._await_outcome(pr.url)
         await self._remove(delete_branch=False)
         self._end(TaskState.DONE_WITH_EVIDENCE, f"verified; pull request {where}")
+        return False
+
+    async def _await_outcome(self, url: str) -> bool:
+        """Wait for the pull request's merge or close on GitHub, a review, or a rejection."""
+        wait = self.spec.finalize.pull_request_wait
+        decision = await self._wait_for_person(
+            f"verified; pull request {url} waits for review",
+            WAITING_PULL_REQUEST,
+            state=TaskState.AWAITING_APPROVAL,
+            limit=(wait, "finalize.pull_request_wait"),
+        )
+        if decision is not None and decision.kind == "feedback":
+            # The review's text is in human_feedback; the verified result is judged again.
+            self.max_attempts = max(self.max_attempts, len(self.result.attempts) + 1)
+            self.last_verdict, self.next_feedback = None, None
+            self.stalled, self.last_fingerprint = 0, ""
+            return True
+        await self._remove(delete_branch=False)
+        if decision is None:
+            self._end(
+                TaskState.DONE_WITH_EVIDENCE,
+                f"verified; pull request {url} still open after {wait} s (pull_request_wait)",
+            )
+        elif decision.kind == "merged":
+            self.result.final_action = FinalAction.MERGED_BY_PERSON
+            self._end(
+                TaskState.DONE_WITH_EVIDENCE, f"verified; {url} merged on GitHub by {decision.text}"
+            )
+        elif decision.kind == "closed":
+            self._end(TaskState.REJECTED, f"closed on GitHub by {decision.text}")
+        else:
+            self._end(TaskState.REJECTED, decision.text or "rejected")
+        return False
 
     async def _remove(self, *, delete_branch: bool) -> None:
         """The finished task's worktree goes; a host lost meanwhile keeps it (its worker
@@ -534,9 +647,15 @@ class TaskWorkflow(TaskRecord):
     # ------------------------------------------------------------------ people
 
     async def _wait_for_person(
-        self, reason: str, waiting_for: str, state: TaskState = TaskState.NEEDS_HUMAN
+        self,
+        reason: str,
+        waiting_for: str,
+        state: TaskState = TaskState.NEEDS_HUMAN,
+        limit: tuple[int, str] | None = None,
     ) -> Decision | None:
-        """Park on a person until a signal that applies, or ``approval_timeout`` (None)."""
+        """Park on a person until a signal that applies, or ``approval_timeout`` (None);
+        ``limit`` is another one, in seconds, and the task file's name for it."""
+        seconds, named = limit or (self.spec.approval_timeout, "approval_timeout")
         # Cleared before the state says "waiting": an answer may arrive while we notify.
         self.decision = None
         self.state, self.reason, self.waiting_for = state, reason, waiting_for
@@ -551,10 +670,10 @@ class TaskWorkflow(TaskRecord):
         try:
             await workflow.wait_condition(
                 lambda: self.decision is not None,
-                timeout=timedelta(seconds=self.spec.approval_timeout),
+                timeout=timedelta(seconds=seconds),
                 timeout_summary=(
                     f"waits for a person: {waiting_words(waiting_for)}, at most "
-                    f"{self.spec.approval_timeout} s (approval_timeout)"
+                    f"{seconds} s ({named})"
                 ),
             )
         except TimeoutError:
@@ -668,6 +787,18 @@ class TaskWorkflow(TaskRecord):
     def _extend_budget_applies(self, payload: ExtendBudgetSignal) -> None:
         self._validate(SIGNAL_EXTEND_BUDGET, payload)
 
+    @workflow.update(name=SIGNAL_PULL_REQUEST_CLOSED, unfinished_policy=UNEXPECTED)
+    async def pull_request_closed_update(self, payload: PullRequestClosedSignal) -> AnswerReply:
+        return await self._answer(SIGNAL_PULL_REQUEST_CLOSED, payload, self._pr_closed)
+
+    @pull_request_closed_update.validator
+    def _pull_request_closed_applies(self, payload: PullRequestClosedSignal) -> None:
+        self._validate(SIGNAL_PULL_REQUEST_CLOSED, payload)
+
+    @workflow.signal(name=SIGNAL_PULL_REQUEST_CLOSED, unfinished_policy=ABANDON)
+    async def pull_request_closed(self, payload: PullRequestClosedSignal) -> None:
+        await self._signalled(SIGNAL_PULL_REQUEST_CLOSED, payload, self._pr_closed)
+
     @workflow.signal(name=SIGNAL_APPROVE, unfinished_policy=ABANDON)
     async def approve(self, payload: ApproveSignal) -> None:
         await self._signalled(SIGNAL_APPROVE, payload, self._approve)
@@ -729,6 +860,14 @@ class TaskWorkflow(TaskRecord):
             did = f"approved; merging {self.result.branch} into {base}"
         self._decide(Decision("approve", payload.note, by), f"approve: {payload.note}{by}")
         return did
+
+    def _pr_closed(self, payload: PullRequestClosedSignal, by: str) -> str:
+        who = payload.who or "someone"
+        if payload.merged:
+            self._decide(Decision("merged", who), f"pull_request_closed: merged by {who}{by}")
+            return "merged; the task ends DONE_WITH_EVIDENCE"
+        self._decide(Decision("closed", who), f"pull_request_closed: closed by {who}{by}")
+        return "closed unmerged; the task ends REJECTED"
 
     def _reject(self, payload: RejectSignal, by: str) -> str:
         self._decide(Decision("reject", payload.reason, by), f"reject: {payload.reason}{by}")

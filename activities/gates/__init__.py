@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities.gates import contains, kept, regression, run, scope
+from activities.gates import checks, contains, kept, regression, run, scope
 from activities.gates.command import Ran, gate_env, gate_extra_env, gate_run, run_command
 from activities.gates.judging import Bench, Elsewhere, Judging
 from loop.contracts import Gate, GateResult
@@ -45,6 +45,7 @@ EVALUATORS: dict[str, Evaluator] = {
     kept.KIND: kept.evaluate,
     regression.KIND: regression.evaluate,
     contains.KIND: contains.evaluate,
+    checks.KIND: checks.evaluate,
 }
 """Every kind the verify step judges (``GateSpec.CHECKED_IN_VERIFY``)."""
 

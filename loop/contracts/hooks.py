@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from loop.contracts.base import _Record
+from loop.contracts.states import TaskState
 from loop.contracts.triage import GitHubSource, TriageItem, TriageSources
 
 GITHUB_DELIVERY_WORKFLOW = "GitHubDeliveryWorkflow"
@@ -32,7 +33,7 @@ def is_valid_delivery_id(delivery: str) -> bool:
     return re.fullmatch(DELIVERY_ID_PATTERN, delivery) is not None
 
 
-HookEvent = Literal["issues", "issue_comment", "pull_request_review"]
+HookEvent = Literal["issues", "issue_comment", "pull_request_review", "pull_request"]
 
 
 class GitHubDelivery(_Record):
@@ -57,7 +58,10 @@ class GitHubDelivery(_Record):
     review_state: str = ""
     """``pull_request_review``: ``changes_requested``, ``commented`` or ``approved``."""
     head_ref: str = ""
-    """``pull_request_review``: the pull request's branch (a task's is ``loop/<id>``)."""
+    """``pull_request_review``, ``pull_request``: the pull request's branch (a task's is
+    ``loop/<id>``)."""
+    merged: bool = False
+    """``pull_request`` closed: whether it was merged (GitHub's ``merged``)."""
 
 
 class GitHubDeliveryResult(_Record):
@@ -122,6 +126,66 @@ class HookAnswerResult(_Record):
     did: str = ""
     refused: str = ""
     """Why the task (or the CLI's checks) did not take it; empty when it did."""
+
+
+class StatusGate(_Record):
+    name: str
+    verdict: Literal["pass", "fail", "uncertain"]
+    said: str = ""
+    """A line of its evidence (untrusted: made inert when written)."""
+
+
+class TaskStatusView(_Record):
+    """What a task's status comment shows (``loop.rules.status``): a few lines."""
+
+    task_id: str
+    state: TaskState
+    attempt: int
+    max_attempts: int | None = None
+    reason: str = ""
+    waiting_for: str = ""
+    gates: list[StatusGate] = Field(default_factory=list)
+    more_gates: int = 0
+    pull_request: str = ""
+
+
+class StatusCommentInput(_Record):
+    """A task's one status comment on its issue: made once, then edited in place."""
+
+    repo: str
+    token_env: str
+    number: int
+    comment_id: int = 0
+    """The comment to edit; 0: make it (also when the one made before was deleted)."""
+    view: TaskStatusView
+
+
+class StatusCommentResult(_Record):
+    comment_id: int
+
+
+COMMIT_STATUS_CONTEXT = "loopwork/verify"
+
+
+class CommitStatusInput(_Record):
+    """The gates' verdict on a pushed commit, as GitHub's commit status
+    ``loopwork/verify``."""
+
+    repo: str
+    """``owner/name``; "" to take it from ``remote`` (a GitHub URL)."""
+    remote: str = ""
+    token_env: str
+    sha: str
+    passed: bool
+    description: str
+    """One line (GitHub keeps 140 characters), inert."""
+    task_id: str
+
+
+class CommitStatusResult(_Record):
+    posted: bool
+    note: str = ""
+    """Why nothing was posted (the commit is not on GitHub)."""
 
 
 class ReviewCommentsInput(_Record):

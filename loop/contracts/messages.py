@@ -48,6 +48,18 @@ class ExtendBudgetSignal(_Answer):
     signature: str = ""
 
 
+class PullRequestClosedSignal(_Answer):
+    """The task's pull request was closed on GitHub: merged, or not."""
+
+    merged: bool = False
+    who: str = ""
+    """The GitHub login of who merged or closed it (the delivery's sender)."""
+    url: str = ""
+    by: str = ""
+    at: str = ""
+    signature: str = ""
+
+
 class CheckAnswerInput(_Record):
     """An answer as the workflow received it, for the worker to check its signature."""
 

@@ -24,6 +24,8 @@ SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_FEEDBACK = "feedback"
 SIGNAL_EXTEND_BUDGET = "extend_budget"
+SIGNAL_PULL_REQUEST_CLOSED = "pull_request_closed"
+"""The task's pull request was merged or closed on GitHub (sent by a webhook delivery)."""
 ANSWER_REFUSED = "LoopAnswerRefused"
 """Error type of an answer update that was refused (it does not apply now, or its
 signature does not hold): the message is the reason, for the person who sent it."""
@@ -39,6 +41,9 @@ file or the worker's environment (a token not set or refused, a repository not f
 
 WAITING_APPROVAL = "approve/reject"
 WAITING_DECISION = "feedback/extend_budget/reject"
+WAITING_PULL_REQUEST = "pull_request_closed/feedback/reject"
+"""A task whose pull request is open on GitHub: merged or closed there, a review
+(feedback) for another attempt, or a rejection."""
 
 
 # Search attributes: registered by the embedded server at start and by the worker.

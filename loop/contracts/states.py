@@ -34,3 +34,5 @@ class FinalAction(StrEnum):
     BRANCH_READY = "branch_ready"
     MERGED = "merged"
     PULL_REQUEST = "pull_request"
+    MERGED_BY_PERSON = "merged_by_person"
+    """The task's pull request was merged on GitHub by a person."""

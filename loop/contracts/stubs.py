@@ -18,6 +18,8 @@ from loop.contracts.hooks import (
     CancelTaskResult,
     CommentInput,
     CommentResult,
+    CommitStatusInput,
+    CommitStatusResult,
     HookAnswerInput,
     HookAnswerResult,
     HookItemInput,
@@ -26,6 +28,8 @@ from loop.contracts.hooks import (
     PermissionResult,
     ReviewCommentsInput,
     ReviewCommentsResult,
+    StatusCommentInput,
+    StatusCommentResult,
 )
 from loop.contracts.ledger import (
     HoldersInput,
@@ -156,6 +160,8 @@ HOOK_ISSUE = ActivityDef("hook_issue_item", HookIssueInput, HookItemResult)
 """A ``POST /hooks/tasks`` body as triage's item (discovery's issue-file rules)."""
 SLACK_POST = ActivityDef("slack_post", SlackPostInput, SlackMessage)
 SLACK_CLOSE = ActivityDef("slack_close", SlackCloseInput, SlackCloseResult)
+COMMIT_STATUS = ActivityDef("github_commit_status", CommitStatusInput, CommitStatusResult)
+STATUS_COMMENT = ActivityDef("github_status_comment", StatusCommentInput, StatusCommentResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -190,5 +196,7 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     SLACK_POST,
     SLACK_CLOSE,
     HOOK_ISSUE,
+    STATUS_COMMENT,
+    COMMIT_STATUS,
 )
 """The one registry: every activity a workflow may call."""

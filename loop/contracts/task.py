@@ -279,6 +279,17 @@ class SandboxPolicy(_TaskFileModel):
         return self
 
 
+class GitHubIssueRef(_TaskFileModel):
+    """The GitHub issue a task was started from, where its status comment is kept."""
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    """The repository, ``owner/name``."""
+    number: int = Field(ge=1)
+    """The issue's number."""
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The worker's variable holding the token (the source's ``token_env``)."""
+
+
 class Finalize(_TaskFileModel):
     """What a verified task does instead of merging, when its autonomy would merge."""
 
@@ -287,6 +298,10 @@ class Finalize(_TaskFileModel):
     GITHUB_TOKEN) instead of merging into base."""
     github: str = Field(default="", pattern=r"^$|^[\w.-]+/[\w.-]+$")
     """``owner/repo`` on GitHub, when the remote's URL does not say it."""
+    pull_request_wait: int = Field(default=604_800, ge=0)
+    """Seconds a task whose pull request was opened on GitHub waits for it to be merged
+    or closed there (reviews meanwhile are feedback for another attempt); then it ends
+    ``DONE_WITH_EVIDENCE`` with the pull request open. 0: it ends when it opens it."""
 
 
 class TaskSpec(_TaskFileModel):
@@ -319,6 +334,9 @@ class TaskSpec(_TaskFileModel):
     """How the agent, the ``run`` tool and ``run`` gates are confined."""
     finalize: Finalize = Field(default_factory=Finalize)
     """Hand the verified change over as a pull request instead of merging."""
+    github_issue: GitHubIssueRef | None = None
+    """Set by a ``github`` source for its issues: one comment there says, edited in place,
+    how the task goes."""
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> TaskSpec:

@@ -16,6 +16,10 @@ every such character to something a person sees and nothing interprets:
   for the review page.
 - ``for_slack``: ``&``, ``<`` and ``>`` escaped as Slack asks, so ``<!channel>`` and
   ``<url|text>`` stay text, after ``for_terminal``.
+- ``for_github``: one line of GitHub markdown (a table cell): after ``for_terminal``, no
+  HTML (``&<>`` as entities), no ``@mention`` or team ping (``@`` as the full-width
+  ``＠``), and markdown's punctuation escaped, so no link, image, emphasis, code span or
+  table cell can be made of it.
 """
 
 from __future__ import annotations
@@ -75,3 +79,29 @@ def visible_html(text: str) -> str:
 def for_slack(text: str) -> str:
     """``text`` for a Slack message: stand-ins for controls, then ``&<>`` escaped."""
     return for_terminal(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_MARKDOWN = frozenset("\\`*_{}[]()#+-.!|~:")
+MAX_GITHUB_CHARS = 300
+
+
+def for_github(text: str, limit: int = MAX_GITHUB_CHARS) -> str:
+    """``text`` as one inert line of GitHub markdown, at most ``limit`` characters of it."""
+    line = " ".join(for_terminal(text).split())
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    out: list[str] = []
+    for ch in line:
+        if ch == "&":
+            out.append("&amp;")
+        elif ch == "<":
+            out.append("&lt;")
+        elif ch == ">":
+            out.append("&gt;")
+        elif ch == "@":
+            out.append("＠")
+        elif ch in _MARKDOWN:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -14,9 +14,11 @@ from loop.contracts import (
     SIGNAL_APPROVE,
     SIGNAL_EXTEND_BUDGET,
     SIGNAL_FEEDBACK,
+    SIGNAL_PULL_REQUEST_CLOSED,
     SIGNAL_REJECT,
     WAITING_APPROVAL,
     WAITING_DECISION,
+    WAITING_PULL_REQUEST,
     ExtendBudgetSignal,
     TaskState,
 )
@@ -26,11 +28,16 @@ def applies(answer: str, state: TaskState, waiting_for: str) -> bool:
     """``approve`` while the task waits for approval (or for a merge a person fixed);
     ``reject`` while it waits for a person at all (not once it has ended, even
     ``NEEDS_HUMAN``); ``feedback`` and ``extend_budget`` while it runs or waits for a
-    decision."""
+    decision; ``feedback`` (a review) and ``pull_request_closed`` while its pull request
+    is open on GitHub."""
     if answer == SIGNAL_APPROVE:
         return waiting_for == WAITING_APPROVAL
     if answer == SIGNAL_REJECT:
         return bool(waiting_for)
+    if answer == SIGNAL_PULL_REQUEST_CLOSED:
+        return waiting_for == WAITING_PULL_REQUEST
+    if answer == SIGNAL_FEEDBACK and waiting_for == WAITING_PULL_REQUEST:
+        return True
     if answer in (SIGNAL_FEEDBACK, SIGNAL_EXTEND_BUDGET):
         return state == TaskState.RUNNING or waiting_for == WAITING_DECISION
     raise ValueError(f"unknown answer {answer!r}")
@@ -65,6 +72,11 @@ def waiting_words(waiting_for: str) -> str:
         return "approval (loop approve, or loop reject)"
     if waiting_for == WAITING_DECISION:
         return "a decision (loop feedback, loop extend, or loop reject)"
+    if waiting_for == WAITING_PULL_REQUEST:
+        return (
+            "its pull request merged or closed on GitHub, or a review "
+            "(loop feedback, or loop reject)"
+        )
     return waiting_for
 
 
@@ -77,4 +89,6 @@ def answer_with(task_id: str, waiting_for: str) -> str:
             f"loop feedback {task_id} '…'  |  loop extend {task_id} --attempts 1  |  "
             f"loop reject {task_id} --reason …"
         )
+    if waiting_for == WAITING_PULL_REQUEST:
+        return f"loop feedback {task_id} '…'  |  loop reject {task_id} --reason …"
     return ""

@@ -130,12 +130,13 @@ def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked
         action=str(payload.get("action") or ""),
         sources=hooked.sources.model_copy(update={"sources": [hooked.source]}),
         source=hooked.source.name,
-        issue=payload["issue"] if event != "pull_request_review" else pr,
+        issue=payload["issue"] if event in ("issues", "issue_comment") else pr,
         sender=str((payload.get("sender") or {}).get("login") or ""),
         comment=str((said or {}).get("body") or ""),
         review_id=int(review.get("id") or 0),
         review_state=str(review.get("state") or "").lower(),
         head_ref=str((pr.get("head") or {}).get("ref") or ""),
+        merged=pr.get("merged") is True,
     )
 
 
@@ -145,10 +146,12 @@ def _ignored(event: str, payload: dict[str, Any]) -> str:
     issue = payload.get("issue")
     if event == "pull_request_review":
         return _review_ignored(action, payload)
+    if event == "pull_request":
+        return _closed_ignored(action, payload)
     if event not in ("issues", "issue_comment"):
         return (
             f"{event or 'an event'} is not acted on (subscribe to issues, issue comments, "
-            "pull request reviews)"
+            "pull requests, pull request reviews)"
         )
     if not isinstance(issue, dict) or not isinstance(issue.get("number"), int):
         return f"{event} without an issue"
@@ -178,6 +181,20 @@ def _review_ignored(action: str, payload: dict[str, Any]) -> str:
     ref = str((pr.get("head") or {}).get("ref") or "")
     if not ref.startswith(branch_for("")):
         return f"a review of {ref or '?'}, not of a task's branch"
+    return ""
+
+
+def _closed_ignored(action: str, payload: dict[str, Any]) -> str:
+    """A task's pull request closed (merged or not) is acted on; the rest of its life is
+    GitHub's (pushes to it are the task's own)."""
+    pr = payload.get("pull_request")
+    if not isinstance(pr, dict) or not isinstance(pr.get("number"), int):
+        return "pull_request without a pull request"
+    if action != "closed":
+        return f"pull_request {action}"
+    ref = str((pr.get("head") or {}).get("ref") or "")
+    if not ref.startswith(branch_for("")):
+        return f"a pull request of {ref or '?'}, not of a task's branch"
     return ""
 
 

@@ -229,7 +229,7 @@ async def test_a_pull_request_instead_of_a_merge(
             remote,  # type: ignore[arg-type]
             write_agent(tmp_path, FIX_WITH_NOTE),
             autonomy="unattended",
-            finalize={"pull_request": True, "github": "acme/app"},
+            finalize={"pull_request": True, "github": "acme/app", "pull_request_wait": 0},
         )
     )
     try:
@@ -245,7 +245,13 @@ async def test_a_pull_request_instead_of_a_merge(
     assert git(bare, "rev-parse", "main") == before  # nothing merged
     pushed = git(bare, "rev-parse", f"refs/heads/loop/{spec.id}")
     assert f"Loop-Task: {spec.id}" in git(bare, "log", "-1", "--format=%B", pushed)
-    [request] = FakeGitHub.seen
+    [request] = [s for s in FakeGitHub.seen if s["path"].endswith("/pulls")]
+    statuses = [s for s in FakeGitHub.seen if "/statuses/" in s["path"]]
+    # loopwork/verify on the attempt's commit and on the pull request's head
+    assert [(s["json"]["state"], s["json"]["context"]) for s in statuses] == [
+        ("success", "loopwork/verify")
+    ] * 2
+    assert f"/repos/acme/app/statuses/{pushed}" in {s["path"] for s in statuses}
     assert request["path"] == "/repos/acme/app/pulls"
     assert request["auth"] == "Bearer ghp_testtoken0123456789"
     assert request["json"]["head"] == f"loop/{spec.id}" and request["json"]["base"] == "main"

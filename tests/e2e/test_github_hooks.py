@@ -86,6 +86,19 @@ async def delivered(client: Client, delivery: str) -> GitHubDeliveryResult:
     return await handle.result()
 
 
+def replies(hub: GitHubStandIn) -> list[dict]:
+    """The comments that answer a delivery (not a task's status comment)."""
+    return [c for c in hub.comments if c["body"].startswith("Loopwork: ")]
+
+
+def status_comment(hub: GitHubStandIn, number: int) -> str:
+    """The body of the task's one status comment on issue ``number``, as it is now."""
+    (found,) = [
+        c for c in hub.comments if c["number"] == number and c["body"].startswith("**Loopwork**")
+    ]
+    return str(found["body"])
+
+
 async def exists(client: Client, workflow_id: str) -> bool:
     try:
         await client.get_workflow_handle(workflow_id).describe()
@@ -177,7 +190,11 @@ async def test_a_labeled_issue_starts_its_task_once_and_closing_it_cancels_it(
     assert closed_did.did == [f"cancelled {task_id}: issue closed on GitHub by ann"]
     assert result.state == TaskState.CANCELLED
     assert result.reason == "issue closed on GitHub by ann"
-    assert not hub.comments, "issue events reply nothing"
+    assert not replies(hub), "issue events reply nothing"
+    said = status_comment(hub, 1)  # the task's own comment, edited as it went: its end
+    assert said.startswith(f"**Loopwork** · task `{task_id}` · **CANCELLED** · attempt 1 of 1")
+    assert "issue closed on GitHub by ann" in said and "| tests | **fail** |" in said
+    assert len(hub.edits) >= 2, hub.edits
 
 
 async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
@@ -217,7 +234,7 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     assert chatter.status_code == 200
     assert chatter.json() == {"message": "ignored: a comment not beginning with /loop"}
     assert still.state == TaskState.AWAITING_APPROVAL, "mallory's approve did nothing"
-    first, second = hub.comments
+    first, second = replies(hub)
     assert first["number"] == 1 and first["body"].startswith(
         "Loopwork: `mallory` may not write to acme/app (the API says `read`), so nothing was done"
     )
@@ -286,7 +303,7 @@ async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
     ):
         assert part in prompt, (part, prompt)
     assert "Do it my way." not in prompt
-    (reply,) = hub.comments
+    (reply,) = replies(hub)
     assert reply["number"] == 7 and reply["body"].startswith(f"Loopwork: {task_id}: ")
     assert taken_did.did == [
         f"replied in comment {reply['id']}: {reply['body'].removeprefix('Loopwork: ')}"
@@ -341,5 +358,6 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
     )
     assert result.state == TaskState.REJECTED and result.reason == "not needed after all"
     assert rejected.did[0].endswith(f": {task_id}: rejected; the task ends REJECTED")
-    assert len(hub.comments) == 4, "one reply per command"
+    assert len(replies(hub)) == 4, "one reply per command"
     assert all(c["number"] == 3 for c in hub.comments)
+    assert "**REJECTED**" in status_comment(hub, 3)

@@ -64,10 +64,12 @@ async def test_labeled_issues_become_tasks_and_an_unchanged_repo_costs_nothing(
     async with build_worker(client, settings):
         first = await run_triage(client, settings, file)
         spec, _ = await started_spec(client, f"{name}-1")
-        listed = [(s.query["page"], s.status, s.if_none_match) for s in hub.seen]
+        # The listing (the tasks started also keep a status comment on their issues).
+        listings = [s for s in hub.seen if s.path == f"/repos/{REPO}/issues"]
+        listed = [(s.query["page"], s.status, s.if_none_match) for s in listings]
         assert listed == [("1", 200, ""), ("2", 200, "")], "page 2 came from the Link header"
         assert all(s.authorization == f"token {TOKEN}" for s in hub.seen)
-        assert hub.seen[0].query["state"] == "open"
+        assert listings[0].query["state"] == "open"
         spent = hub.remaining
 
         second = await run_triage(client, settings, file)
@@ -80,8 +82,10 @@ async def test_labeled_issues_become_tasks_and_an_unchanged_repo_costs_nothing(
     assert spec.goal.startswith("Punctuation in slugs\n\nKeep hyphens.")
     assert f"(GitHub issue https://github.com/{REPO}/issues/1)" in spec.goal
     assert spec.repo == str(demo_repo)
+    assert spec.github_issue is not None and spec.github_issue.number == 1
+    assert spec.github_issue.repo == REPO
 
-    again = hub.seen[2:]
+    again = [s for s in hub.seen if s.path == f"/repos/{REPO}/issues"][2:]
     assert [(s.query["page"], s.status) for s in again] == [("1", 304), ("2", 304)]
     assert all(s.if_none_match.startswith('W/"') for s in again)
     assert hub.remaining == spent, "a 304 costs no rate limit"

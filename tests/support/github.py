@@ -55,6 +55,24 @@ class GitHubStandIn:
     """Comments created, as GitHub returns them, with ``repo`` and ``number`` added."""
     reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     """A review's id to its inline comments (``review_comment``)."""
+    pulls: list[dict[str, Any]] = field(default_factory=list)
+    """Pull requests opened, as GitHub returns them, with ``repo`` added."""
+    made: int = 0
+    """Comments ever made (ids are never reused, as GitHub's are not)."""
+    edits: list[tuple[int, str]] = field(default_factory=list)
+    """Every comment edit (``PATCH …/issues/comments/{id}``): its id and new body."""
+    check_plan: list[list[dict[str, Any]]] = field(default_factory=list)
+    """The check runs of each commit asked about, in the order first asked (``check_run``):
+    the first commit gets the first list, and so on; later ones the last list."""
+    check_shas: list[str] = field(default_factory=list)
+    polls_pending: int = 0
+    """How many looks at a commit's checks find none yet (the CI has not started)."""
+    polls: dict[str, int] = field(default_factory=dict)
+    annotations: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    """Commit statuses set (``POST …/statuses/{sha}``), as returned, with ``sha`` added."""
+    pushed: list[dict[str, Any]] = field(default_factory=list)
+    """Every ``POST …/pulls``'s body, also the refused ones (a retried or updated one)."""
 
     def spend_limit(self, seconds: float) -> None:
         self.limited_until = time.time() + seconds
@@ -188,6 +206,9 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
 
+        def do_PATCH(self) -> None:
+            self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
         def _serve(self, sent: bytes) -> None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -234,14 +255,26 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                 return _error(401, "Bad credentials", "authentication", {})
             segments = path.strip("/").split("/")
             repo = "/".join(segments[1:3])
+            if self.command == "PATCH":
+                return _edit_comment(hub, repo, segments, sent)
+            if self.command == "POST" and len(segments) == 5 and segments[3] == "statuses":
+                return _commit_status(hub, repo, segments[4], sent)
+            if self.command == "POST" and segments[3:] == ["pulls"]:
+                return _open_pull(hub, repo, sent)
             if self.command == "POST":
                 return _comment(hub, repo, segments, sent)
+            if segments[0] == "repos" and segments[3:] == ["pulls"]:
+                return _list_pulls(hub, repo, query)
             if (
                 len(segments) == 6
                 and segments[3] == "collaborators"
                 and segments[5] == "permission"
             ):
                 return _permission(hub, repo, segments[4])
+            if len(segments) == 6 and segments[3] == "commits" and segments[5] == "check-runs":
+                return _check_runs(hub, repo, segments[4])
+            if len(segments) == 6 and segments[3] == "check-runs" and segments[5] == "annotations":
+                return _annotations(hub, repo, segments[4])
             if len(segments) == 8 and segments[3] == "pulls" and segments[7] == "comments":
                 return _review_comments(hub, repo, segments, query)
             if len(segments) != 4 or segments[0] != "repos" or segments[3] != "issues":
@@ -301,6 +334,179 @@ def _review_comments(
     return 200, JSON, json.dumps(listed).encode()
 
 
+def _edit_comment(
+    hub: GitHubStandIn, repo: str, segments: list[str], sent: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """``PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}``."""
+    doc = "issues/comments#update-an-issue-comment"
+    if len(segments) != 6 or segments[3:5] != ["issues", "comments"]:
+        return _error(404, "Not Found", "", {})
+    cid = int(segments[5]) if segments[5].isdigit() else -1
+    found = [c for c in hub.comments if c["id"] == cid and c["repo"] == repo]
+    if not found:
+        return _error(404, "Not Found", doc, {})
+    text = json.loads(sent or b"{}").get("body")
+    if not isinstance(text, str) or not text:
+        return _error(422, "Validation Failed", doc, {})
+    found[0].update(body=text, updated_at="2026-11-30T12:30:00Z")
+    hub.edits.append((cid, text))
+    comment = {k: v for k, v in found[0].items() if k not in ("repo", "number")}
+    return 200, JSON, json.dumps(comment).encode()
+
+
+def check_run(
+    repo: str, run_id: int, name: str, conclusion: str, title: str = "", summary: str = ""
+) -> dict[str, Any]:
+    """A completed check run as ``GET …/commits/{ref}/check-runs`` lists it (GitHub's own
+    example's, ``@octokit/webhooks-examples``, with these fields); ``head_sha`` is set
+    when it is listed."""
+    from tests.support.webhooks import example
+
+    run: dict[str, Any] = example("check_run", "completed", repo)["check_run"]
+    api = f"https://api.github.com/repos/{repo}/check-runs/{run_id}"
+    run.update(id=run_id, name=name, status="completed", conclusion=conclusion, url=api)
+    run["html_url"] = run["details_url"] = f"https://github.com/{repo}/runs/{run_id}"
+    run["output"] = {
+        "title": title or None,
+        "summary": summary or None,
+        "text": None,
+        "annotations_count": 0,
+        "annotations_url": f"{api}/annotations",
+    }
+    return run
+
+
+def annotation(path: str, line: int, level: str, message: str) -> dict[str, Any]:
+    """One annotation of a check run, as ``GET …/check-runs/{id}/annotations`` lists it."""
+    return {
+        "path": path,
+        "blob_href": f"https://github.com/acme/app/blob/main/{path}",
+        "start_line": line,
+        "end_line": line,
+        "start_column": None,
+        "end_column": None,
+        "annotation_level": level,
+        "title": None,
+        "message": message,
+        "raw_details": None,
+    }
+
+
+def _check_runs(hub: GitHubStandIn, repo: str, sha: str) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/commits/{ref}/check-runs``."""
+    if repo not in hub.repos or not hub.check_plan:
+        return _error(404, "Not Found", "checks/runs#list-check-runs-for-a-git-reference", {})
+    if sha not in hub.check_shas:
+        hub.check_shas.append(sha)
+    runs = [
+        dict(r, head_sha=sha)
+        for r in hub.check_plan[min(hub.check_shas.index(sha), len(hub.check_plan) - 1)]
+    ]
+    for r in runs:
+        r["output"] = dict(r["output"], annotations_count=len(hub.annotations.get(r["id"], [])))
+    hub.polls[sha] = hub.polls.get(sha, 0) + 1
+    if hub.polls[sha] <= hub.polls_pending:
+        runs = []  # the CI has not reported on the commit yet
+    body = {"total_count": len(runs), "check_runs": runs}
+    return 200, JSON, json.dumps(body).encode()
+
+
+def _annotations(hub: GitHubStandIn, repo: str, run: str) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/check-runs/{check_run_id}/annotations``."""
+    found = hub.annotations.get(int(run)) if run.isdigit() else None
+    if repo not in hub.repos or found is None:
+        return _error(404, "Not Found", "checks/runs#list-check-run-annotations", {})
+    return 200, JSON, json.dumps(found).encode()
+
+
+def _commit_status(
+    hub: GitHubStandIn, repo: str, sha: str, sent: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """``POST /repos/{owner}/{repo}/statuses/{sha}``."""
+    doc = "commits/statuses#create-a-commit-status"
+    if repo not in hub.repos:
+        return _error(404, "Not Found", doc, {})
+    asked = json.loads(sent or b"{}")
+    if asked.get("state") not in ("error", "failure", "pending", "success"):
+        return _error(422, "Validation Failed", doc, {})
+    sid = 8_000_000 + len(hub.statuses)
+    api = f"https://api.github.com/repos/{repo}"
+    status = {
+        "url": f"{api}/statuses/{sha}",
+        "avatar_url": "https://avatars.githubusercontent.com/u/2?v=4",
+        "id": sid,
+        "node_id": f"SC_kwDO{sid:08d}",
+        "state": asked["state"],
+        "description": asked.get("description"),
+        "target_url": asked.get("target_url"),
+        "context": asked.get("context") or "default",
+        "created_at": "2026-11-30T12:00:00Z",
+        "updated_at": "2026-11-30T12:00:00Z",
+        "creator": _user("loopwork-bot", 2),
+    }
+    hub.statuses.append(status | {"sha": sha})
+    return 201, {**JSON, "Location": status["url"]}, json.dumps(status).encode()
+
+
+def _open_pull(hub: GitHubStandIn, repo: str, sent: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``POST /repos/{owner}/{repo}/pulls``: 422 when one is open for the head already,
+    as GitHub answers. The object is GitHub's own example's (``@octokit/webhooks-examples``)
+    with this one's fields: the schema's nested repositories are too many to write."""
+    from tests.support.webhooks import example
+
+    doc = "pulls/pulls#create-a-pull-request"
+    asked = json.loads(sent or b"{}")
+    hub.pushed.append(asked)
+    if repo not in hub.repos:
+        return _error(404, "Not Found", doc, {})
+    head, base, title = asked.get("head"), asked.get("base"), asked.get("title")
+    if not all(isinstance(x, str) and x for x in (head, base, title)):
+        return _error(422, "Validation Failed", doc, {})
+    if any(p["head"]["ref"] == head and p["state"] == "open" for p in hub.pulls):
+        owner = repo.split("/")[0]
+        body = {
+            "message": "Validation Failed",
+            "errors": [
+                {
+                    "resource": "PullRequest",
+                    "code": "custom",
+                    "message": f"A pull request already exists for {owner}:{head}.",
+                }
+            ],
+            "documentation_url": f"{DOCS}/{doc}",
+            "status": "422",
+        }
+        return 422, JSON, json.dumps(body).encode()
+    number = 100 + len(hub.pulls)
+    pr = example("pull_request", "opened", repo)["pull_request"]
+    text = json.dumps(pr).replace(f"/pull/{pr['number']}", f"/pull/{number}")
+    text = text.replace(f"/pulls/{pr['number']}", f"/pulls/{number}")
+    pr = json.loads(text) | {"number": number, "title": title, "body": asked.get("body")}
+    pr["id"] = 9_000_000 + number
+    pr["auto_merge"] = None
+    pr["head"]["ref"], pr["base"]["ref"] = head, base
+    pr["head"]["label"] = f"{repo.split('/')[0]}:{head}"
+    hub.pulls.append(pr | {"repo": repo})
+    return 201, {**JSON, "Location": pr["url"]}, json.dumps(pr).encode()
+
+
+def _list_pulls(
+    hub: GitHubStandIn, repo: str, query: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/pulls`` by ``head`` (``owner:branch``) and ``state``."""
+    if repo not in hub.repos:
+        return _error(404, "Not Found", "pulls/pulls#list-pull-requests", {})
+    state, head = query.get("state", "open"), query.get("head", "")
+    listed = [
+        {k: v for k, v in p.items() if k != "repo"}
+        for p in hub.pulls
+        if p["repo"] == repo
+        and (state == "all" or p["state"] == state)
+        and (not head or p["head"]["label"] == head)
+    ]
+    return 200, JSON, json.dumps(listed).encode()
+
+
 def _rights(granted: str) -> dict[str, bool]:
     order = ["read", "triage", "write", "maintain", "admin"]
     level = order.index(granted)
@@ -320,7 +526,8 @@ def _comment(
     text = json.loads(sent or b"{}").get("body")
     if not isinstance(text, str) or not text:
         return _error(422, "Validation Failed", "issues/comments#create-an-issue-comment", {})
-    cid = 5_000_000 + len(hub.comments)
+    cid = 5_000_000 + hub.made
+    hub.made += 1
     api = f"https://api.github.com/repos/{repo}"
     comment = {
         "id": cid,

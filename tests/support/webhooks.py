@@ -128,3 +128,18 @@ def review_event(
     payload["sender"]["login"] = sender
     payload["sender"]["type"] = "User"
     return payload
+
+
+def closed_event(
+    repo: str, number: int, branch: str, *, merged: bool, sender: str
+) -> dict[str, Any]:
+    """A ``pull_request`` closed, merged or not, on the pull request of ``branch``."""
+    payload = example("pull_request", "closed", repo)
+    pr = payload["pull_request"]
+    pr["number"] = number
+    pr["head"]["ref"] = branch
+    pr["merged"] = merged
+    pr["merged_by"] = copy.deepcopy(payload["sender"]) if merged else None
+    payload["sender"]["login"] = sender
+    payload["sender"]["type"] = "User"
+    return payload

@@ -12,6 +12,7 @@ from activities.answers import AnswerActivities
 from loop.contracts import (
     WAITING_APPROVAL,
     WAITING_DECISION,
+    WAITING_PULL_REQUEST,
     ApproveSignal,
     CheckAnswerInput,
     ExtendBudgetSignal,
@@ -120,12 +121,18 @@ def test_a_bad_key_file_is_one_line_of_bad_input(tmp_path: Path) -> None:
         (TaskState.RUNNING, "", {"feedback", "extend_budget"}),
         (TaskState.NEEDS_HUMAN, "", set()),  # ended NEEDS_HUMAN: nobody waits any more
         (TaskState.DONE_WITH_EVIDENCE, "", set()),
+        # its pull request is open on GitHub: a review is feedback, a close ends it
+        (
+            TaskState.AWAITING_APPROVAL,
+            WAITING_PULL_REQUEST,
+            {"reject", "feedback", "pull_request_closed"},
+        ),
     ],
 )
 def test_one_rule_says_which_answers_apply(
     state: TaskState, waiting_for: str, applying: set[str]
 ) -> None:
-    names = ("approve", "reject", "feedback", "extend_budget")
+    names = ("approve", "reject", "feedback", "extend_budget", "pull_request_closed")
     assert {n for n in names if rules.applies(n, state, waiting_for)} == applying
     for name in names:
         why = rules.refusal("t1", name, state, waiting_for)

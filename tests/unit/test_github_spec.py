@@ -28,15 +28,27 @@ from activities.discover import DiscoverActivities
 from activities.github_hooks import GitHubHookActivities
 from loop.contracts import (
     CommentInput,
+    CommitStatusInput,
     DiscoverInput,
     GitHubSource,
     PermissionInput,
     PermissionResult,
     ReviewCommentsInput,
+    StatusCommentInput,
+    TaskState,
+    TaskStatusView,
 )
 from loop.settings import Settings
-from tests.support.github import GitHubStandIn, issue, review_comment, serving
+from tests.support.github import (
+    GitHubStandIn,
+    annotation,
+    check_run,
+    issue,
+    review_comment,
+    serving,
+)
 from tests.support.repos import ROOT
+from tests.support.webhooks import needs_examples
 
 SPEC = ROOT / ".ci/node/node_modules/@octokit/openapi/generated/api.github.com.json"
 REQUIRED = os.environ.get("LOOP_GITHUB_SPEC_REQUIRED") == "1"
@@ -235,3 +247,142 @@ async def test_what_the_webhook_activities_send_matches_the_description(
         api().validate_request(
             MockRequest("https://api.github.com", method, seen.path, args=seen.query, data=data)
         )
+
+
+@needs_examples
+def test_the_pull_request_routes_match_the_description(hub: GitHubStandIn):
+    asked = {"title": "Fix it", "head": "loop/gh-1", "base": "main", "body": "Evidence."}
+    made = send(hub, "POST", f"/repos/{REPO}/pulls", json.dumps(asked).encode())
+    assert made.status_code == 201
+    pr = made.json()
+    assert (pr["head"]["ref"], pr["base"]["ref"], pr["title"]) == ("loop/gh-1", "main", "Fix it")
+    assert pr["html_url"] == f"https://github.com/{REPO}/pull/{pr['number']}"
+    again = send(hub, "POST", f"/repos/{REPO}/pulls", json.dumps(asked).encode())
+    assert again.status_code == 422, "one pull request open per head"
+    found = send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/gh-1&state=open")
+    assert [p["number"] for p in found.json()] == [pr["number"]]
+    assert send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/other&state=open").json() == []
+
+
+def test_the_comment_edit_route_matches_the_description(hub: GitHubStandIn):
+    made = send(hub, "POST", f"/repos/{REPO}/issues/1/comments", b'{"body": "first"}').json()
+    cid = made["id"]
+    edited = send(hub, "PATCH", f"/repos/{REPO}/issues/comments/{cid}", b'{"body": "second"}')
+    assert edited.status_code == 200 and edited.json()["body"] == "second"
+    assert hub.comments[0]["body"] == "second" and hub.edits == [(cid, "second")]
+    # The operation lists no 404 of its own: a deleted comment's answer is GitHub's common one.
+    gone = httpx.patch(
+        f"{hub.url}/repos/{REPO}/issues/comments/99",
+        content=b'{"body": "x"}',
+        headers={"Authorization": f"token {TOKEN}"},
+    )
+    assert gone.status_code == 404
+    shared("not_found", gone)
+
+
+async def test_the_status_comment_is_made_once_then_edited(
+    hub: GitHubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    settings = Settings(home=tmp_path, review_url="https://loop.example.com/")
+    acts = GitHubHookActivities(settings)
+    env = ActivityEnvironment()
+
+    def said(comment_id: int, state: TaskState) -> StatusCommentInput:
+        shown = TaskStatusView(task_id="gh-1", state=state, attempt=1, reason="@here <b>")
+        return StatusCommentInput(
+            repo=REPO, token_env="GITHUB_TOKEN", number=1, comment_id=comment_id, view=shown
+        )
+
+    made = await env.run(acts.github_status_comment, said(0, TaskState.RUNNING))
+    done = said(made.comment_id, TaskState.DONE_WITH_EVIDENCE)
+    edited = await env.run(acts.github_status_comment, done)
+    hub.comments.clear()  # a person deleted it: a new one is made
+    again = await env.run(acts.github_status_comment, done)
+    assert edited.comment_id == made.comment_id != again.comment_id
+    link = "\n\n[Review page](https://loop.example.com/tasks/gh-1)"
+    running = "**Loopwork** · task `gh-1` · **RUNNING** · attempt 1\n\n＠here &lt;b&gt;" + link
+    ended = running.replace("RUNNING", "DONE_WITH_EVIDENCE")
+    assert hub.edits == [(made.comment_id, ended)]
+    assert hub.comments[0]["body"] == ended
+    assert [s.status for s in hub.seen] == [201, 200, 404, 201]
+    monkeypatch.setenv("LOOP_UI_URL", "https://temporal.example.com/")
+    await env.run(acts.github_status_comment, done.model_copy(update={"comment_id": 0}))
+    assert hub.comments[-1]["body"].endswith(
+        "[Review page](https://loop.example.com/tasks/gh-1) · "
+        "[Temporal UI](https://temporal.example.com/namespaces/default/workflows/task-gh-1)"
+    )
+    for seen, (method, text) in zip(
+        hub.seen,
+        [("post", running), ("patch", ended), ("patch", ended), ("post", ended)],
+        strict=False,  # the last one, with the Temporal UI's link, is checked above
+    ):
+        body = json.dumps({"body": text}).encode()
+        api().validate_request(
+            MockRequest("https://api.github.com", method, seen.path, args=seen.query, data=body)
+        )
+
+
+async def test_the_commit_status_matches_the_description(
+    hub: GitHubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    acts = GitHubHookActivities(Settings(home=tmp_path, review_url="https://loop.example.com"))
+    env = ActivityEnvironment()
+    sha = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
+
+    def verdict(passed: bool, **where: str) -> CommitStatusInput:
+        return CommitStatusInput(
+            token_env="GITHUB_TOKEN", sha=sha, passed=passed, task_id="gh-1",
+            description="tests FAIL, scope pass" if not passed else "tests pass", **where,
+        )  # fmt: skip
+
+    failed = await env.run(acts.github_commit_status, verdict(False, repo=REPO))
+    by_url = await env.run(
+        acts.github_commit_status, verdict(True, repo="", remote=f"https://github.com/{REPO}.git")
+    )
+    elsewhere = await env.run(
+        acts.github_commit_status, verdict(True, repo="", remote="file:///srv/app.git")
+    )
+    assert failed.posted and by_url.posted and not elsewhere.posted
+    assert elsewhere.note == "the commit is not on GitHub"
+    assert [(s["state"], s["context"], s["sha"]) for s in hub.statuses] == [
+        ("failure", "loopwork/verify", sha),
+        ("success", "loopwork/verify", sha),
+    ]
+    assert hub.statuses[0]["target_url"] == "https://loop.example.com/tasks/gh-1"
+    for seen, s in zip(hub.seen, hub.statuses, strict=True):
+        sent = {k: s[k] for k in ("state", "description", "context", "target_url")}
+        request = MockRequest(
+            "https://api.github.com", "post", seen.path, data=json.dumps(sent).encode()
+        )
+        api().validate_request(request)
+        answer = {k: v for k, v in s.items() if k != "sha"}
+        api().validate_response(
+            request,
+            MockResponse(
+                json.dumps(answer).encode(), status_code=201, content_type="application/json"
+            ),
+        )
+
+
+@needs_examples
+def test_the_check_run_routes_match_the_description(hub: GitHubStandIn):
+    sha = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
+    hub.check_plan = [[check_run(REPO, 41, "build", "failure", "2 errors", "It broke.")]]
+    hub.annotations[41] = [annotation("slugify.py", 3, "failure", "E501 line too long")]
+    hub.polls_pending = 1
+    path = f"/repos/{REPO}/commits/{sha}/check-runs?per_page=100&filter=latest"
+    pending = send(hub, "GET", path).json()["check_runs"]
+    done = send(hub, "GET", path).json()["check_runs"]
+    assert pending == [], "the CI has not reported yet"
+    assert [(r["name"], r["status"], r["conclusion"], r["head_sha"]) for r in done] == [
+        ("build", "completed", "failure", sha)
+    ]
+    assert done[0]["output"]["annotations_count"] == 1
+    notes = send(hub, "GET", f"/repos/{REPO}/check-runs/41/annotations?per_page=50").json()
+    assert [(a["path"], a["start_line"], a["message"]) for a in notes] == [
+        ("slugify.py", 3, "E501 line too long")
+    ]

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Discriminator, Tag, TypeAdapter
 
 from loop.contracts.gates.base import DEFAULT_SECONDS, GateSpec, unset
+from loop.contracts.gates.checks import GitHubChecks, GitHubChecksGate
 from loop.contracts.gates.contains import ContainsGate
 from loop.contracts.gates.kept import NoRemovedTestsGate
 from loop.contracts.gates.regression import RegressionTestGate
@@ -24,10 +25,17 @@ from loop.contracts.gates.scope import DiffScope, DiffScopeGate
 
 KINDS: tuple[type[GateSpec], ...] = (
     RunGate, DiffScopeGate, NoRemovedTestsGate, RegressionTestGate, ContainsGate, LlmReviewGate,
+    GitHubChecksGate,
 )  # fmt: skip
 GATE_KINDS = tuple(k.KIND for k in KINDS)
 GateKind = Literal[
-    "run", "diff_scope", "no_removed_tests", "regression_test", "contains", "llm_review"
+    "run",
+    "diff_scope",
+    "no_removed_tests",
+    "regression_test",
+    "contains",
+    "llm_review",
+    "github_checks",
 ]
 """The kinds, for fields that hold one (``GateResult.kind``); ``test_gate_kinds`` keeps
 it equal to ``GATE_KINDS``."""
@@ -65,7 +73,8 @@ Gate = Annotated[
     | Annotated[NoRemovedTestsGate, Tag("no_removed_tests")]
     | Annotated[RegressionTestGate, Tag("regression_test")]
     | Annotated[ContainsGate, Tag("contains")]
-    | Annotated[LlmReviewGate, Tag("llm_review")],
+    | Annotated[LlmReviewGate, Tag("llm_review")]
+    | Annotated[GitHubChecksGate, Tag("github_checks")],
     Discriminator(_kind_of),
     BeforeValidator(_one_kind),
 ]
@@ -89,6 +98,8 @@ __all__ = [
     "Gate",
     "GateKind",
     "GateSpec",
+    "GitHubChecks",
+    "GitHubChecksGate",
     "JunitReport",
     "LlmReview",
     "LlmReviewGate",
