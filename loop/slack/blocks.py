@@ -15,12 +15,13 @@ import json
 import re
 from typing import Any
 
-from loop.contracts import ACTION_PREFIX, WAITING_APPROVAL, WAITING_DECISION
+from loop.contracts import ACTION_PREFIX, WAITING_APPROVAL, WAITING_DECISION, WAITING_PULL_REQUEST
 from loop.hardened.text import for_slack
 
 BUTTONS = {
     WAITING_APPROVAL: ("approve", "reject"),
     WAITING_DECISION: ("feedback", "extend", "reject"),
+    WAITING_PULL_REQUEST: ("feedback", "reject"),  # merging is done on GitHub
 }
 """The buttons of a wait: the answers that apply to it (``loop.rules.answers``)."""
 LABELS = {"approve": "Approve", "reject": "Reject", "feedback": "Give feedback", "extend": "Extend"}

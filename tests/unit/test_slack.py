@@ -15,14 +15,20 @@ from slack_sdk.models.views import View
 from activities.slack import SlackActivities
 from loop.contracts import (
     PERMANENT,
+    SIGNAL_APPROVE,
+    SIGNAL_EXTEND_BUDGET,
+    SIGNAL_FEEDBACK,
+    SIGNAL_REJECT,
     WAITING_APPROVAL,
     WAITING_DECISION,
+    WAITING_PULL_REQUEST,
     SlackCloseInput,
     SlackMessage,
     SlackPostInput,
     TaskState,
 )
 from loop.errors import BadInput
+from loop.rules import answers
 from loop.settings import Settings
 from loop.slack import api, blocks
 from loop.tasks import payload_for
@@ -182,3 +188,22 @@ def test_a_channel_per_repository_and_a_default(tmp_path: Path):
         none = asyncio.run(acts.slack_post(POST.model_copy(update={"repo": str(lib)})))
     assert posted.channel == "C0APP" and [m.channel for m in hub.messages] == ["C0APP"]
     assert none == SlackMessage()
+
+
+@pytest.mark.parametrize(
+    ("waiting_for", "state"),
+    [
+        (WAITING_APPROVAL, TaskState.AWAITING_APPROVAL),
+        (WAITING_DECISION, TaskState.NEEDS_HUMAN),
+        (WAITING_PULL_REQUEST, TaskState.AWAITING_APPROVAL),
+    ],
+)
+def test_a_wait_has_a_button_for_each_answer_that_applies_and_no_other(
+    waiting_for: str, state: TaskState
+):
+    """The buttons and the task's own rule must agree: a button the rule refuses is a
+    dead end, an answer it takes without a button sends people to a terminal."""
+    signal = {"approve": SIGNAL_APPROVE, "reject": SIGNAL_REJECT, "feedback": SIGNAL_FEEDBACK,
+              "extend": SIGNAL_EXTEND_BUDGET}  # fmt: skip
+    taken = {button for button, name in signal.items() if answers.applies(name, state, waiting_for)}
+    assert set(blocks.BUTTONS[waiting_for]) == taken
