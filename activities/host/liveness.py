@@ -3,7 +3,8 @@
 Without a heartbeat the server learns that a worker died only when the
 activity's start-to-close timeout expires: two minutes of a task standing
 still for a merge or a summary that took milliseconds. This interceptor beats
-once a second around every activity (long ones also beat themselves), and the
+once a second around every activity from its first second on (long ones also beat
+themselves; one that ends sooner sends none, sparing the server a request), and the
 workflows give every activity a heartbeat timeout of a few seconds. It also
 keeps the worker's lease file (``activities.host.leases``), so the host's next
 worker fails what this one ran the moment it starts, without waiting for that.
@@ -21,7 +22,7 @@ from temporalio.worker import (
 )
 
 from activities.host.leases import Lease
-from activities.host.proc import heartbeating
+from activities.host.proc import began, heartbeating
 
 
 class Liveness(Interceptor):
@@ -43,6 +44,7 @@ class _Beating(ActivityInboundInterceptor):
             # Bookkeeping in the workflow's own worker: a dead worker's workflow task
             # times out and its next worker runs it again, no heartbeat or lease needed.
             return await super().execute_activity(input)
+        began()
         if self.lease is None:
             return await heartbeating(super().execute_activity(input))
         key = self.lease.begin(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import signal
@@ -71,15 +72,30 @@ def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
     return text
 
 
-def _beats() -> bool:
+_began: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "loop_activity_began", default=None
+)
+
+
+def began() -> None:
+    """Mark the start of the activity running in this context (``Liveness`` does)."""
+    _began.set(time.monotonic())
+
+
+def _tracked() -> bool:
     """Inside an activity the server tracks: a local one has no heartbeat to send (its
     workflow task is what the server watches), and unit tests run outside any."""
     return activity.in_activity() and not activity.info().is_local
 
 
 def heartbeat(*details: object) -> None:
-    """Heartbeat where the server tracks the activity; a no-op elsewhere."""
-    if _beats():
+    """Heartbeat where the server tracks the activity, from its first second on: most
+    steps end sooner, and a beat the server gets is a request it serves for nothing
+    (the heartbeat timeout is several seconds); a no-op elsewhere."""
+    if not _tracked():
+        return
+    start = _began.get()
+    if start is None or time.monotonic() - start >= HEARTBEAT_EVERY_S:
         activity.heartbeat(*details)
 
 
@@ -228,14 +244,15 @@ async def run_process(
 
 
 async def heartbeating(awaitable: Awaitable[T]) -> T:
-    """Await something slow (a model call, a big search), heartbeating every second."""
-    if not _beats():
+    """Await something slow (a model call, a big search), heartbeating every second from
+    the first on."""
+    if not _tracked():
         return await awaitable
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY_S)
+            activity.heartbeat()
 
     ticker = asyncio.create_task(beat())
     try:

@@ -337,7 +337,7 @@ async def test_reasoning_models_get_max_completion_tokens(server, acts, attempt_
 
 
 async def test_heartbeats_while_the_call_runs(server, acts, attempt_dir):
-    server.script([reply("slow", delay=1.6)])
+    server.script([reply("slow", delay=2.6)])
     beats: list[tuple] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
