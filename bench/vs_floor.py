@@ -1,6 +1,6 @@
 """One trivial Loopwork task against the same isolation done by hand (``bench/floor.sh``).
 
-Issue 24's measure: a scripted agent that writes the fix, gates ``true`` and the
+The measure: a scripted agent that writes the fix, gates ``true`` and the
 demo's unit tests, autonomy ``report``, a warm worker (``python worker.py``, a
 subprocess) and Loopwork's server; against it the floor script (a branch worktree,
 the agent and both gates under bubblewrap as a task uid, a commit, a detached

@@ -8,11 +8,21 @@ its run at base, ``no_removed_tests`` compares the same two reports, and
 run folder (``runs/<id>/base/``), keyed by base commit and gate, so explore's run at
 base is what every attempt's verdict compares with; a verdict on a host that has no
 such file (the task moved) runs base again.
+
+Base's run is the same for every task of a repository on that commit with that gate and
+sandbox, so the worker also keeps it in ``LOOP_HOME/base/`` (out of every sandbox's
+reach) and a later task there copies it instead of running the gate again, for
+``BASE_REUSE_S``: a run at base measures this host as well as the code (its toolchain,
+its packages), so an old one is measured again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +31,9 @@ from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
 from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
 from loop.rules.tamper import Finding
+
+BASE_REUSE_S = 6 * 3600
+"""How long another task's run at base stands for this one's."""
 
 Elsewhere = Callable[[RunGate, str, str], Awaitable[Ran]]
 """Run a gate's command on a clean checkout of another commit: (gate, commit, label)."""
@@ -70,12 +83,19 @@ class Judging:
             )
         return self._runs[gate.name]
 
-    def base_file(self, gate: RunGate) -> Path:
-        key = hashlib.sha256(
+    def _key(self, gate: RunGate) -> str:
+        return hashlib.sha256(
             f"{self.ws.base_commit}\0{gate.model_dump_json()}\0"
             f"{self.task.sandbox.model_dump_json()}".encode()
         ).hexdigest()[:16]
-        return Path(self.ws.run_dir) / "base" / f"{gate.name}-{key}.json"
+
+    def base_file(self, gate: RunGate) -> Path:
+        return Path(self.ws.run_dir) / "base" / f"{gate.name}-{self._key(gate)}.json"
+
+    def _shared(self, gate: RunGate) -> Path:
+        """Where this worker keeps base's run of ``gate`` for every task of the repository."""
+        repo = hashlib.sha256(os.path.realpath(self.ws.repo).encode()).hexdigest()[:16]
+        return self.bench.home / "base" / repo / f"{gate.name}-{self._key(gate)}"
 
     async def at_base(self, gate: RunGate) -> Ran:
         """The gate's run on base's code: from the run folder, else run now and kept."""
@@ -89,7 +109,11 @@ class Judging:
             except ValueError:
                 ran = None  # a file cut by a crash: run again
         if ran is None:
-            ran = await self.elsewhere(gate, self.ws.base_commit, "base")
+            shared = self._shared(gate)
+            ran = _copied(shared, kept) if _fresh(shared) else None
+            if ran is None:
+                ran = await self.elsewhere(gate, self.ws.base_commit, "base")
+                _share(ran, shared)
             kept.parent.mkdir(parents=True, exist_ok=True)
             kept.write_text(ran.model_dump_json())
         self._base[gate.name] = ran
@@ -119,3 +143,41 @@ class Judging:
                 self.ws.path, self.ws.base_commit, self.commit, self.bench.tree
             )
         return self._findings
+
+
+def _fresh(shared: Path) -> bool:
+    try:
+        return time.time() - (shared / "ran.json").stat().st_mtime < BASE_REUSE_S
+    except OSError:
+        return False
+
+
+def _share(ran: Ran, shared: Path) -> None:
+    """Keep a run at base, its log with it, for later tasks: whole or not at all (written
+    aside, then renamed in), and never at the cost of the verdict that made it."""
+    aside = shared.with_name(f".{shared.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        aside.mkdir(parents=True, mode=0o700)
+        log = Path(ran.proc.log_path)
+        if log.is_file():
+            shutil.copyfile(log, aside / "gate.log")
+        (aside / "ran.json").write_text(ran.model_dump_json())
+        shutil.rmtree(shared, ignore_errors=True)
+        aside.rename(shared)
+    except OSError:
+        shutil.rmtree(aside, ignore_errors=True)  # another task kept the same run first
+
+
+def _copied(shared: Path, kept: Path) -> Ran | None:
+    """Another task's run at base as this task's own (its log copied beside ``kept``), or
+    None where the copy is unreadable."""
+    try:
+        ran = Ran.model_validate_json((shared / "ran.json").read_text())
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        log = kept.with_suffix(".log")
+        shutil.copyfile(shared / "gate.log", log)
+    except (OSError, ValueError):
+        return None
+    return ran.model_copy(
+        update={"path": str(kept), "proc": ran.proc.model_copy(update={"log_path": str(log)})}
+    )

@@ -736,6 +736,14 @@ LOOP_HOME = {
             "once by the next worker of the host if it dies",
         )
     ],
+    "base": [
+        (
+            "base/<repo hash>/<gate>-<key>/",
+            "a gate's run at a base commit (its report and log), copied by later tasks of "
+            "the repository on that commit, gate and sandbox for six hours instead of "
+            "running it again",
+        )
+    ],
     "stores": [
         (
             "stores/<hash>.git",
@@ -761,7 +769,9 @@ LOOP_HOME = {
         (
             "runs/<id>/",
             "brief, per-attempt prompt, feedback, claim, agent and gate logs, pid and state "
-            "files, the base's test report (`base/`), `workspace.json`; model and tool steps; "
+            "files, the base's test report (`base/`), `workspace.json`; the task file and "
+            "workspace its steps were sent once (`context-<digest>.json`) and each verdict "
+            "(`attempt-N/verdict.json`), which the next steps read; model and tool steps; "
             "each attempt's model calls through the gateway (`calls.jsonl`, and `call-NNNN.log` "
             "with `agent.transcript`) (the worker's)",
         ),
