@@ -5,6 +5,7 @@ Slack's failures is classified for Temporal's retries (against the stand-in)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from loop.contracts import (
     SlackMessage,
     SlackPostInput,
     TaskState,
+    slack_answer_workflow_id,
 )
 from loop.errors import BadInput
 from loop.rules import answers
@@ -33,6 +35,7 @@ from loop.settings import Settings
 from loop.slack import api, blocks
 from loop.tasks import payload_for
 from loop.ui.config import slack as slack_config
+from loop.ui.config import slack_answerers
 from tests.support.slack import CHANNEL, TOKEN, SlackStandIn, serving
 
 
@@ -207,3 +210,26 @@ def test_a_wait_has_a_button_for_each_answer_that_applies_and_no_other(
               "extend": SIGNAL_EXTEND_BUDGET}  # fmt: skip
     taken = {button for button, name in signal.items() if answers.applies(name, state, waiting_for)}
     assert set(blocks.BUTTONS[waiting_for]) == taken
+
+
+def test_the_answerers_are_slack_member_ids_or_loop_ui_does_not_start():
+    assert slack_answerers("") == frozenset()
+    assert slack_answerers(" UBOB , W0CAROL,") == {"UBOB", "W0CAROL"}
+    for bad, said in [
+        ("ann", "'ann' is not a Slack member id"),
+        ("UBOB,<@UANN>", "'<@UANN>' is not a Slack member id"),
+        (" , ", "no member id"),
+    ]:
+        with pytest.raises(BadInput, match=r"^LOOP_SLACK_ANSWERERS: ") as e:
+            slack_answerers(bad)
+        assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_interaction_is_one_workflow_id_whatever_slack_sends():
+    assert slack_answer_workflow_id("1764612345.123456-UANN") == (
+        "slack-answer-1764612345.123456-UANN"
+    )
+    hostile = slack_answer_workflow_id("V1/../<!channel>\n" + "x" * 500)
+    assert hostile.startswith("slack-answer-V1-..---channel--x")
+    assert len(hostile) <= len("slack-answer-") + 120
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", hostile)
