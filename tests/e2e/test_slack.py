@@ -23,7 +23,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from loop.contracts import FinalAction, TaskState
+from loop.contracts import FinalAction, TaskState, slack_answer_workflow_id
 from loop.hardened import answers
 from loop.settings import Settings
 from tests.support.agents import FIX_AT_ONCE, write_agent
@@ -120,6 +120,10 @@ async def test_the_approve_button_merges_and_the_message_says_who_approved(
         again = await interact(url, pressed_again(approve, "bob"))
         await until("the refusal in the message", lambda: "nothing was done" in message.shown())
         await replays(handle, "slack_approval")
+        bobs = f"{approve['actions'][0]['action_ts']}-UBOB"
+        refused = client.get_workflow_handle(slack_answer_workflow_id(bobs))
+        said = await refused.result()
+        await replays(refused, "slack_refused")
 
     assert message.channel == CHANNEL
     assert f"*Loopwork task `{spec['id']}` is AWAITING_APPROVAL*: verified; " in first
@@ -136,6 +140,8 @@ async def test_the_approve_button_merges_and_the_message_says_who_approved(
         message.shown()
     )
     assert [e.detail for e in result.events if e.kind == "signal"] == signals
+    ended = f"task {spec['id']} has ended DONE_WITH_EVIDENCE; approve does not apply"
+    assert said["refused"] == ended, said
 
 
 def pressed_again(payload: dict, user: str) -> dict:
@@ -289,7 +295,7 @@ async def test_an_answer_pressed_while_no_worker_runs_is_taken_once_one_starts_a
             result = await result_of(handle)
             (one,) = started
             sent = await client.get_workflow_handle(one).result()
-        await replays(handle, "slack_durable_approval")
+        await replays(client.get_workflow_handle(one), "slack_answer")
 
     assert [answered.status_code, twice.status_code] == [200, 200]
     assert waiting.status == WorkflowExecutionStatus.RUNNING, "nothing answered it yet"
