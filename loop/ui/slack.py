@@ -24,6 +24,7 @@ buttons left as they were.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import timedelta
@@ -52,8 +53,9 @@ from loop.tasks import payload_for
 PATH = "/hooks/slack"
 MAX_BODY = 1 << 20
 """Bytes read of a request; an interaction's payload is a few KB."""
-START_TIMEOUT = timedelta(seconds=2)
-"""Starting the answer's workflow must leave time to answer Slack within its 3 s."""
+START_TIMEOUT_S = 2.0
+"""Starting the answer's workflow (the client's own retries of an unreachable server
+included) must leave time to answer Slack within its 3 s."""
 ANSWER_TIMEOUT = timedelta(hours=24)
 """An answer not taken within a day is stale: the task has surely moved on (or its
 worker is gone for good); the person answers again."""
@@ -189,27 +191,30 @@ class SlackHook:
     async def _start(self, interaction: str, inp: SlackAnswerInput) -> str:
         """The answer handed to Temporal; "" when it was (or already had been), else why not."""
         try:
-            await self.client.start_workflow(
-                SLACK_ANSWER_WORKFLOW,
-                inp,
-                id=slack_answer_workflow_id(interaction),
-                task_queue=self.task_queue,
-                result_type=SlackAnswerResult,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                execution_timeout=ANSWER_TIMEOUT,
-                rpc_timeout=START_TIMEOUT,
-                static_summary=f"{inp.answer} {inp.task_id} from Slack ({inp.by})",
-            )
+            await asyncio.wait_for(self._started(interaction, inp), START_TIMEOUT_S)
         except WorkflowAlreadyStartedError:
             return ""  # Slack (or someone) sent the same interaction again: one answer
-        except RPCError as e:
-            log.warning("a Slack %s for %s was not taken: %s", inp.answer, inp.task_id, e)
+        except (RPCError, TimeoutError) as e:
+            why = (e.message or str(e.status)) if isinstance(e, RPCError) else "timed out"
+            log.warning("a Slack %s for %s was not taken: %s", inp.answer, inp.task_id, why)
             return (
-                f"Loopwork did not take your {inp.answer}: Temporal did not answer "
-                f"({e.message or e.status}). Nothing was done; try again in a minute "
-                f"(or `loop {inp.answer} {inp.task_id}`)"
+                f"Loopwork did not take your {inp.answer}: Temporal did not answer ({why}). "
+                f"Try again in a minute (or `loop {inp.answer} {inp.task_id}`); should it "
+                "have been taken after all, the message will say so"
             )
         return ""
+
+    async def _started(self, interaction: str, inp: SlackAnswerInput) -> None:
+        await self.client.start_workflow(
+            SLACK_ANSWER_WORKFLOW,
+            inp,
+            id=slack_answer_workflow_id(interaction),
+            task_queue=self.task_queue,
+            result_type=SlackAnswerResult,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            execution_timeout=ANSWER_TIMEOUT,
+            static_summary=f"{inp.answer} {inp.task_id} from Slack ({inp.by})",
+        )
 
     async def _tell(self, channel: str, user: dict[str, Any], text: str) -> None:
         """An ephemeral message only ``user`` sees, beside the message they pressed."""

@@ -11,6 +11,7 @@ own signature code, as Slack signs it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -18,15 +19,22 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from loop.contracts import FinalAction, TaskState, slack_answer_workflow_id
+from loop.contracts import WAITING_APPROVAL, FinalAction, TaskState, slack_answer_workflow_id
+from loop.devserver import DevServer
 from loop.hardened import answers
 from loop.settings import Settings
+from loop.slack.blocks import waiting
+from loop.ui.slack import PATH as SLACK_PATH
+from loop.ui.slack import SlackHook
 from tests.support.agents import FIX_AT_ONCE, write_agent
+from tests.support.net import free_port
 from tests.support.slack import (
     CHANNEL,
     SIGNING_SECRET,
@@ -402,3 +410,47 @@ async def test_an_answer_from_the_review_page_updates_the_slack_message(
     said = message.shown()
     assert "rejected (by " in said and "not &lt;!here&gt; today" in said, said
     assert "<!here>" not in said
+
+
+async def test_when_temporal_does_not_answer_the_person_is_told_and_the_buttons_stay(
+    slack: SlackStandIn, tmp_path: Path
+):
+    """``/hooks/slack`` in process, its client connected to a Temporal server of its own
+    that is then stopped: nothing can be started, and the person hears so at once."""
+    server = DevServer.start(home=tmp_path, port=free_port(), headless=True)
+    try:
+        await server.wait_ready(timeout=30)
+        down = await Client.connect(server.address, data_converter=pydantic_data_converter)
+    finally:
+        server.stop()
+    hook = SlackHook(SIGNING_SECRET, TOKEN, slack.url, down, "no-queue")
+    app = Starlette(routes=[Route(SLACK_PATH, hook.handle, methods=["POST"])])
+    text, shown = waiting("t-down", "AWAITING_APPROVAL", "verified", "a goal", WAITING_APPROVAL)
+    posted = slack.answer("chat.postMessage", f"Bearer {TOKEN}", {
+        "channel": CHANNEL, "text": text, "blocks": shown,
+    })[1]  # fmt: skip
+    message = slack.message(posted["ts"])
+    view = {"id": "VDOWN0001", "callback_id": "loop_reject", "private_metadata": json.dumps(
+        {"task_id": "t-down", "channel": CHANNEL, "ts": message.ts}
+    )}  # fmt: skip
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://loop") as web:
+        pressed_at = time.monotonic()
+        press = await interact(str(web.base_url), pressed(message, "loop_approve"), http=web)
+        took = time.monotonic() - pressed_at
+        modal = await interact(
+            str(web.base_url),
+            submitted({"view": view}, {"reason": "not now"}),
+            http=web,
+        )
+
+    assert press.status_code == 200 and took < 3, took
+    (told,) = slack.ephemeral
+    assert (told["channel"], told["user"]) == (CHANNEL, "UANN")
+    assert told["text"].startswith("Loopwork did not take your approve: Temporal did not answer")
+    assert [b["action_id"] for b in message.buttons()] == ["loop_approve", "loop_reject"]
+    assert not message.updates, "the message is left as it was"
+    assert modal.status_code == 200
+    errors = modal.json()
+    assert errors["response_action"] == "errors"
+    assert errors["errors"]["reason"].startswith("Loopwork did not take your reject: Temporal")

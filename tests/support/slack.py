@@ -243,11 +243,18 @@ def signed_headers(body: bytes, secret: str = SIGNING_SECRET, at: int = 0) -> di
 
 
 async def interact(
-    url: str, payload: dict[str, Any], *, secret: str = SIGNING_SECRET, at: int = 0
+    url: str,
+    payload: dict[str, Any],
+    *,
+    secret: str = SIGNING_SECRET,
+    at: int = 0,
+    http: httpx.AsyncClient | None = None,
 ) -> httpx.Response:
-    """POST the interaction to ``url``/hooks/slack as Slack does (``at``: its timestamp)."""
+    """POST the interaction to ``url``/hooks/slack as Slack does (``at``: its timestamp;
+    ``http``: a client of its own, such as one bound to an app in process)."""
     body = urlencode({"payload": json.dumps(payload)}).encode()
-    async with httpx.AsyncClient(timeout=10) as http:
-        return await http.post(
-            f"{url}/hooks/slack", content=body, headers=signed_headers(body, secret, at)
-        )
+    headers = signed_headers(body, secret, at)
+    if http is not None:
+        return await http.post(f"{url}/hooks/slack", content=body, headers=headers)
+    async with httpx.AsyncClient(timeout=10) as own:
+        return await own.post(f"{url}/hooks/slack", content=body, headers=headers)
