@@ -40,6 +40,8 @@ class SlackPostInput(_Record):
     attempt: int
     repo: str = ""
     """The task's repository: ``LOOP_SLACK_CHANNEL`` may name a channel per repository."""
+    channel: str = ""
+    """The task's own channel (``slack_channel``, a source's); empty: the repository's."""
 
 
 class SlackMessage(_Record):

@@ -454,3 +454,24 @@ async def test_when_temporal_does_not_answer_the_person_is_told_and_the_buttons_
     errors = modal.json()
     assert errors["response_action"] == "errors"
     assert errors["errors"]["reason"].startswith("Loopwork did not take your reject: Temporal")
+
+
+async def test_a_task_of_a_source_with_its_own_channel_posts_there(
+    client: Client, slacked: Settings, slack: SlackStandIn, demo_repo: Path, tmp_path: Path
+):
+    spec = task(
+        demo_repo, write_agent(tmp_path, NOTHING), budget={"max_attempts": 1},
+        slack_channel="C0OPS",
+    )  # fmt: skip
+    async with build_worker(client, slacked):
+        handle = await start(client, slacked, spec)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        message = await posted(slack)
+        await handle.cancel()
+        await result_of(handle)
+        await until("the message closed", lambda: not message.buttons())
+
+    assert slacked.slack_channel == CHANNEL
+    assert message.channel == "C0OPS", "the task's channel, over the worker's"
+    assert [m.channel for m in slack.messages] == ["C0OPS"]
+    assert "cancelled" in message.shown()

@@ -29,14 +29,17 @@ from loop.contracts import (
     TaskState,
     slack_answer_workflow_id,
 )
-from loop.errors import BadInput
+from loop.errors import BadInput, TaskFileError
+from loop.loaders import load_sources
 from loop.rules import answers
 from loop.settings import Settings
 from loop.slack import api, blocks
 from loop.tasks import payload_for
 from loop.ui.config import slack as slack_config
 from loop.ui.config import slack_answerers
+from tests.support.agents import write_agent
 from tests.support.slack import CHANNEL, TOKEN, SlackStandIn, serving
+from tests.support.triage import NOTHING, template, write_sources
 
 
 def test_a_wait_shows_the_answers_that_apply_as_buttons():
@@ -233,3 +236,21 @@ def test_an_interaction_is_one_workflow_id_whatever_slack_sends():
     assert hostile.startswith("slack-answer-V1-..---channel--x")
     assert len(hostile) <= len("slack-answer-") + 120
     assert re.fullmatch(r"[A-Za-z0-9._-]+", hostile)
+
+
+def test_a_source_names_its_own_channel_over_the_workers(demo_repo: Path, tmp_path: Path):
+    """``slack_channel`` is a task-file field, so a source's ``template`` sets it for its
+    items; the post goes there whatever ``LOOP_SLACK_CHANNEL`` says."""
+    tmpl = template(demo_repo, write_agent(tmp_path, NOTHING))
+    ci = {"name": "ops", "kind": "ci", "run": "true", "template": {"slack_channel": "C0OPS"}}
+    loaded = load_sources(write_sources(tmp_path, tmpl, [ci]))
+    assert loaded.sources[0].template["slack_channel"] == "C0OPS"
+    bad = {**ci, "template": {"slack_channel": "#ops <!channel>"}}
+    with pytest.raises(TaskFileError, match="slack_channel"):
+        load_sources(write_sources(tmp_path, tmpl, [bad]))
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)  # the worker's LOOP_SLACK_CHANNEL: CHANNEL
+        own = asyncio.run(acts.slack_post(POST.model_copy(update={"channel": "C0OPS"})))
+        default = asyncio.run(acts.slack_post(POST))
+    assert [m.channel for m in hub.messages] == ["C0OPS", CHANNEL]
+    assert (own.channel, default.channel) == ("C0OPS", CHANNEL)
