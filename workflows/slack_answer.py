@@ -18,10 +18,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         HOOK_ANSWER,
+        PERMANENT,
         SLACK_ANSWER_WORKFLOW,
         SLACK_CLOSE,
         HookAnswerInput,
@@ -34,6 +36,16 @@ with workflow.unsafe.imports_passed_through():
 
 ANSWER_TIME = timedelta(seconds=90)
 """An answer waits up to 30 s for the task's validator (``loop.tasks.ANSWER_TIMEOUT_S``)."""
+ANSWER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=0,
+    non_retryable_error_types=[PERMANENT],
+)
+"""Until the task takes it or refuses it: an answer not taken in time (the task's own
+worker is down) is tried again, at most a minute apart, within the workflow's
+execution timeout (``loop.ui.slack.ANSWER_TIMEOUT``, a day); a refusal is a result."""
 SLACK_TIME = timedelta(seconds=30)
 """One ``chat.update`` (its client gives up after 10 s)."""
 
@@ -47,7 +59,7 @@ class SlackAnswerWorkflow:
             HookAnswerInput(task_id=inp.task_id, answer=inp.answer, fields=inp.fields, by=inp.by),
             result_type=HOOK_ANSWER.output,
             start_to_close_timeout=ANSWER_TIME,
-            retry_policy=STEP_RETRY,
+            retry_policy=ANSWER_RETRY,
             summary=f"{inp.answer} {inp.task_id}",
         )
         if done.refused and inp.message.ts:
