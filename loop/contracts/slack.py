@@ -4,7 +4,8 @@ When the worker has a Slack bot token and a channel (``LOOP_SLACK_BOT_TOKEN_FILE
 ``LOOP_SLACK_CHANNEL``), each wait for a person posts one Block Kit message with the
 answers as buttons (``slack_post``), and when the wait ends, however it ends, the task
 rewrites that message to say how (``slack_close``), so no live button outlives its
-decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's answer.
+decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's answer,
+handed to ``SlackAnswerWorkflow`` (one per interaction) so that it is sent durably.
 """
 
 from __future__ import annotations
