@@ -53,6 +53,7 @@ from workflows.agent import AgentWorkflow
 from workflows.eval import EvalWorkflow
 from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
+from workflows.slack_answer import SlackAnswerWorkflow
 from workflows.task import TaskWorkflow
 from workflows.tasks_hook import TaskHookWorkflow
 from workflows.triage import TriageWorkflow
@@ -127,6 +128,7 @@ WORKFLOWS: list[type] = [
     TriageWorkflow,
     GitHubDeliveryWorkflow,
     TaskHookWorkflow,
+    SlackAnswerWorkflow,
 ]
 
 

@@ -42,7 +42,7 @@ class SlackActivities:
 
     @activity.defn(name=SLACK_POST.name)
     async def slack_post(self, inp: SlackPostInput) -> SlackMessage:
-        channel = self.settings.slack_channel_for(inp.repo)
+        channel = inp.channel or self.settings.slack_channel_for(inp.repo)
         if self.settings.slack_token_file is None or not channel:
             return SlackMessage()
         text, shown = blocks.waiting(

@@ -720,6 +720,7 @@ class TaskWorkflow(TaskRecord):
                 waiting_for=waiting_for,
                 attempt=len(self.result.attempts),
                 repo=self.spec.repo,
+                channel=self.spec.slack_channel,
             )
         )
         failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)

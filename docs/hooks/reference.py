@@ -516,6 +516,13 @@ ENVIRONMENT = {
         "Slack messages at `POST /hooks/slack`, each request's signature and 5-minute "
         "timestamp checked ([In Slack](../guides/slack.md)).",
     ),
+    "LOOP_SLACK_ANSWERERS": (
+        "unset: anyone in the channel",
+        "Comma-separated Slack member ids (`U012ABCDEF,U034GHIJKL`) whose presses in Slack "
+        "answer tasks; anyone else's press changes nothing and they are told why. A value "
+        "that is not member ids stops `loop ui` at start (exit 2) "
+        "([In Slack](../guides/slack.md#who-may-answer)).",
+    ),
     "LOOP_UI_URL": (
         "the Temporal address's port + 1000",
         "The Temporal UI used in printed links.",

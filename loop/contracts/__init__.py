@@ -174,11 +174,15 @@ from loop.contracts.results import (
 )
 from loop.contracts.slack import (
     ACTION_PREFIX,
+    SLACK_ANSWER_WORKFLOW,
     SLACK_ANSWERS,
+    SlackAnswerInput,
+    SlackAnswerResult,
     SlackCloseInput,
     SlackCloseResult,
     SlackMessage,
     SlackPostInput,
+    slack_answer_workflow_id,
 )
 from loop.contracts.states import (
     FinalAction,
@@ -376,6 +380,7 @@ __all__ = [
     "SIGNAL_PULL_REQUEST_CLOSED",
     "SIGNAL_REJECT",
     "SLACK_ANSWERS",
+    "SLACK_ANSWER_WORKFLOW",
     "SLACK_CLOSE",
     "SLACK_POST",
     "SOURCE_MISCONFIGURED",
@@ -517,6 +522,8 @@ __all__ = [
     "SandboxLevel",
     "SandboxLimits",
     "SandboxPolicy",
+    "SlackAnswerInput",
+    "SlackAnswerResult",
     "SlackCloseInput",
     "SlackCloseResult",
     "SlackMessage",
@@ -566,6 +573,7 @@ __all__ = [
     "ledger_id_for",
     "ping_queue",
     "reservation_key",
+    "slack_answer_workflow_id",
     "task_hook_workflow_id",
     "workflow_id_for",
 ]

@@ -4,10 +4,15 @@ When the worker has a Slack bot token and a channel (``LOOP_SLACK_BOT_TOKEN_FILE
 ``LOOP_SLACK_CHANNEL``), each wait for a person posts one Block Kit message with the
 answers as buttons (``slack_post``), and when the wait ends, however it ends, the task
 rewrites that message to say how (``slack_close``), so no live button outlives its
-decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's answer.
+decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's answer,
+handed to ``SlackAnswerWorkflow`` (one per interaction) so that it is sent durably.
 """
 
 from __future__ import annotations
+
+import re
+
+from pydantic import Field
 
 from loop.contracts.base import _Record
 from loop.contracts.states import TaskState
@@ -16,6 +21,15 @@ ACTION_PREFIX = "loop_"
 """Every Loopwork button's ``action_id`` (and modal's ``callback_id``): ``loop_<answer>``."""
 SLACK_ANSWERS = ("approve", "reject", "feedback", "extend")
 """What the buttons send; reject, feedback and extend ask for their text in a modal first."""
+SLACK_ANSWER_WORKFLOW = "SlackAnswerWorkflow"
+INTERACTION_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def slack_answer_workflow_id(interaction: str) -> str:
+    """The one workflow a Slack interaction may start: ``slack-answer-<interaction>``,
+    where the interaction is what Slack's payload makes unique (a press's ``action_ts``
+    and user, a modal's view id and user), cut to characters a workflow id may hold."""
+    return "slack-answer-" + INTERACTION_CHARS.sub("-", interaction)[:120]
 
 
 class SlackPostInput(_Record):
@@ -27,6 +41,8 @@ class SlackPostInput(_Record):
     attempt: int
     repo: str = ""
     """The task's repository: ``LOOP_SLACK_CHANNEL`` may name a channel per repository."""
+    channel: str = ""
+    """The task's own channel (``slack_channel``, a source's); empty: the repository's."""
 
 
 class SlackMessage(_Record):
@@ -47,3 +63,22 @@ class SlackCloseInput(_Record):
 
 class SlackCloseResult(_Record):
     updated: bool = False
+
+
+class SlackAnswerInput(_Record):
+    """A person's answer from Slack, as ``loop ui`` checked it (signature, allow-list):
+    sent durably by ``SlackAnswerWorkflow``, whatever happens to ``loop ui`` after."""
+
+    task_id: str
+    answer: str
+    """``approve``, ``reject``, ``feedback`` or ``extend``."""
+    fields: dict[str, str] = Field(default_factory=dict)
+    by: str
+    """``slack:<name>``."""
+    message: SlackMessage = Field(default_factory=SlackMessage)
+    """The message the button was on: a refusal is said there."""
+
+
+class SlackAnswerResult(_Record):
+    did: str = ""
+    refused: str = ""

@@ -337,6 +337,10 @@ class TaskSpec(_TaskFileModel):
     github_issue: GitHubIssueRef | None = None
     """Set by a ``github`` source for its issues: one comment there says, edited in place,
     how the task goes."""
+    slack_channel: str = Field(default="", pattern=r"^([CG][A-Z0-9]{2,20})?$")
+    """The Slack channel's id (``C0123…``) this task's waits post to, over the worker's
+    ``LOOP_SLACK_CHANNEL``; a source's ``template`` sets it for its items: a channel per
+    source. Empty: the worker's channel for the repository."""
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> TaskSpec:

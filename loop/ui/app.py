@@ -371,7 +371,14 @@ def create_app(
         tasks = TasksHook(config.hooks_token, config.tasked, client, config.task_queue)
         routes.append(Route(TASKS_PATH, tasks.handle, methods=["POST"]))
     if config.slack is not None:
-        slack = SlackHook(config.slack.secret, config.slack.token, config.slack.api_url, client)
+        slack = SlackHook(
+            config.slack.secret,
+            config.slack.token,
+            config.slack.api_url,
+            client,
+            config.task_queue,
+            config.slack.answerers,
+        )
         routes.append(Route(SLACK_PATH, slack.handle, methods=["POST"]))
     app = Starlette(routes=routes, middleware=[Middleware(Guarded)])
     app.state.guard = guard

@@ -24,6 +24,9 @@ SECRET_FILE_ENV = "LOOP_GITHUB_WEBHOOK_SECRET_FILE"
 HOOKS_TOKEN_ENV = "LOOP_HOOKS_TOKEN_FILE"
 SLACK_SECRET_ENV = "LOOP_SLACK_SIGNING_SECRET_FILE"
 SLACK_TOKEN_ENV = "LOOP_SLACK_BOT_TOKEN_FILE"
+SLACK_ANSWERERS_ENV = "LOOP_SLACK_ANSWERERS"
+SLACK_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,20}$")
+"""A Slack member id (``U012ABCDEF``; ``W…`` on Enterprise Grid): names can change, ids do not."""
 MIN_SECRET = 16
 """Shortest secret accepted: a page that approves merges deserves more than a PIN."""
 DEFAULT_TOKEN_NAME = "token"
@@ -135,6 +138,8 @@ class SlackConfig:
     token: str
     """Its bot token: the page opens modals and says refusals in messages."""
     api_url: str
+    answerers: frozenset[str] = frozenset()
+    """Slack user ids whose presses are answers; empty: anyone in the channel's."""
 
 
 def ui_config(
@@ -232,7 +237,27 @@ def slack(environ: dict[str, str]) -> SlackConfig | None:
         )
     token = read_token(Path(token_file))
     api_url = environ.get("LOOP_SLACK_API_URL") or DEFAULT_API
-    return SlackConfig(secret=secret, token=token, api_url=api_url)
+    return SlackConfig(
+        secret=secret,
+        token=token,
+        api_url=api_url,
+        answerers=slack_answerers(environ.get(SLACK_ANSWERERS_ENV, "")),
+    )
+
+
+def slack_answerers(value: str) -> frozenset[str]:
+    """``LOOP_SLACK_ANSWERERS``: comma-separated Slack member ids; a name or a typo is
+    refused here rather than silently letting nobody (or everybody) answer."""
+    ids = [part.strip() for part in value.split(",") if part.strip()]
+    if value.strip() and not ids:
+        raise BadInput(f"{SLACK_ANSWERERS_ENV}: no member id in {value!r}")
+    for one in ids:
+        if not SLACK_USER_ID.match(one):
+            raise BadInput(
+                f"{SLACK_ANSWERERS_ENV}: {one[:40]!r} is not a Slack member id (like "
+                "U012ABCDEF: a profile's ⋮ menu, Copy member ID)"
+            )
+    return frozenset(ids)
 
 
 def webhook(

@@ -7,45 +7,76 @@ Enabled only when ``LOOP_SLACK_SIGNING_SECRET_FILE`` names the app's signing sec
 ``/hooks/github``, its signature is its sign-in, so the page's other checks do not apply.
 
 Slack wants an answer within 3 s. A button that needs words (reject, feedback, extend)
-opens its modal at once (``views.open``: the trigger id is good for 3 s); an approve
-button and a submitted modal are answered with 200 first, and the answer goes to the
-task afterwards, through ``loop.tasks.answer`` as ``loop approve`` sends it: the task's
-own validator decides whether it applies, the answer key signs it, the person is
-credited as ``slack:<name>``. The task then rewrites its message itself once its wait
-is over (``slack_close``); an answer it refuses (the task no longer waits) is said in
-the message instead, its buttons gone, and the task is left as it was.
+opens its modal at once (``views.open``: the trigger id is good for 3 s). An approve
+button and a submitted modal start one ``SlackAnswerWorkflow`` whose id is made of
+what Slack's payload makes unique (the press's ``action_ts`` and user, the modal's
+view id and user; ``REJECT_DUPLICATE``), so the same interaction twice is one answer,
+and the answer is sent by a worker through ``loop.tasks.answer`` as ``loop approve``
+sends it, retried by Temporal until one takes it: an answer pressed while no worker
+runs is not lost. The person is credited as ``slack:<name>``; the task rewrites its
+message once its wait is over, and a refusal is said in the message instead.
+
+When ``LOOP_SLACK_ANSWERERS`` lists Slack member ids, anyone else's press or modal does
+nothing and is told why (an ephemeral message only they see; the modal's error). When
+Temporal does not answer, nothing is started and the person is told the same way, the
+buttons left as they were.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 from slack_sdk.signature import SignatureVerifier
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from loop.errors import BadInput, LoopError, UnknownTask
-from loop.settings import Settings
+from loop.contracts import (
+    SLACK_ANSWER_WORKFLOW,
+    SlackAnswerInput,
+    SlackAnswerResult,
+    SlackMessage,
+    slack_answer_workflow_id,
+)
+from loop.errors import BadInput
+from loop.hardened.text import for_slack
 from loop.slack import api, blocks
-from loop.tasks import answer, payload_for
+from loop.tasks import payload_for
 
 PATH = "/hooks/slack"
 MAX_BODY = 1 << 20
 """Bytes read of a request; an interaction's payload is a few KB."""
+START_TIMEOUT_S = 2.0
+"""Starting the answer's workflow (the client's own retries of an unreachable server
+included) must leave time to answer Slack within its 3 s."""
+ANSWER_TIMEOUT = timedelta(hours=24)
+"""An answer not taken within a day is stale: the task has surely moved on (or its
+worker is gone for good); the person answers again."""
 log = logging.getLogger(__name__)
 
 
 class SlackHook:
-    def __init__(self, secret: str, token: str, api_url: str, client: Client) -> None:
+    def __init__(
+        self,
+        secret: str,
+        token: str,
+        api_url: str,
+        client: Client,
+        task_queue: str,
+        answerers: frozenset[str] = frozenset(),
+    ) -> None:
         self.verifier = SignatureVerifier(signing_secret=secret)
         self.web = api.client(token, api_url)
         self.client = client
+        self.task_queue = task_queue
+        self.answerers = answerers
 
     async def handle(self, request: Request) -> Response:
         body = await request.body()
@@ -70,8 +101,18 @@ class SlackHook:
         if kind == "block_actions":
             return await self._pressed(payload)
         if kind == "view_submission":
-            return self._submitted(payload)
+            return await self._submitted(payload)
         return Response(status_code=200)  # nothing Loopwork acts on
+
+    def _refused_user(self, user: dict[str, Any]) -> str:
+        """Why this person may not answer ("" when they may)."""
+        uid = str(user.get("id") or "")
+        if not self.answerers or uid in self.answerers:
+            return ""
+        return (
+            f"{blocks.by(user)} may not answer Loopwork's tasks (not in LOOP_SLACK_ANSWERERS), "
+            "so nothing was done"
+        )
 
     async def _pressed(self, p: dict[str, Any]) -> Response:
         actions = p.get("actions") or [{}]
@@ -81,7 +122,12 @@ class SlackHook:
         container = p.get("container") or {}
         channel = str(container.get("channel_id") or (p.get("channel") or {}).get("id") or "")
         ts = str(container.get("message_ts") or (p.get("message") or {}).get("ts") or "")
+        user = p.get("user") or {}
         if not what or not task_id:
+            return Response(status_code=200)
+        refused = self._refused_user(user)
+        if refused:
+            await self._tell(channel, user, refused)
             return Response(status_code=200)
         if what in blocks.MODALS:
             try:
@@ -94,11 +140,19 @@ class SlackHook:
             except Exception as e:
                 log.warning("Slack views.open failed: %s", api.classified("views.open", e))
             return Response(status_code=200)
-        who = blocks.by(p.get("user") or {})
-        job = BackgroundTask(self._answer, task_id, what, {}, who, channel, ts)
-        return Response(status_code=200, background=job)
+        interaction = f"{pressed.get('action_ts') or ''}-{user.get('id') or ''}"
+        inp = SlackAnswerInput(
+            task_id=task_id,
+            answer=what,
+            by=blocks.by(user),
+            message=SlackMessage(channel=channel, ts=ts),
+        )
+        not_taken = await self._start(interaction, inp)
+        if not_taken:
+            await self._tell(channel, user, not_taken)
+        return Response(status_code=200)
 
-    def _submitted(self, p: dict[str, Any]) -> Response:
+    async def _submitted(self, p: dict[str, Any]) -> Response:
         view = p.get("view") or {}
         what = blocks.answer_of(str(view.get("callback_id") or ""))
         try:
@@ -108,47 +162,78 @@ class SlackHook:
         if not what or not isinstance(meta, dict) or not meta.get("task_id"):
             return Response(status_code=200)
         form = blocks.submitted(view)
-        who = blocks.by(p.get("user") or {})
+        user = p.get("user") or {}
+        who = blocks.by(user)
+        first = next(iter(form), "reason")
+        refused = self._refused_user(user)
+        if refused:
+            return _errors(first, refused)
         try:
             payload_for(what, form, who)  # a missing reason is said in the modal
         except BadInput as e:
             # Said under the field it is about (``seconds: 'x' is not a number``), else the first.
             named = str(e).split(":", 1)[0]
-            field = named if named in form else next(iter(form), "reason")
-            return JSONResponse({"response_action": "errors", "errors": {field: str(e)}})
-        job = BackgroundTask(
-            self._answer,
-            str(meta["task_id"]),
-            what,
-            form,
-            who,
-            str(meta.get("channel") or ""),
-            str(meta.get("ts") or ""),
+            return _errors(named if named in form else first, str(e))
+        inp = SlackAnswerInput(
+            task_id=str(meta["task_id"]),
+            answer=what,
+            fields=form,
+            by=who,
+            message=SlackMessage(
+                channel=str(meta.get("channel") or ""), ts=str(meta.get("ts") or "")
+            ),
         )
-        return Response(status_code=200, background=job)
+        not_taken = await self._start(f"{view.get('id') or ''}-{user.get('id') or ''}", inp)
+        if not_taken:
+            return _errors(first, not_taken)  # the modal stays open: submit again later
+        return Response(status_code=200)
 
-    async def _answer(
-        self, task_id: str, what: str, form: dict[str, str], who: str, channel: str, ts: str
-    ) -> None:
-        """After Slack has its 200: the CLI's answer; a refusal is said in the message."""
-        key: Path | None = Settings.from_env().answer_key
+    async def _start(self, interaction: str, inp: SlackAnswerInput) -> str:
+        """The answer handed to Temporal; "" when it was (or already had been), else why not."""
         try:
-            await answer(self.client, task_id, what, payload_for(what, form, who), who, key)
-        except (BadInput, UnknownTask) as e:
-            await self._say(task_id, channel, ts, f"{who} pressed {what}: nothing was done: {e}")
-        except (LoopError, RPCError) as e:
-            # No worker took it in time, or Temporal did not answer: the buttons stay, so
-            # the person can press again (the CLI and the review page answer as well).
-            log.warning("a Slack %s for %s was not taken: %s", what, task_id, e)
+            await asyncio.wait_for(self._started(interaction, inp), START_TIMEOUT_S)
+        except WorkflowAlreadyStartedError:
+            return ""  # Slack (or someone) sent the same interaction again: one answer
+        except (RPCError, TimeoutError) as e:
+            why = (e.message or str(e.status)) if isinstance(e, RPCError) else "timed out"
+            log.warning("a Slack %s for %s was not taken: %s", inp.answer, inp.task_id, why)
+            return (
+                f"Loopwork did not take your {inp.answer}: Temporal did not answer ({why}). "
+                f"Try again in a minute (or `loop {inp.answer} {inp.task_id}`); should it "
+                "have been taken after all, the message will say so"
+            )
+        return ""
 
-    async def _say(self, task_id: str, channel: str, ts: str, outcome: str) -> None:
-        if not channel or not ts:
+    async def _started(self, interaction: str, inp: SlackAnswerInput) -> None:
+        await self.client.start_workflow(
+            SLACK_ANSWER_WORKFLOW,
+            inp,
+            id=slack_answer_workflow_id(interaction),
+            task_queue=self.task_queue,
+            result_type=SlackAnswerResult,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            execution_timeout=ANSWER_TIMEOUT,
+            static_summary=f"{inp.answer} {inp.task_id} from Slack ({inp.by})",
+        )
+
+    async def _tell(self, channel: str, user: dict[str, Any], text: str) -> None:
+        """An ephemeral message only ``user`` sees, beside the message they pressed."""
+        uid = str(user.get("id") or "")
+        if not channel or not uid:
             return
-        text, shown = blocks.closed(task_id, outcome)
         try:
-            await api.call(self.web, "chat.update", channel=channel, ts=ts, text=text, blocks=shown)
+            await api.call(
+                self.web, "chat.postEphemeral", channel=channel, user=uid, text=for_slack(text)
+            )
         except Exception as e:
-            log.warning("Slack chat.update failed: %s", api.classified("chat.update", e))
+            log.warning(
+                "Slack chat.postEphemeral failed: %s", api.classified("chat.postEphemeral", e)
+            )
+
+
+def _errors(field: str, message: str) -> Response:
+    """A modal's answer that keeps it open with ``message`` under ``field``."""
+    return JSONResponse({"response_action": "errors", "errors": {field: message[:2000]}})
 
 
 def _said(status: int, message: str) -> Response:

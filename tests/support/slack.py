@@ -1,9 +1,10 @@
 """Slack for tests: a stand-in for its Web API, and interactions signed as Slack signs them.
 
-The stand-in answers ``chat.postMessage``, ``chat.update`` and ``views.open`` on a free
-port of 127.0.0.1 (``LOOP_SLACK_API_URL``), checks the bot token, and reads every block
-and view it is sent back with ``slack-sdk``'s own models (``Block.parse``,
-``View``, each ``validate_json``), so a message Slack would refuse fails here. What it
+The stand-in answers ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral`` and
+``views.open`` on a free port of 127.0.0.1 (``LOOP_SLACK_API_URL``), checks the bot
+token, and reads every block and view it is sent back with ``slack-sdk``'s own models
+(``Block.parse``, ``View``, each ``validate_json``), so a message Slack would refuse
+fails here. What it
 answers has Slack's shapes (``ok``, ``channel``, ``ts``, ``message``; ``view``).
 
 ``interact`` POSTs an interaction payload (``block_actions``, ``view_submission``) to
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -62,6 +64,8 @@ class SlackStandIn:
     messages: list[Posted] = field(default_factory=list)
     views: list[dict[str, Any]] = field(default_factory=list)
     """Modals opened, with the ``trigger_id`` they were opened with."""
+    ephemeral: list[dict[str, Any]] = field(default_factory=list)
+    """``chat.postEphemeral`` calls: what only one person was shown."""
     calls: list[str] = field(default_factory=list)
     down: bool = False
     """While set, every call is a 503: Slack unreachable."""
@@ -104,8 +108,15 @@ class SlackStandIn:
             parsed.validate_json()
         if not body.get("trigger_id"):
             return {"ok": False, "error": "invalid_trigger_id"}
+        view = view | {"id": f"V{uuid.uuid4().hex[:10].upper()}"}  # unique, as Slack's are
         self.views.append({"trigger_id": body["trigger_id"], "view": view})
-        return {"ok": True, "view": view | {"id": f"V{len(self.views):08d}"}}
+        return {"ok": True, "view": view}
+
+    def _ephemeral(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("channel") or not body.get("user") or not body.get("text"):
+            return {"ok": False, "error": "invalid_arguments"}
+        self.ephemeral.append(body)
+        return {"ok": True, "message_ts": f"{time.time():.6f}"}
 
     def answer(self, method: str, auth: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
@@ -120,6 +131,7 @@ class SlackStandIn:
                 "chat.postMessage": self._post,
                 "chat.update": self._update,
                 "views.open": self._open,
+                "chat.postEphemeral": self._ephemeral,
             }
             if method not in handlers:
                 return 200, {"ok": False, "error": "unknown_method"}
@@ -214,7 +226,7 @@ def submitted(opened: dict[str, Any], values: dict[str, str], user: str = "ann")
         "type": "view_submission",
         "user": {"id": f"U{user.upper()}", "username": user, "name": user, "team_id": "T0"},
         "team": {"id": "T0", "domain": "acme"},
-        "view": view | {"id": "V0000001", "state": {"values": state}},
+        "view": view | {"state": {"values": state}},
     }
 
 
@@ -231,11 +243,18 @@ def signed_headers(body: bytes, secret: str = SIGNING_SECRET, at: int = 0) -> di
 
 
 async def interact(
-    url: str, payload: dict[str, Any], *, secret: str = SIGNING_SECRET, at: int = 0
+    url: str,
+    payload: dict[str, Any],
+    *,
+    secret: str = SIGNING_SECRET,
+    at: int = 0,
+    http: httpx.AsyncClient | None = None,
 ) -> httpx.Response:
-    """POST the interaction to ``url``/hooks/slack as Slack does (``at``: its timestamp)."""
+    """POST the interaction to ``url``/hooks/slack as Slack does (``at``: its timestamp;
+    ``http``: a client of its own, such as one bound to an app in process)."""
     body = urlencode({"payload": json.dumps(payload)}).encode()
-    async with httpx.AsyncClient(timeout=10) as http:
-        return await http.post(
-            f"{url}/hooks/slack", content=body, headers=signed_headers(body, secret, at)
-        )
+    headers = signed_headers(body, secret, at)
+    if http is not None:
+        return await http.post(f"{url}/hooks/slack", content=body, headers=headers)
+    async with httpx.AsyncClient(timeout=10) as own:
+        return await own.post(f"{url}/hooks/slack", content=body, headers=headers)

@@ -5,6 +5,7 @@ Slack's failures is classified for Temporal's retries (against the stand-in)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,14 +27,19 @@ from loop.contracts import (
     SlackMessage,
     SlackPostInput,
     TaskState,
+    slack_answer_workflow_id,
 )
-from loop.errors import BadInput
+from loop.errors import BadInput, TaskFileError
+from loop.loaders import load_sources
 from loop.rules import answers
 from loop.settings import Settings
 from loop.slack import api, blocks
 from loop.tasks import payload_for
 from loop.ui.config import slack as slack_config
+from loop.ui.config import slack_answerers
+from tests.support.agents import write_agent
 from tests.support.slack import CHANNEL, TOKEN, SlackStandIn, serving
+from tests.support.triage import NOTHING, template, write_sources
 
 
 def test_a_wait_shows_the_answers_that_apply_as_buttons():
@@ -207,3 +213,44 @@ def test_a_wait_has_a_button_for_each_answer_that_applies_and_no_other(
               "extend": SIGNAL_EXTEND_BUDGET}  # fmt: skip
     taken = {button for button, name in signal.items() if answers.applies(name, state, waiting_for)}
     assert set(blocks.BUTTONS[waiting_for]) == taken
+
+
+def test_the_answerers_are_slack_member_ids_or_loop_ui_does_not_start():
+    assert slack_answerers("") == frozenset()
+    assert slack_answerers(" UBOB , W0CAROL,") == {"UBOB", "W0CAROL"}
+    for bad, said in [
+        ("ann", "'ann' is not a Slack member id"),
+        ("UBOB,<@UANN>", "'<@UANN>' is not a Slack member id"),
+        (" , ", "no member id"),
+    ]:
+        with pytest.raises(BadInput, match=r"^LOOP_SLACK_ANSWERERS: ") as e:
+            slack_answerers(bad)
+        assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_interaction_is_one_workflow_id_whatever_slack_sends():
+    assert slack_answer_workflow_id("1764612345.123456-UANN") == (
+        "slack-answer-1764612345.123456-UANN"
+    )
+    hostile = slack_answer_workflow_id("V1/../<!channel>\n" + "x" * 500)
+    assert hostile.startswith("slack-answer-V1-..---channel--x")
+    assert len(hostile) <= len("slack-answer-") + 120
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", hostile)
+
+
+def test_a_source_names_its_own_channel_over_the_workers(demo_repo: Path, tmp_path: Path):
+    """``slack_channel`` is a task-file field, so a source's ``template`` sets it for its
+    items; the post goes there whatever ``LOOP_SLACK_CHANNEL`` says."""
+    tmpl = template(demo_repo, write_agent(tmp_path, NOTHING))
+    ci = {"name": "ops", "kind": "ci", "run": "true", "template": {"slack_channel": "C0OPS"}}
+    loaded = load_sources(write_sources(tmp_path, tmpl, [ci]))
+    assert loaded.sources[0].template["slack_channel"] == "C0OPS"
+    bad = {**ci, "template": {"slack_channel": "#ops <!channel>"}}
+    with pytest.raises(TaskFileError, match="slack_channel"):
+        load_sources(write_sources(tmp_path, tmpl, [bad]))
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)  # the worker's LOOP_SLACK_CHANNEL: CHANNEL
+        own = asyncio.run(acts.slack_post(POST.model_copy(update={"channel": "C0OPS"})))
+        default = asyncio.run(acts.slack_post(POST))
+    assert [m.channel for m in hub.messages] == ["C0OPS", CHANNEL]
+    assert (own.channel, default.channel) == ("C0OPS", CHANNEL)

@@ -35,6 +35,9 @@ the way its name says, then writes each workflow's history
   button (approve; reject with a reason from the modal) and closed; recorded by
   ``LOOP_RECORD_HISTORIES=tests/workflow/histories pytest tests/e2e/test_slack.py``
   (the Slack stand-in and ``loop ui`` live there), not by this script.
+- ``slack_answer``, ``slack_refused``: a ``SlackAnswerWorkflow`` whose answer the task
+  took (pressed while no worker ran), and one the task refused (it had ended), said in
+  the message; recorded the same way, copied alone (the older files stay as recorded).
 
 Continue-as-new is the real thing, not a test-only workflow: the server sets
 "continue-as-new suggested" once a run's history passes

@@ -45,6 +45,10 @@ REPRESENTATIVE = {
     # tests/e2e/test_slack.py with LOOP_RECORD_HISTORIES.
     "slack_approval",
     "slack_rejection",
+    # SlackAnswerWorkflow: an answer from Slack taken, and one refused and said in the
+    # message; recorded the same way.
+    "slack_answer",
+    "slack_refused",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
