@@ -98,7 +98,12 @@ class GitHubHook:
         hooked = self.by_repo.get(repo.lower())
         if hooked is None:
             return _said(200, f"ignored: no github source of --sources is for {repo or '?'}")
-        why_not = _ignored(event, payload, approving=hooked.source.approve_on_review)
+        why_not = _ignored(
+            event,
+            payload,
+            approving=hooked.source.approve_on_review,
+            ci=bool(hooked.source.ci_checks),
+        )
         if why_not:
             return _said(200, f"ignored: {why_not}")
         d = _delivery(delivery, event, payload, hooked)
@@ -160,9 +165,12 @@ def _ran(event: str, payload: dict[str, Any]) -> dict[str, Any]:
     return ran
 
 
-def _ignored(event: str, payload: dict[str, Any], *, approving: bool = False) -> str:
+def _ignored(
+    event: str, payload: dict[str, Any], *, approving: bool = False, ci: bool = False
+) -> str:
     """Why Loopwork does nothing with this delivery, or "" when it acts on it
-    (``approving``: the source takes an approving review as an approval)."""
+    (``approving``: the source takes an approving review as an approval; ``ci``: it
+    names ``ci_checks``, so a failed run on a branch may matter)."""
     action = str(payload.get("action") or "")
     issue = payload.get("issue")
     if event == "pull_request_review":
@@ -170,7 +178,7 @@ def _ignored(event: str, payload: dict[str, Any], *, approving: bool = False) ->
     if event == "pull_request":
         return _closed_ignored(action, payload)
     if event in CHECK_EVENTS:
-        return _checks_ignored(event, action, payload)
+        return _checks_ignored(event, action, payload, ci)
     if event not in ("issues", "issue_comment"):
         return (
             f"{event or 'an event'} is not acted on (subscribe to issues, issue comments, "
@@ -208,9 +216,10 @@ def _review_ignored(action: str, payload: dict[str, Any], approving: bool) -> st
     return ""
 
 
-def _checks_ignored(event: str, action: str, payload: dict[str, Any]) -> str:
-    """CI completed on a task's branch (recorded) or failed on some other branch (the
-    workflow knows the source's base); a passing run elsewhere is nothing."""
+def _checks_ignored(event: str, action: str, payload: dict[str, Any], ci: bool) -> str:
+    """CI completed on a task's branch (recorded) or failed on some other branch of a
+    source naming ``ci_checks`` (the workflow knows the source's base); a passing run
+    elsewhere, or any run elsewhere for a source naming none, is nothing."""
     ran = _ran(event, payload)
     if action != "completed":
         return f"{event} {action}"
@@ -221,6 +230,8 @@ def _checks_ignored(event: str, action: str, payload: dict[str, Any]) -> str:
         return ""
     if str(ran.get("conclusion") or "") in ("success", "neutral", "skipped"):
         return f"{event} {ran.get('conclusion')} on {branch[:60] or '?'}"
+    if not ci:
+        return f"{event} on {branch[:60] or '?'}: the source names no ci_checks"
     return ""
 
 
