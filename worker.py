@@ -28,6 +28,7 @@ from activities.discover import DiscoverActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
+from activities.github_ci import GitHubCiActivities
 from activities.github_hooks import GitHubHookActivities
 from activities.host import sandbox
 from activities.host.leases import Lease, fail_orphans
@@ -92,6 +93,8 @@ def shared_activities(settings: Settings) -> list[Callable]:
         hooks.github_comment,
         hooks.hook_answer,
         hooks.github_review_comments,
+        hooks.github_pull_head,
+        GitHubCiActivities().github_ci_item,
         slack.slack_post,
         slack.slack_close,
         hooks.github_status_comment,

@@ -31,6 +31,7 @@ from loop.contracts import (
     GITHUB_PERMISSION,
     HOOK_ANSWER,
     HOOK_ITEM,
+    PULL_HEAD,
     REVIEW_COMMENTS,
     STATUS_COMMENT,
     CancelTaskInput,
@@ -46,6 +47,8 @@ from loop.contracts import (
     HookItemResult,
     PermissionInput,
     PermissionResult,
+    PullHeadInput,
+    PullHeadResult,
     ReviewComment,
     ReviewCommentsInput,
     ReviewCommentsResult,
@@ -136,6 +139,8 @@ class GitHubHookActivities:
             links.append(f"[Temporal UI]({temporal}/namespaces/{namespace}/workflows/{wid})")
         if links:
             body += "\n\n" + " · ".join(links)
+        marker = status_marker(inp.view.task_id)
+        body += "\n\n" + marker
         async with _client(inp.repo, inp.token_env) as gh:
             if inp.comment_id:
                 try:
@@ -146,6 +151,13 @@ class GitHubHookActivities:
                 except RequestFailed as e:
                     if e.response.status_code != 404:
                         raise _failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
+            if activity.info().attempt > 1:
+                # A create whose answer was lost (a timeout) may have made the comment:
+                # find it by its marker rather than post a second one.
+                made = await _marked(gh, inp.repo, inp.number, marker)
+                if made:
+                    await _edit(gh, inp.repo, made, body)
+                    return StatusCommentResult(comment_id=made)
             try:
                 resp = await gh.rest.issues.async_create_comment(owner, name, inp.number, body=body)
             except RequestFailed as e:
@@ -177,6 +189,21 @@ class GitHubHookActivities:
             except RequestFailed as e:
                 raise _failure(repo, f"set {COMMIT_STATUS_CONTEXT} on {inp.sha[:12]}", e) from None
         return CommitStatusResult(posted=True)
+
+    @activity.defn(name=PULL_HEAD.name)
+    async def github_pull_head(self, inp: PullHeadInput) -> PullHeadResult:
+        """The branch of a pull request a ``/loop`` comment was made on: an
+        ``issue_comment``'s payload does not carry it, and only a task's branch
+        (``loop/<id>``) says which task the comment is for."""
+        owner, name = inp.repo.split("/", 1)
+        async with _client(inp.repo, inp.token_env) as gh:
+            try:
+                resp = await gh.rest.pulls.async_get(owner, name, inp.number)
+            except RequestFailed as e:
+                if e.response.status_code == 404:
+                    return PullHeadResult(head_ref="")
+                raise _failure(inp.repo, f"read pull request #{inp.number}", e) from None
+        return PullHeadResult(head_ref=resp.parsed_data.head.ref)
 
     @activity.defn(name=REVIEW_COMMENTS.name)
     async def github_review_comments(self, inp: ReviewCommentsInput) -> ReviewCommentsResult:
@@ -222,6 +249,43 @@ class GitHubHookActivities:
         except (BadInput, UnknownTask) as e:
             return HookAnswerResult(refused=str(e))
         return HookAnswerResult(did=reply.did)
+
+
+def status_marker(task_id: str) -> str:
+    """The hidden last line of a task's status comment: how a retried create finds the
+    comment an earlier try made (task ids are ``[A-Za-z0-9._-]``, so it cannot end the
+    HTML comment early)."""
+    return f"<!-- loopwork:{task_id} -->"
+
+
+async def _marked(gh: GitHub[object], repo: str, number: int, marker: str) -> int:
+    """The newest comment on the issue that ends with ``marker`` (0: none). Read only
+    when a create is retried, so a marker someone else typed can at most be taken in
+    that window, and then it is that person's own comment that shows the status."""
+    owner, name = repo.split("/", 1)
+    found = 0
+    for page in range(1, REVIEW_PAGES + 1):
+        try:
+            resp = await gh.rest.issues.async_list_comments(
+                owner, name, number, per_page=PER_PAGE, page=page
+            )
+        except RequestFailed as e:
+            raise _failure(repo, f"read the comments of #{number}", e) from None
+        listed = resp.parsed_data
+        for c in listed:
+            if (c.body or "").rstrip().endswith(marker):
+                found = c.id
+        if len(listed) < PER_PAGE:
+            break
+    return found
+
+
+async def _edit(gh: GitHub[object], repo: str, comment_id: int, body: str) -> None:
+    owner, name = repo.split("/", 1)
+    try:
+        await gh.rest.issues.async_update_comment(owner, name, comment_id, body=body)
+    except RequestFailed as e:
+        raise _failure(repo, f"edit comment {comment_id}", e) from None
 
 
 def _client(repo: str, token_env: str) -> GitHub[object]:

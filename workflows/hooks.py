@@ -13,12 +13,19 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
   write to the repository; anyone else gets one reply saying why, and nothing happens.
   ``run`` starts the item's task whatever its labels, ``retry`` also past the
   cool-down or a task that ended; answers go through the CLI's code path; the outcome
-  is one reply on the issue.
+  is one reply on the issue. On a task's pull request (its branch ``loop/<id>``, asked
+  of the API) an answer goes to that task, with the same check and one reply there.
 - ``pull_request_review`` submitted on a task's pull request (its branch ``loop/<id>``)
   with changes requested or comments, by someone who may write: **one** feedback for
   the whole review, its body and every inline comment with path, line and diff hunk
   (read from the API: the payload has none of them), and one reply saying what the
-  task did with it. An approving review is not an approval: a person merging is.
+  task did with it. An approving review is not an approval (a person merging is),
+  unless the source says ``approve_on_review``: then a writer's approving review is the
+  CLI's ``approve`` for a task awaiting approval.
+- ``check_suite`` / ``check_run`` / ``workflow_run`` completed: on a task's branch,
+  recorded (its ``github_checks`` gate polls); on the base branch, where the source names
+  ``ci_checks``, one CI-regression task per commit (``<source>-ci-<sha12>``) when the API
+  says one of them failed there, its goal the failed checks' own words, fenced and cut.
 - ``pull_request`` closed on a task's pull request: merged, the task (waiting for its
   pull request's outcome) ends ``DONE_WITH_EVIDENCE`` with ``merged_by_person``; closed
   unmerged by someone who may write, it ends ``REJECTED`` with who closed it. Sent as a
@@ -35,15 +42,19 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         CANCEL_TASK,
+        CHECK_EVENTS,
+        CI_ITEM,
         GITHUB_COMMENT,
         GITHUB_DELIVERY_WORKFLOW,
         GITHUB_PERMISSION,
         HOOK_ANSWER,
         HOOK_ITEM,
         LOOKUP_TASKS,
+        PULL_HEAD,
         REVIEW_COMMENTS,
         CancelTaskInput,
         CancelTaskResult,
+        CiItemInput,
         CommentInput,
         CommentResult,
         GitHubDelivery,
@@ -56,8 +67,11 @@ with workflow.unsafe.imports_passed_through():
         LookupInput,
         PermissionInput,
         PermissionResult,
+        PullHeadInput,
+        PullHeadResult,
         ReviewCommentsInput,
         ReviewCommentsResult,
+        TriageItem,
         TriageSources,
         branch_for,
         is_valid_task_id,
@@ -70,6 +84,12 @@ SHORT = timedelta(seconds=120)
 ANSWER_TIME = timedelta(seconds=90)
 """An answer waits up to 30 s for the task's validator (``loop.tasks.ANSWER_TIMEOUT_S``)."""
 STARTS = ("opened", "labeled", "reopened")
+PULL_COMMANDS = "pull-request-commands"
+"""The patch under which a ``/loop`` answer on a task's pull request reaches the task
+(before it, the comment was answered with a pointer to the task's issue)."""
+REVIEW_APPROVES = "approving-review"
+"""The patch under which an approving review is the approval where the source says
+``approve_on_review`` (before it, every approving review was ignored)."""
 
 
 @workflow.defn(name=GITHUB_DELIVERY_WORKFLOW)
@@ -80,7 +100,7 @@ class GitHubDeliveryWorkflow:
         self.source = next(
             s for s in d.sources.sources if isinstance(s, GitHubSource) and s.name == d.source
         )
-        self.number = int(d.issue["number"])
+        self.number = int(d.issue.get("number") or 0)  # CHECK_EVENTS name no issue
         self.task_id = triage.task_id_for(self.source.name, str(self.number))
         if d.event == "issues" and d.action == "closed":
             did = await self._cancel(f"issue closed on GitHub by {d.sender}")
@@ -92,6 +112,8 @@ class GitHubDeliveryWorkflow:
             did = await self._review()
         elif d.event == "pull_request" and d.action == "closed":
             did = await self._closed()
+        elif d.event in CHECK_EVENTS and d.action == "completed":
+            did = await self._checks_completed()
         else:
             did = f"ignored: {d.event} {d.action}"
         return GitHubDeliveryResult(did=[did])
@@ -106,6 +128,36 @@ class GitHubDeliveryWorkflow:
             retry_policy=STEP_RETRY,
             summary=f"item {self.task_id}",
         )
+        return await self._plan(found.item, sources)
+
+    async def _checks_completed(self) -> str:
+        """CI completed on a commit. On a task's branch it is only recorded: the task's
+        ``github_checks`` gate polls the commit's checks from inside verify (an activity,
+        which a signal to the task could not reach without ending the durable wait).
+        On the base branch, with ``ci_checks`` named, one CI-regression task per commit
+        when one of them failed there, as the API says."""
+        d, base = self.d, str(self.source.template.get("base") or "")
+        sha = d.head_sha[:12]
+        if d.head_branch.startswith(branch_for("")):
+            return (
+                f"recorded: {d.event} {d.conclusion} on {sha} of a task's branch (its gate polls)"
+            )
+        if not base or d.head_branch != base:
+            return f"ignored: {d.event} on a branch that is not {base or 'the base'}"
+        if not self.source.ci_checks:
+            return "ignored: the source names no ci_checks"
+        found = await workflow.execute_activity(
+            CI_ITEM.name,
+            CiItemInput(source=self.source, sha=d.head_sha, base=base),
+            result_type=CI_ITEM.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"checks of {sha}",
+        )
+        self.task_id = found.item.task_id
+        return await self._plan(found.item, self._asked("run"))
+
+    async def _plan(self, item: TriageItem, sources: TriageSources) -> str:
         lookup = await workflow.execute_activity(
             LOOKUP_TASKS.name,
             LookupInput(task_ids=[self.task_id], task_queue=workflow.info().task_queue),
@@ -114,7 +166,7 @@ class GitHubDeliveryWorkflow:
             retry_policy=STEP_RETRY,
             summary=f"look up {self.task_id}",
         )
-        (planned,) = triage.plan([found.item], sources, lookup, workflow.now())
+        (planned,) = triage.plan([item], sources, lookup, workflow.now())
         decision = planned.decision
         if decision.action == "start" and planned.spec is not None:
             decision = await start_planned(decision, planned.spec, planned.rerun)
@@ -157,9 +209,11 @@ class GitHubDeliveryWorkflow:
         if command.error:
             return await self._reply(f"nothing was done: {command.error}")
         if self.d.issue.get("pull_request"):
-            return await self._reply(
-                f"nothing was done: answer on the task's issue (`/loop {command.verb}` there)."
-            )
+            if not workflow.patched(PULL_COMMANDS):
+                return await self._reply(
+                    f"nothing was done: answer on the task's issue (`/loop {command.verb}` there)."
+                )
+            return await self._on_pull(command)
         if command.verb in ("run", "retry"):
             return await self._reply(await self._start(self._asked(command.verb)))
         return await self._answer(command.verb, command.fields)
@@ -182,12 +236,42 @@ class GitHubDeliveryWorkflow:
             return await self._reply(f"`{verb}` not sent: {done.refused}")
         return await self._reply(f"{self.task_id}: {done.did}")
 
-    def _task_of_branch(self) -> str:
+    async def _on_pull(self, command: hooks.Command) -> str:
+        """A writer's ``/loop`` answer on a task's pull request: the task is the one its
+        branch names (asked of the API: the comment's payload does not say), and the
+        answer and its one reply are the issue's. ``run`` and ``retry`` start an issue's
+        task, so they are said on the issue."""
+        if command.verb in ("run", "retry"):
+            return await self._reply(
+                f"nothing was done: `/loop {command.verb}` starts an issue's task; "
+                "say it on the issue."
+            )
+        head: PullHeadResult = await workflow.execute_activity(
+            PULL_HEAD.name,
+            PullHeadInput(
+                repo=self.source.repo, token_env=self.source.token_env, number=self.number
+            ),
+            result_type=PULL_HEAD.output,
+            start_to_close_timeout=SHORT,
+            retry_policy=STEP_RETRY,
+            summary=f"branch of #{self.number}",
+        )
+        if self._task_of_branch(head.head_ref):
+            # The branch is GitHub's text: not repeated in the reply.
+            return await self._reply(
+                "nothing was done: this pull request is not a Loopwork task's "
+                "(its branch is not `loop/<task id>`)."
+            )
+        return await self._answer(command.verb, command.fields)
+
+    def _task_of_branch(self, head_ref: str | None = None) -> str:
         """Why the pull request is not a task's ("" when it is: ``self.task_id`` is set)."""
+        ref = self.d.head_ref if head_ref is None else head_ref
         prefix = branch_for("")
-        self.task_id = self.d.head_ref.removeprefix(prefix)
-        if not self.d.head_ref.startswith(prefix) or not is_valid_task_id(self.task_id):
-            return f"ignored: {self.d.head_ref} is not a task's branch"
+        task_id = ref.removeprefix(prefix)
+        if not ref.startswith(prefix) or not is_valid_task_id(task_id):
+            return f"ignored: {ref} is not a task's branch"
+        self.task_id = task_id
         return ""
 
     async def _closed(self) -> str:
@@ -209,11 +293,19 @@ class GitHubDeliveryWorkflow:
         not_a_task = self._task_of_branch()
         if not_a_task:
             return not_a_task
-        if self.d.review_state not in hooks.REVIEW_STATES:
+        approval = (
+            self.d.review_state == "approved"
+            and self.source.approve_on_review
+            and workflow.patched(REVIEW_APPROVES)
+        )
+        if self.d.review_state not in hooks.REVIEW_STATES and not approval:
             return f"ignored: a review that {self.d.review_state} (merging is the approval)"
         granted = await self._permission()
         if not granted.may_write:
             return f"ignored: {self.d.sender} may not write to {self.source.repo}"
+        if approval:
+            note = f"approving review on GitHub by {self.d.sender}"
+            return await self._answer("approve", {"note": note})
         found: ReviewCommentsResult = await workflow.execute_activity(
             REVIEW_COMMENTS.name,
             ReviewCommentsInput(

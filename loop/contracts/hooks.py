@@ -33,7 +33,17 @@ def is_valid_delivery_id(delivery: str) -> bool:
     return re.fullmatch(DELIVERY_ID_PATTERN, delivery) is not None
 
 
-HookEvent = Literal["issues", "issue_comment", "pull_request_review", "pull_request"]
+HookEvent = Literal[
+    "issues",
+    "issue_comment",
+    "pull_request_review",
+    "pull_request",
+    "check_run",
+    "check_suite",
+    "workflow_run",
+]
+CHECK_EVENTS = ("check_run", "check_suite", "workflow_run")
+"""Deliveries that say a commit's CI completed; which checks failed is asked of the API."""
 
 
 class GitHubDelivery(_Record):
@@ -62,6 +72,12 @@ class GitHubDelivery(_Record):
     ``loop/<id>``)."""
     merged: bool = False
     """``pull_request`` closed: whether it was merged (GitHub's ``merged``)."""
+    head_sha: str = ""
+    """``CHECK_EVENTS``: the commit the CI ran on."""
+    head_branch: str = ""
+    """``CHECK_EVENTS``: the branch GitHub says the commit was pushed to."""
+    conclusion: str = ""
+    """``CHECK_EVENTS``: what the run or suite concluded (``failure``, ``success``…)."""
 
 
 class GitHubDeliveryResult(_Record):
@@ -186,6 +202,29 @@ class CommitStatusResult(_Record):
     posted: bool
     note: str = ""
     """Why nothing was posted (the commit is not on GitHub)."""
+
+
+class PullHeadInput(_Record):
+    """A pull request whose branch says which task it is (``loop/<id>``): an issue
+    comment's payload names the pull request but not its branch."""
+
+    repo: str
+    token_env: str
+    number: int
+
+
+class PullHeadResult(_Record):
+    head_ref: str
+    """The pull request's branch; "" when the repository has no such pull request."""
+
+
+class CiItemInput(_Record):
+    """A completed CI run on the base branch: which of ``source.ci_checks`` failed on
+    ``sha``, asked of the API (not taken from the delivery), as a regression item."""
+
+    source: GitHubSource
+    sha: str = Field(pattern=r"^[0-9a-f]{40}$")
+    base: str
 
 
 class ReviewCommentsInput(_Record):

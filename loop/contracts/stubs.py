@@ -16,6 +16,7 @@ from loop.contracts.evidence import GateResult, Verdict
 from loop.contracts.hooks import (
     CancelTaskInput,
     CancelTaskResult,
+    CiItemInput,
     CommentInput,
     CommentResult,
     CommitStatusInput,
@@ -26,6 +27,8 @@ from loop.contracts.hooks import (
     HookItemResult,
     PermissionInput,
     PermissionResult,
+    PullHeadInput,
+    PullHeadResult,
     ReviewCommentsInput,
     ReviewCommentsResult,
     StatusCommentInput,
@@ -156,6 +159,9 @@ GITHUB_PERMISSION = ActivityDef("github_permission", PermissionInput, Permission
 GITHUB_COMMENT = ActivityDef("github_comment", CommentInput, CommentResult)
 HOOK_ANSWER = ActivityDef("hook_answer", HookAnswerInput, HookAnswerResult)
 REVIEW_COMMENTS = ActivityDef("github_review_comments", ReviewCommentsInput, ReviewCommentsResult)
+CI_ITEM = ActivityDef("github_ci_item", CiItemInput, HookItemResult)
+"""The failed required checks of a base-branch commit as one CI-regression item."""
+PULL_HEAD = ActivityDef("github_pull_head", PullHeadInput, PullHeadResult)
 HOOK_ISSUE = ActivityDef("hook_issue_item", HookIssueInput, HookItemResult)
 """A ``POST /hooks/tasks`` body as triage's item (discovery's issue-file rules)."""
 SLACK_POST = ActivityDef("slack_post", SlackPostInput, SlackMessage)
@@ -193,6 +199,8 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     GITHUB_COMMENT,
     HOOK_ANSWER,
     REVIEW_COMMENTS,
+    PULL_HEAD,
+    CI_ITEM,
     SLACK_POST,
     SLACK_CLOSE,
     HOOK_ISSUE,

@@ -95,6 +95,15 @@ class GitHubSource(_SourceBase):
     """The repository, ``owner/name``."""
     token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The worker's environment variable that holds the token (read access to issues)."""
+    approve_on_review: bool = False
+    """Whether an approving review on a task's pull request, by someone who may write,
+    is the approval of a task awaiting one. Off by default: a person merging the pull
+    request on GitHub is the approval, and a review is only feedback."""
+    ci_checks: list[str] = Field(default_factory=list, max_length=50)
+    """The check runs on the template's base branch that must pass (``check_run`` names,
+    as a ``github_checks`` gate's ``required``): a ``check_suite``, ``check_run`` or
+    ``workflow_run`` delivery completed on base, after which one of them has failed on
+    that commit, opens one CI-regression task for the commit. Empty: none is opened."""
 
 
 class CiSource(_SourceBase):

@@ -89,7 +89,7 @@ def _quoted(word: str) -> str:
 
 REVIEW_STATES = ("changes_requested", "commented")
 """Reviews that become feedback; an approving review is not an approval (a person merging
-the pull request is)."""
+the pull request is) unless the source says ``approve_on_review``."""
 MAX_FEEDBACK_CHARS = 20_000
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,6 +33,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from loop.contracts import (
+    CHECK_EVENTS,
     GITHUB_DELIVERY_WORKFLOW,
     GitHubDelivery,
     GitHubDeliveryResult,
@@ -96,7 +98,12 @@ class GitHubHook:
         hooked = self.by_repo.get(repo.lower())
         if hooked is None:
             return _said(200, f"ignored: no github source of --sources is for {repo or '?'}")
-        why_not = _ignored(event, payload)
+        why_not = _ignored(
+            event,
+            payload,
+            approving=hooked.source.approve_on_review,
+            ci=bool(hooked.source.ci_checks),
+        )
         if why_not:
             return _said(200, f"ignored: {why_not}")
         d = _delivery(delivery, event, payload, hooked)
@@ -124,6 +131,7 @@ def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked
     review = payload.get("review") or {}
     pr = payload.get("pull_request") or {}
     said = payload.get("comment") if event == "issue_comment" else review
+    ran = _ran(event, payload)
     return GitHubDelivery(
         delivery=delivery,
         event=event,  # type: ignore[arg-type]  # _ignored let only the known ones by
@@ -137,21 +145,44 @@ def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked
         review_state=str(review.get("state") or "").lower(),
         head_ref=str((pr.get("head") or {}).get("ref") or ""),
         merged=pr.get("merged") is True,
+        head_sha=str(ran.get("head_sha") or ""),
+        head_branch=str(ran.get("head_branch") or ""),
+        conclusion=str(ran.get("conclusion") or ""),
     )
 
 
-def _ignored(event: str, payload: dict[str, Any]) -> str:
-    """Why Loopwork does nothing with this delivery, or "" when it acts on it."""
+def _ran(event: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A ``CHECK_EVENTS`` delivery's run or suite, with ``head_branch`` where GitHub puts
+    it (a check run's is its suite's); {} for any other event."""
+    if event not in CHECK_EVENTS:
+        return {}
+    ran = payload.get(event)
+    if not isinstance(ran, dict):
+        return {}
+    suite = ran.get("check_suite")
+    if event == "check_run" and isinstance(suite, dict):
+        return ran | {"head_branch": suite.get("head_branch")}
+    return ran
+
+
+def _ignored(
+    event: str, payload: dict[str, Any], *, approving: bool = False, ci: bool = False
+) -> str:
+    """Why Loopwork does nothing with this delivery, or "" when it acts on it
+    (``approving``: the source takes an approving review as an approval; ``ci``: it
+    names ``ci_checks``, so a failed run on a branch may matter)."""
     action = str(payload.get("action") or "")
     issue = payload.get("issue")
     if event == "pull_request_review":
-        return _review_ignored(action, payload)
+        return _review_ignored(action, payload, approving)
     if event == "pull_request":
         return _closed_ignored(action, payload)
+    if event in CHECK_EVENTS:
+        return _checks_ignored(event, action, payload, ci)
     if event not in ("issues", "issue_comment"):
         return (
             f"{event or 'an event'} is not acted on (subscribe to issues, issue comments, "
-            "pull requests, pull request reviews)"
+            "pull requests, pull request reviews, check suites, check runs, workflow runs)"
         )
     if not isinstance(issue, dict) or not isinstance(issue.get("number"), int):
         return f"{event} without an issue"
@@ -168,7 +199,7 @@ def _ignored(event: str, payload: dict[str, Any]) -> str:
     return ""
 
 
-def _review_ignored(action: str, payload: dict[str, Any]) -> str:
+def _review_ignored(action: str, payload: dict[str, Any], approving: bool) -> str:
     review, pr = payload.get("review"), payload.get("pull_request")
     if not isinstance(review, dict) or not isinstance(pr, dict):
         return "pull_request_review without a review"
@@ -176,11 +207,31 @@ def _review_ignored(action: str, payload: dict[str, Any]) -> str:
         return "pull_request_review without a number"
     if action != "submitted":
         return f"pull_request_review {action}"
-    if str(review.get("state") or "").lower() not in hooks.REVIEW_STATES:
+    state = str(review.get("state") or "").lower()
+    if state not in hooks.REVIEW_STATES and not (approving and state == "approved"):
         return f"a review that {review.get('state')} (merging is the approval)"
     ref = str((pr.get("head") or {}).get("ref") or "")
     if not ref.startswith(branch_for("")):
         return f"a review of {ref or '?'}, not of a task's branch"
+    return ""
+
+
+def _checks_ignored(event: str, action: str, payload: dict[str, Any], ci: bool) -> str:
+    """CI completed on a task's branch (recorded) or failed on some other branch of a
+    source naming ``ci_checks`` (the workflow knows the source's base); a passing run
+    elsewhere, or any run elsewhere for a source naming none, is nothing."""
+    ran = _ran(event, payload)
+    if action != "completed":
+        return f"{event} {action}"
+    if not re.fullmatch(r"[0-9a-f]{40}", str(ran.get("head_sha") or "")):
+        return f"{event} without a commit"
+    branch = str(ran.get("head_branch") or "")
+    if branch.startswith(branch_for("")):
+        return ""
+    if str(ran.get("conclusion") or "") in ("success", "neutral", "skipped"):
+        return f"{event} {ran.get('conclusion')} on {branch[:60] or '?'}"
+    if not ci:
+        return f"{event} on {branch[:60] or '?'}: the source names no ci_checks"
     return ""
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
 from loop.contracts import (
     GitHubDeliveryResult,
@@ -43,7 +45,7 @@ from tests.support.webhooks import (
     review_event,
     signature,
 )
-from worker import build_worker
+from worker import WORKFLOWS, build_worker
 
 pytestmark = [pytest.mark.timeout(180), needs_examples]
 
@@ -62,8 +64,11 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHubStandIn]:
         yield h
 
 
-def hooked(tmp_path: Path, demo_repo: Path, agent: str, **tmpl: object) -> tuple[str, Path, Path]:
-    """A sources file with one github source for REPO, and the secret's file."""
+def hooked(
+    tmp_path: Path, demo_repo: Path, agent: str, source_has: dict | None = None, **tmpl: object
+) -> tuple[str, Path, Path]:
+    """A sources file with one github source for REPO (with ``source_has``), and the
+    secret's file."""
     name = f"gh{uuid.uuid4().hex[:6]}"
     source = {
         "name": name,
@@ -71,7 +76,7 @@ def hooked(tmp_path: Path, demo_repo: Path, agent: str, **tmpl: object) -> tuple
         "repo": REPO,
         "labels": {"include": ["loop"]},
         "autonomy": "assisted",
-    }
+    } | (source_has or {})
     spec = template(demo_repo, write_agent(tmp_path, agent)) | tmpl
     file = write_sources(tmp_path, spec, [source])
     secret = tmp_path / "webhook.secret"
@@ -247,6 +252,55 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     assert signals == ["approve: ship it (by github:ann)"], signals
     asked = [s.path.split("/")[-2] for s in hub.seen if "/collaborators/" in s.path]
     assert asked == ["mallory", "ann"], "chatter asks GitHub nothing"
+
+
+async def test_an_approving_review_approves_where_the_source_says_so(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    """``approve_on_review: true``: a writer's approving review on the task's branch is the
+    approval of the task awaiting it (a reader's is nothing), one reply on the PR."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    name, file, secret = hooked(
+        tmp_path, demo_repo, FIX_AT_ONCE, {"approve_on_review": True}, autonomy="assisted"
+    )
+    task_id = f"{name}-1"
+    branch = f"loop/{task_id}"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        by_reader = review_event(REPO, 7, branch, 93, "approved", "LGTM", "mallory")
+        _, d1 = await deliver(url, "pull_request_review", by_reader, SECRET)
+        ignored = await delivered(client, d1)
+        still = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        by_writer = review_event(REPO, 7, branch, 94, "approved", "LGTM", "ann")
+        taken, d2 = await deliver(url, "pull_request_review", by_writer, SECRET)
+        approved = await delivered(client, d2)
+        result = await result_of(handle)
+        history = await client.get_workflow_handle(delivery_workflow_id(d2)).fetch_history()
+
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    assert ignored.did == [f"ignored: mallory may not write to {REPO}"]
+    assert still.state == TaskState.AWAITING_APPROVAL
+    assert taken.status_code == 202
+    assert approved.did[0].startswith("replied in comment ")
+    assert f"{task_id}: approved" in approved.did[0]
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    signals = [e.detail for e in result.events if e.kind == "signal"]
+    assert signals == ["approve: approving review on GitHub by ann (by github:ann)"], signals
+    (reply,) = replies(hub)
+    assert reply["number"] == 7
+    assert not hub.reviews, "an approval reads no inline comments"
 
 
 async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(

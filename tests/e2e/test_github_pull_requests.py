@@ -35,7 +35,14 @@ from tests.support.github import GitHubStandIn, annotation, check_run, review_co
 from tests.support.tasks import result_of, wait_for
 from tests.support.triage import template, write_sources
 from tests.support.ui import loop_ui
-from tests.support.webhooks import closed_event, deliver, issue_event, needs_examples, review_event
+from tests.support.webhooks import (
+    closed_event,
+    comment_event,
+    deliver,
+    issue_event,
+    needs_examples,
+    review_event,
+)
 from worker import WORKFLOWS, build_worker
 
 pytestmark = needs_examples
@@ -224,6 +231,67 @@ async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
     assert not replies(hub), "nothing is said on a closed pull request"
     assert "**REJECTED**" in status_comment(hub, 1)
     assert "closed on GitHub by ann" in status_comment(hub, 1)
+
+
+async def test_loop_commands_on_a_tasks_pull_request_answer_its_task(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,  # noqa: F811
+):
+    """``/loop`` on the pull request: the task its branch names, the writer check, one
+    reply on the pull request each."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    name, file, secret = sources(tmp_path, demo_repo, remote_of(demo_repo, tmp_path))
+    task_id = f"{name}-1"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+
+    async def said(url: str, number: int, body: str, sender: str) -> list[str]:
+        payload = comment_event(REPO, number, body, sender, on_pull=True)
+        resp, delivery = await deliver(url, "issue_comment", payload, SECRET)
+        assert resp.status_code == 202, resp.text
+        return (await delivered(client, delivery)).did
+
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST)
+        (pr,) = hub.pulls
+        number = pr["number"]
+        by_reader = await said(url, number, "/loop reject no", "mallory")
+        still = await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST)
+        hub.pulls.append(pr | {"number": 77, "head": pr["head"] | {"ref": "feature/x"}})
+        not_a_task = await said(url, 77, "/loop reject no", "ann")
+        retry = await said(url, number, "/loop retry", "ann")
+        feedback = await said(url, number, "/loop feedback keep the hyphens, @team", "ann")
+        again = await wait_for(
+            handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST and st.attempt == 2
+        )
+        prompt = (settings.runs / task_id / "attempt-2" / "prompt.md").read_text()
+        rejected = await said(url, number, "/loop reject not needed after all", "ann")
+        result = await result_of(handle)
+        history = await handle.fetch_history()
+
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    assert still.state == TaskState.AWAITING_APPROVAL and still.attempt == 1
+    assert "may not write to acme/app" in by_reader[0]
+    assert "is not a Loopwork task's" in not_a_task[0] and "feature/x" not in not_a_task[0]
+    assert "starts an issue's task; say it on the issue" in retry[0]
+    assert feedback[0].endswith(f"{task_id}: your feedback goes into the next attempt")
+    assert "keep the hyphens, @team" in prompt
+    assert again.attempt == 2
+    assert rejected[0].startswith("replied in comment ")
+    assert result.state == TaskState.REJECTED
+    assert "not needed after all" in result.reason
+    assert [c["number"] for c in replies(hub)] == [number, 77, number, number, number]
+    asked = [s.path for s in hub.seen]
+    assert asked.count(f"/repos/{REPO}/pulls/{number}") == 2, "for feedback and reject"
 
 
 async def test_a_failed_required_check_is_fed_back_with_its_annotations(

@@ -72,6 +72,9 @@ class GitHubStandIn:
     statuses: list[dict[str, Any]] = field(default_factory=list)
     """Commit statuses set (``POST …/statuses/{sha}``), as returned, with ``sha`` added."""
     pushed: list[dict[str, Any]] = field(default_factory=list)
+    lose_created: int = 0
+    """How many comment creates succeed and yet answer ``502`` (the answer lost on the way
+    back, as a timeout loses it: the caller cannot tell it was made)."""
     """Every ``POST …/pulls``'s body, also the refused ones (a retried or updated one)."""
 
     def spend_limit(self, seconds: float) -> None:
@@ -265,6 +268,10 @@ def _handler(hub: GitHubStandIn) -> type[BaseHTTPRequestHandler]:
                 return _comment(hub, repo, segments, sent)
             if segments[0] == "repos" and segments[3:] == ["pulls"]:
                 return _list_pulls(hub, repo, query)
+            if len(segments) == 6 and segments[3] == "issues" and segments[5] == "comments":
+                return _list_comments(hub, repo, segments[4], query)
+            if len(segments) == 5 and segments[3] == "pulls":
+                return _get_pull(hub, repo, segments[4])
             if (
                 len(segments) == 6
                 and segments[3] == "collaborators"
@@ -507,6 +514,31 @@ def _list_pulls(
     return 200, JSON, json.dumps(listed).encode()
 
 
+def _list_comments(
+    hub: GitHubStandIn, repo: str, number: str, query: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/issues/{issue_number}/comments``, oldest first, paged."""
+    if repo not in hub.repos or not number.isdigit():
+        return _error(404, "Not Found", "issues/comments#list-issue-comments", {})
+    on = [
+        {k: v for k, v in c.items() if k not in ("repo", "number")}
+        for c in hub.comments
+        if c["repo"] == repo and c["number"] == int(number)
+    ]
+    per_page = min(int(query.get("per_page", "30")), hub.per_page_max)
+    page = int(query.get("page", "1"))
+    return 200, JSON, json.dumps(on[(page - 1) * per_page : page * per_page]).encode()
+
+
+def _get_pull(hub: GitHubStandIn, repo: str, number: str) -> tuple[int, dict[str, str], bytes]:
+    """``GET /repos/{owner}/{repo}/pulls/{pull_number}``."""
+    found = [p for p in hub.pulls if p["repo"] == repo and str(p["number"]) == number]
+    if not found:
+        return _error(404, "Not Found", "pulls/pulls#get-a-pull-request", {})
+    pr = {k: v for k, v in found[0].items() if k != "repo"}
+    return 200, JSON, json.dumps(pr).encode()
+
+
 def _rights(granted: str) -> dict[str, bool]:
     order = ["read", "triage", "write", "maintain", "admin"]
     level = order.index(granted)
@@ -542,6 +574,9 @@ def _comment(
         "author_association": "NONE",
     }
     hub.comments.append(comment | {"repo": repo, "number": number})
+    if hub.lose_created:
+        hub.lose_created -= 1
+        return _error(502, "Server Error", "", {})
     headers = {**JSON, "Location": comment["url"]}
     return 201, headers, json.dumps(comment).encode()
 

@@ -68,10 +68,22 @@ def issue_event(
     return payload
 
 
-def comment_event(repo: str, number: int, body: str, sender: str) -> dict[str, Any]:
+def comment_event(
+    repo: str, number: int, body: str, sender: str, *, on_pull: bool = False
+) -> dict[str, Any]:
+    """A comment created on issue ``number``, or (``on_pull``) on pull request ``number``,
+    whose issue object then carries GitHub's ``pull_request`` links and no branch."""
     payload = example("issue_comment", "created", repo)
     payload["issue"]["number"] = number
     payload["issue"].pop("pull_request", None)
+    if on_pull:
+        api = f"https://api.github.com/repos/{repo}"
+        payload["issue"]["pull_request"] = {
+            "url": f"{api}/pulls/{number}",
+            "html_url": f"https://github.com/{repo}/pull/{number}",
+            "diff_url": f"https://github.com/{repo}/pull/{number}.diff",
+            "patch_url": f"https://github.com/{repo}/pull/{number}.patch",
+        }
     payload["comment"]["body"] = body
     payload["comment"]["user"]["login"] = sender
     payload["sender"]["login"] = sender
@@ -142,4 +154,23 @@ def closed_event(
     pr["merged_by"] = copy.deepcopy(payload["sender"]) if merged else None
     payload["sender"]["login"] = sender
     payload["sender"]["type"] = "User"
+    return payload
+
+
+def checks_event(
+    event: str, repo: str, sha: str, branch: str, conclusion: str, name: str = "build"
+) -> dict[str, Any]:
+    """A ``check_run``, ``check_suite`` or ``workflow_run`` completed on ``sha`` of
+    ``branch`` (a check run's branch is its suite's, as GitHub nests it)."""
+    payload = example(event, "completed", repo)
+    ran = payload[event]
+    ran.update(head_sha=sha, conclusion=conclusion, status="completed")
+    if event == "check_suite":
+        ran["head_branch"] = branch
+    elif event == "check_run":
+        ran["name"] = name
+        ran["check_suite"].update(head_sha=sha, head_branch=branch)
+    else:
+        ran.update(head_branch=branch, name=name)
+    payload["sender"]["type"] = "Bot"
     return payload

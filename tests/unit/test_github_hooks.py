@@ -12,7 +12,7 @@ from loop.contracts import ReviewComment
 from loop.errors import BadInput
 from loop.rules.hooks import Command, addressed, parse, review_feedback
 from loop.ui.config import webhook
-from loop.ui.hooks import signature_ok
+from loop.ui.hooks import _ignored, signature_ok
 from tests.support.triage import template, write_sources
 
 
@@ -113,3 +113,37 @@ def test_a_review_is_one_feedback_with_each_inline_comment():
     )
     long = review_feedback("ann", "commented", "x" * 30_000, [])
     assert len(long) <= 20_000 and long.endswith("[… cut]")
+
+
+SHA = "3f786850e387550fdab836ed7e6dc881de23001b"
+
+
+@pytest.mark.parametrize(
+    ("event", "ran", "ci", "why"),
+    [
+        ("check_run", {"check_suite": {"head_branch": "main"}, "conclusion": "failure"}, True, ""),
+        ("check_suite", {"head_branch": "loop/gh-1", "conclusion": "success"}, False, ""),
+        (
+            "workflow_run",
+            {"head_branch": "main", "conclusion": "success"},
+            True,
+            "workflow_run success on main",
+        ),
+        (
+            "check_suite",
+            {"head_branch": "main", "conclusion": "failure"},
+            False,
+            "check_suite on main: the source names no ci_checks",
+        ),
+        (
+            "check_run",
+            {"head_sha": "not-a-sha", "conclusion": "failure"},
+            True,
+            "check_run without a commit",
+        ),
+    ],
+)
+def test_which_check_deliveries_reach_a_workflow(event: str, ran: dict, ci: bool, why: str):
+    payload = {"action": "completed", event: {"head_sha": SHA} | ran}
+    assert _ignored(event, payload, ci=ci) == why
+    assert _ignored(event, payload | {"action": "requested"}, ci=ci) == f"{event} requested"

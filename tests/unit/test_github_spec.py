@@ -10,6 +10,7 @@ a secondary limit's ``429``) are checked against the description's shared respon
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from loop.contracts import (
     GitHubSource,
     PermissionInput,
     PermissionResult,
+    PullHeadInput,
     ReviewCommentsInput,
     StatusCommentInput,
     TaskState,
@@ -262,6 +264,9 @@ def test_the_pull_request_routes_match_the_description(hub: GitHubStandIn):
     found = send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/gh-1&state=open")
     assert [p["number"] for p in found.json()] == [pr["number"]]
     assert send(hub, "GET", f"/repos/{REPO}/pulls?head=acme:loop/other&state=open").json() == []
+    one = send(hub, "GET", f"/repos/{REPO}/pulls/{pr['number']}")
+    assert one.json()["head"]["ref"] == "loop/gh-1"
+    assert send(hub, "GET", f"/repos/{REPO}/pulls/999").status_code == 404
 
 
 def test_the_comment_edit_route_matches_the_description(hub: GitHubStandIn):
@@ -301,7 +306,7 @@ async def test_the_status_comment_is_made_once_then_edited(
     hub.comments.clear()  # a person deleted it: a new one is made
     again = await env.run(acts.github_status_comment, done)
     assert edited.comment_id == made.comment_id != again.comment_id
-    link = "\n\n[Review page](https://loop.example.com/tasks/gh-1)"
+    link = "\n\n[Review page](https://loop.example.com/tasks/gh-1)\n\n<!-- loopwork:gh-1 -->"
     running = "**Loopwork** · task `gh-1` · **RUNNING** · attempt 1\n\n＠here &lt;b&gt;" + link
     ended = running.replace("RUNNING", "DONE_WITH_EVIDENCE")
     assert hub.edits == [(made.comment_id, ended)]
@@ -312,6 +317,7 @@ async def test_the_status_comment_is_made_once_then_edited(
     assert hub.comments[-1]["body"].endswith(
         "[Review page](https://loop.example.com/tasks/gh-1) · "
         "[Temporal UI](https://temporal.example.com/namespaces/default/workflows/task-gh-1)"
+        "\n\n<!-- loopwork:gh-1 -->"
     )
     for seen, (method, text) in zip(
         hub.seen,
@@ -386,3 +392,59 @@ def test_the_check_run_routes_match_the_description(hub: GitHubStandIn):
     assert [(a["path"], a["start_line"], a["message"]) for a in notes] == [
         ("slugify.py", 3, "E501 line too long")
     ]
+
+
+@needs_examples
+async def test_the_pull_head_activity_reads_the_branch_as_described(
+    hub: GitHubStandIn, settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    asked = {"title": "Fix it", "head": "loop/gh-1", "base": "main", "body": "Evidence."}
+    number = send(hub, "POST", f"/repos/{REPO}/pulls", json.dumps(asked).encode()).json()["number"]
+    acts, env = GitHubHookActivities(settings), ActivityEnvironment()
+    found = await env.run(
+        acts.github_pull_head, PullHeadInput(repo=REPO, token_env="GITHUB_TOKEN", number=number)
+    )
+    gone = await env.run(
+        acts.github_pull_head, PullHeadInput(repo=REPO, token_env="GITHUB_TOKEN", number=7)
+    )
+    assert (found.head_ref, gone.head_ref) == ("loop/gh-1", "")
+    assert [s.status for s in hub.seen][-2:] == [200, 404]
+    for seen in hub.seen[-2:]:
+        api().validate_request(MockRequest("https://api.github.com", "get", seen.path))
+
+
+async def test_a_retried_status_comment_create_is_not_posted_twice(
+    hub: GitHubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The create made the comment but its answer was lost: the retry finds the comment by
+    its hidden marker and edits it, so the issue has one status comment."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    acts = GitHubHookActivities(Settings(home=tmp_path))
+    env = ActivityEnvironment()
+    other = send(
+        hub, "POST", f"/repos/{REPO}/issues/1/comments", b'{"body": "<!-- loopwork:gh-9 -->"}'
+    )
+    shown = TaskStatusView(task_id="gh-1", state=TaskState.RUNNING, attempt=1)
+    asked = StatusCommentInput(repo=REPO, token_env="GITHUB_TOKEN", number=1, view=shown)
+    hub.lose_created = 1
+    with pytest.raises(Exception, match="502"):
+        await env.run(acts.github_status_comment, asked)
+    env.info = dataclasses.replace(env.info, attempt=2)  # Temporal's retry of the activity
+    again = await env.run(acts.github_status_comment, asked)
+    mine = [c for c in hub.comments if c["body"].endswith("<!-- loopwork:gh-1 -->")]
+    assert len(mine) == 1 and again.comment_id == mine[0]["id"] != other.json()["id"]
+    assert hub.edits == [(again.comment_id, mine[0]["body"])]
+    assert [s.status for s in hub.seen] == [201, 502, 200, 200]
+    listed = hub.seen[2]
+    assert listed.path == f"/repos/{REPO}/issues/1/comments"
+    api().validate_request(
+        MockRequest("https://api.github.com", "get", listed.path, args=listed.query)
+    )
+    page = send(hub, "GET", f"/repos/{REPO}/issues/1/comments?per_page=100&page=1")
+    assert [c["id"] for c in page.json()] == [other.json()["id"], again.comment_id]
+    hub.lose_created, hub.comments[:] = 0, []
+    fresh = await env.run(acts.github_status_comment, asked)  # none to find: made anew
+    assert [c["id"] for c in hub.comments] == [fresh.comment_id]
