@@ -208,7 +208,7 @@ class DiscoverActivities:
             "by fixing the cause; do not weaken, skip or delete the check.\n\n"
             f"Output tail of `{command}` on {base}:\n\n```\n{tail}\n```\n"
         )
-        item = _item(
+        item = item_of(
             source,
             key="regression",
             title=f"`{command}` {how} on {base}",
@@ -287,7 +287,7 @@ def issue_item(
         except (ValidationError, TypeError) as e:
             why = describe(e) if isinstance(e, ValidationError) else "budget must be a mapping"
             return skipped(key, f"{where}: front matter budget: {why}")
-    item = _item(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
+    item = item_of(source, key=key, title=title, labels=[str(x) for x in labels], fields=overrides)
     return item.model_copy(update={"note": note})
 
 
@@ -374,7 +374,7 @@ def github_item(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]
             "number": int(key),
             "token_env": source.token_env,
         }
-    return _item(source, key=key, title=title, labels=labels, fields=fields)
+    return item_of(source, key=key, title=title, labels=labels, fields=fields)
 
 
 # --------------------------------------------------------------------------- TODO markers
@@ -429,7 +429,7 @@ async def _todo(source: TodoSource) -> tuple[list[TriageItem], str]:
             f"{marker_text}\n\nDo what it asks, then remove the marker.\n\n"
             f"Context:\n\n```\n{context}\n```\n"
         )
-        items.append(_item(source, key=key, title=title, labels=labels, fields={"goal": goal}))
+        items.append(item_of(source, key=key, title=title, labels=labels, fields={"goal": goal}))
     # Matching markers first, so max_items never hides work behind non-matching ones.
     items.sort(key=lambda i: bool(i.skip_reason))
     return items, f"{found} markers ({', '.join(source.markers)}) at {base}"
@@ -448,7 +448,7 @@ async def _context(repo: str, commit: str, path: str, line: int) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _item(
+def item_of(
     source: IssueFilesSource
     | GitHubIssuesSource
     | GitHubSource

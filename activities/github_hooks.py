@@ -92,7 +92,7 @@ class GitHubHookActivities:
     async def github_permission(self, inp: PermissionInput) -> PermissionResult:
         """What the API says the commenter may do in the repository (404: nothing)."""
         owner, name = inp.repo.split("/", 1)
-        async with _client(inp.repo, inp.token_env) as gh:
+        async with hook_client(inp.repo, inp.token_env) as gh:
             try:
                 resp = await gh.rest.repos.async_get_collaborator_permission_level(
                     owner, name, inp.login
@@ -100,7 +100,7 @@ class GitHubHookActivities:
             except RequestFailed as e:
                 if e.response.status_code == 404:
                     return PermissionResult(permission="none")
-                raise _failure(inp.repo, "read a collaborator's permission", e) from None
+                raise failure(inp.repo, "read a collaborator's permission", e) from None
         data = resp.parsed_data
         role = data.role_name if isinstance(data.role_name, str) else ""
         # ``permission`` says ``write`` for a maintainer; ``role_name`` tells them apart
@@ -111,13 +111,13 @@ class GitHubHookActivities:
     @activity.defn(name=GITHUB_COMMENT.name)
     async def github_comment(self, inp: CommentInput) -> CommentResult:
         owner, name = inp.repo.split("/", 1)
-        async with _client(inp.repo, inp.token_env) as gh:
+        async with hook_client(inp.repo, inp.token_env) as gh:
             try:
                 resp = await gh.rest.issues.async_create_comment(
                     owner, name, inp.number, body=inp.body
                 )
             except RequestFailed as e:
-                raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
+                raise failure(inp.repo, f"comment on #{inp.number}", e) from None
         return CommentResult(comment_id=resp.parsed_data.id)
 
     @activity.defn(name=STATUS_COMMENT.name)
@@ -141,7 +141,7 @@ class GitHubHookActivities:
             body += "\n\n" + " · ".join(links)
         marker = status_marker(inp.view.task_id)
         body += "\n\n" + marker
-        async with _client(inp.repo, inp.token_env) as gh:
+        async with hook_client(inp.repo, inp.token_env) as gh:
             if inp.comment_id:
                 try:
                     await gh.rest.issues.async_update_comment(
@@ -150,7 +150,7 @@ class GitHubHookActivities:
                     return StatusCommentResult(comment_id=inp.comment_id)
                 except RequestFailed as e:
                     if e.response.status_code != 404:
-                        raise _failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
+                        raise failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
             if activity.info().attempt > 1:
                 # A create whose answer was lost (a timeout) may have made the comment:
                 # find it by its marker rather than post a second one.
@@ -161,7 +161,7 @@ class GitHubHookActivities:
             try:
                 resp = await gh.rest.issues.async_create_comment(owner, name, inp.number, body=body)
             except RequestFailed as e:
-                raise _failure(inp.repo, f"comment on #{inp.number}", e) from None
+                raise failure(inp.repo, f"comment on #{inp.number}", e) from None
         return StatusCommentResult(comment_id=resp.parsed_data.id)
 
     @activity.defn(name=COMMIT_STATUS.name)
@@ -175,7 +175,7 @@ class GitHubHookActivities:
         page = ""
         if self.settings.review_url:
             page = f"{self.settings.review_url.rstrip('/')}/tasks/{inp.task_id}"
-        async with _client(repo, inp.token_env) as gh:
+        async with hook_client(repo, inp.token_env) as gh:
             try:
                 await gh.rest.repos.async_create_commit_status(
                     owner,
@@ -187,7 +187,7 @@ class GitHubHookActivities:
                     **({"target_url": page} if page else {}),
                 )
             except RequestFailed as e:
-                raise _failure(repo, f"set {COMMIT_STATUS_CONTEXT} on {inp.sha[:12]}", e) from None
+                raise failure(repo, f"set {COMMIT_STATUS_CONTEXT} on {inp.sha[:12]}", e) from None
         return CommitStatusResult(posted=True)
 
     @activity.defn(name=PULL_HEAD.name)
@@ -196,13 +196,13 @@ class GitHubHookActivities:
         ``issue_comment``'s payload does not carry it, and only a task's branch
         (``loop/<id>``) says which task the comment is for."""
         owner, name = inp.repo.split("/", 1)
-        async with _client(inp.repo, inp.token_env) as gh:
+        async with hook_client(inp.repo, inp.token_env) as gh:
             try:
                 resp = await gh.rest.pulls.async_get(owner, name, inp.number)
             except RequestFailed as e:
                 if e.response.status_code == 404:
                     return PullHeadResult(head_ref="")
-                raise _failure(inp.repo, f"read pull request #{inp.number}", e) from None
+                raise failure(inp.repo, f"read pull request #{inp.number}", e) from None
         return PullHeadResult(head_ref=resp.parsed_data.head.ref)
 
     @activity.defn(name=REVIEW_COMMENTS.name)
@@ -210,14 +210,14 @@ class GitHubHookActivities:
         """Every inline comment of one review (a review's payload carries none of them)."""
         owner, name = inp.repo.split("/", 1)
         found: list[ReviewComment] = []
-        async with _client(inp.repo, inp.token_env) as gh:
+        async with hook_client(inp.repo, inp.token_env) as gh:
             for page in range(1, REVIEW_PAGES + 1):
                 try:
                     resp = await gh.rest.pulls.async_list_comments_for_review(
                         owner, name, inp.number, inp.review_id, per_page=PER_PAGE, page=page
                     )
                 except RequestFailed as e:
-                    raise _failure(inp.repo, f"read review {inp.review_id}'s comments", e) from None
+                    raise failure(inp.repo, f"read review {inp.review_id}'s comments", e) from None
                 listed = resp.parsed_data
                 found += [
                     ReviewComment(
@@ -270,7 +270,7 @@ async def _marked(gh: GitHub[object], repo: str, number: int, marker: str) -> in
                 owner, name, number, per_page=PER_PAGE, page=page
             )
         except RequestFailed as e:
-            raise _failure(repo, f"read the comments of #{number}", e) from None
+            raise failure(repo, f"read the comments of #{number}", e) from None
         listed = resp.parsed_data
         for c in listed:
             if (c.body or "").rstrip().endswith(marker):
@@ -285,10 +285,10 @@ async def _edit(gh: GitHub[object], repo: str, comment_id: int, body: str) -> No
     try:
         await gh.rest.issues.async_update_comment(owner, name, comment_id, body=body)
     except RequestFailed as e:
-        raise _failure(repo, f"edit comment {comment_id}", e) from None
+        raise failure(repo, f"edit comment {comment_id}", e) from None
 
 
-def _client(repo: str, token_env: str) -> GitHub[object]:
+def hook_client(repo: str, token_env: str) -> GitHub[object]:
     source = GitHubSource(name="hook", kind="github", repo=repo, token_env=token_env)
     return GitHub(
         github_issues.token_of(source),
@@ -300,7 +300,7 @@ def _client(repo: str, token_env: str) -> GitHub[object]:
     )
 
 
-def _failure(repo: str, what: str, e: RequestFailed) -> ApplicationError:
+def failure(repo: str, what: str, e: RequestFailed) -> ApplicationError:
     """Retried at the reset when rate-limited, retried when GitHub itself failed,
     otherwise not: the same request would get the same answer."""
     if isinstance(e, RateLimitExceeded):

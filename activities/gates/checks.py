@@ -66,7 +66,7 @@ async def evaluate(gate: GitHubChecksGate, judging: Judging) -> GateResult:
         user_agent="loopwork-checks",
     ) as gh:
         while True:
-            runs = await _runs(gh, owner, name, judging.commit, deadline)
+            runs = await check_runs(gh, owner, name, judging.commit, deadline)
             latest = {r["name"]: r for r in reversed(runs)}  # the newest run of each name
             waiting = [n for n in required if latest.get(n, {}).get("status") != "completed"]
             if not waiting:
@@ -81,7 +81,7 @@ async def evaluate(gate: GitHubChecksGate, judging: Judging) -> GateResult:
         failed = [latest[n] for n in required if latest[n].get("conclusion") not in PASSING]
         lines: list[str] = []
         for run in failed:
-            lines += await _described(gh, owner, name, run)
+            lines += await described_run(gh, owner, name, run)
     if not failed:
         detail = f"all succeeded on {judging.commit[:12]}: {', '.join(required)}"
         return result.model_copy(update={"passed": True, "evidence": Evidence(detail=detail)})
@@ -89,7 +89,7 @@ async def evaluate(gate: GitHubChecksGate, judging: Judging) -> GateResult:
     return result.model_copy(update={"evidence": Evidence(detail=said, failure=lines)})
 
 
-async def _runs(
+async def check_runs(
     gh: GitHub[Any], owner: str, name: str, sha: str, deadline: float
 ) -> list[dict[str, Any]]:
     """The commit's check runs (a spent rate limit is waited out, within the deadline)."""
@@ -115,7 +115,7 @@ async def _runs(
         return [r for r in runs or [] if isinstance(r, dict)]
 
 
-async def _described(gh: GitHub[Any], owner: str, name: str, run: dict[str, Any]) -> list[str]:
+async def described_run(gh: GitHub[Any], owner: str, name: str, run: dict[str, Any]) -> list[str]:
     """A failed check as the next attempt reads it: conclusion, title, summary, link and
     each annotation with its place. GitHub's text is the CI's output: data, cut short."""
     output = run.get("output") or {}
