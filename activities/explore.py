@@ -23,6 +23,7 @@ from activities.host.gateway import provider_key
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import git
 from activities.host.sandbox.egress_rules import listed
+from activities.host.step_files import keep
 from activities.make import agent_home, endpoints
 from activities.model import preflight
 from activities.verify import checkouts
@@ -40,7 +41,6 @@ from loop.contracts import (
     Verdict,
     Workspace,
 )
-from loop.contracts.step_context import keep
 from loop.errors import permanent
 from loop.rules import memory
 from loop.rules.clis import BY_NAME, CliEndpoint, usage_source

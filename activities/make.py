@@ -35,6 +35,7 @@ from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git
 from activities.host.proc import tail_of
 from activities.host.remote import publish
+from activities.host.step_files import keep
 from activities.host.worktree import (
     changed_files,
     outside_changes,
@@ -56,7 +57,6 @@ from loop.contracts import (
     TaskSpec,
     Workspace,
 )
-from loop.contracts.step_context import keep
 from loop.errors import permanent
 from loop.hardened.files import read_untrusted
 from loop.logs import log_for

@@ -22,6 +22,7 @@ from temporalio import activity
 
 from activities import gates
 from activities.host import artifact
+from activities.host.files import write_atomic
 from activities.host.worktree import changed_files
 from loop.contracts import (
     REFUSALS,
@@ -70,7 +71,7 @@ class VerifyActivities:
             ignored_files=made.ignored_files,
         )
         kept = log_dir / "verdict.json"
-        await asyncio.to_thread(kept.write_text, verdict.model_dump_json())
+        await asyncio.to_thread(write_atomic, kept, verdict.model_dump_json())
         return verdict.model_copy(update={"kept": str(kept)})
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
 from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
+from loop.hardened.files import open_untrusted
 from loop.rules.tamper import Finding
 
 BASE_REUSE_S = 6 * 3600
@@ -158,24 +159,29 @@ def _share(ran: Ran, shared: Path) -> None:
     aside = shared.with_name(f".{shared.name}.{uuid.uuid4().hex[:8]}")
     try:
         aside.mkdir(parents=True, mode=0o700)
-        log = Path(ran.proc.log_path)
-        if log.is_file():
-            shutil.copyfile(log, aside / "gate.log")
+        _copy(Path(ran.proc.log_path), aside / "gate.log")
         (aside / "ran.json").write_text(ran.model_dump_json())
         shutil.rmtree(shared, ignore_errors=True)
         aside.rename(shared)
-    except OSError:
-        shutil.rmtree(aside, ignore_errors=True)  # another task kept the same run first
+    except OSError:  # no log to keep, or another task kept the same run first
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A worker's log copied as it is: a link or a FIFO in its place is not followed."""
+    with os.fdopen(open_untrusted(source), "rb") as src, target.open("wb") as out:
+        shutil.copyfileobj(src, out)
 
 
 def _copied(shared: Path, kept: Path) -> Ran | None:
     """Another task's run at base as this task's own (its log copied beside ``kept``), or
     None where the copy is unreadable."""
     try:
-        ran = Ran.model_validate_json((shared / "ran.json").read_text())
+        with os.fdopen(open_untrusted(shared / "ran.json"), "rb") as f:
+            ran = Ran.model_validate_json(f.read())
         kept.parent.mkdir(parents=True, exist_ok=True)
         log = kept.with_suffix(".log")
-        shutil.copyfile(shared / "gate.log", log)
+        _copy(shared / "gate.log", log)
     except (OSError, ValueError):
         return None
     return ran.model_copy(

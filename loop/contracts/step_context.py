@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+import os
 from typing import Any, TypeVar
 
 from pydantic import (
@@ -95,15 +95,9 @@ def _shared(step: BaseModel) -> dict[str, Any]:
     return shared
 
 
-def keep(step: BaseModel, path: str) -> str:
-    """Keep what the workflow sent whole at ``path`` (the activity's side), for the later
-    steps that will send only the path; the path, for the step's result to report."""
-    target = Path(path)
-    if path and not target.exists():
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(_body(_shared(step)))
-        tmp.replace(target)
-    return path
+def shared_body(step: BaseModel) -> str:
+    """What a host keeps of ``step``: its shared part, as the activity read it."""
+    return _body(_shared(step))
 
 
 def read_context(path: str) -> dict[str, Any]:
@@ -120,8 +114,11 @@ def read_evidence(path: str) -> dict[str, Any]:
 
 
 def _read(path: str, what: str) -> str:
+    """The worker's own file, never where a link in its place points."""
     try:
-        return Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd) as f:
+            return f.read()
     except OSError as e:
         raise ApplicationError(
             f"this task's {what} {path} is unreadable ({e.strerror}): its run folder was "

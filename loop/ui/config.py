@@ -178,21 +178,30 @@ def ui_config(
     )
 
 
+def secret_file_of(env: str, file: str, fix: str) -> str:
+    """The secret in the file ``env`` names, stripped: one line naming the variable when it
+    cannot be read or is too short to be a secret (``fix``: where a good one comes from)."""
+    try:
+        secret = Path(file).expanduser().read_text().strip()
+    except OSError as e:
+        raise BadInput(f"{env}: cannot read {file}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{env}: {file} is not text; {fix}") from None
+    if len(secret) < MIN_SECRET:
+        raise BadInput(
+            f"{env}: the secret in {file} is shorter than {MIN_SECRET} characters; {fix}"
+        )
+    return secret
+
+
+MAKE_ONE = 'make one with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+
+
 def hooks_token(token_file: str) -> str | None:
     """The bearer token ``POST /hooks/tasks`` takes, from its file; None: no such path."""
     if not token_file:
         return None
-    try:
-        token = Path(token_file).expanduser().read_text().strip()
-    except OSError as e:
-        raise BadInput(f"{HOOKS_TOKEN_ENV}: cannot read {token_file}: {e.strerror}") from None
-    if len(token) < MIN_SECRET:
-        raise BadInput(
-            f"{HOOKS_TOKEN_ENV}: the token in {token_file} is shorter than {MIN_SECRET} "
-            "characters; make one with "
-            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
-        )
-    return token
+    return secret_file_of(HOOKS_TOKEN_ENV, token_file, MAKE_ONE)
 
 
 def tasked(files: list[Path]) -> dict[str, TriageSources]:
@@ -226,15 +235,11 @@ def slack(environ: dict[str, str]) -> SlackConfig | None:
             f"{SLACK_SECRET_ENV} is set: set {SLACK_TOKEN_ENV} too (the bot token opens the "
             "modals that ask for a reason)"
         )
-    try:
-        secret = Path(secret_file).expanduser().read_text().strip()
-    except OSError as e:
-        raise BadInput(f"{SLACK_SECRET_ENV}: cannot read {secret_file}: {e.strerror}") from None
-    if len(secret) < MIN_SECRET:
-        raise BadInput(
-            f"{SLACK_SECRET_ENV}: the secret in {secret_file} is shorter than {MIN_SECRET} "
-            "characters (copy the Signing Secret from the app's Basic Information page)"
-        )
+    secret = secret_file_of(
+        SLACK_SECRET_ENV,
+        secret_file,
+        "copy the Signing Secret from the app's Basic Information page",
+    )
     token = read_token(Path(token_file))
     api_url = environ.get("LOOP_SLACK_API_URL") or DEFAULT_API
     return SlackConfig(
@@ -273,15 +278,7 @@ def webhook(
                 f"{HOOKS_TOKEN_ENV}, for POST /hooks/tasks)"
             )
         return None, []
-    try:
-        secret = Path(secret_file).expanduser().read_bytes().strip()
-    except OSError as e:
-        raise BadInput(f"{SECRET_FILE_ENV}: cannot read {secret_file}: {e.strerror}") from None
-    if len(secret) < MIN_SECRET:
-        raise BadInput(
-            f"{SECRET_FILE_ENV}: the secret in {secret_file} is shorter than {MIN_SECRET} "
-            'characters; make one with `python -c "import secrets; print(secrets.token_hex(32))"`'
-        )
+    secret = secret_file_of(SECRET_FILE_ENV, secret_file, MAKE_ONE).encode()
     hooked: list[Hooked] = []
     for file in files:
         try:

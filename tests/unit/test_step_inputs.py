@@ -16,6 +16,7 @@ from pydantic_core import to_json
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
+from activities.host.step_files import keep
 from loop.cli.demo import demo_task
 from loop.contracts import (
     AgentLimits,
@@ -33,7 +34,7 @@ from loop.contracts import (
     gate,
 )
 from loop.contracts.gates import KINDS
-from loop.contracts.step_context import keep, sent_once
+from loop.contracts.step_context import sent_once
 
 
 def inputs() -> tuple[MakeInput, VerifyInput]:
@@ -148,6 +149,25 @@ def test_a_kept_copy_that_is_gone_is_a_permanent_failure_naming_it(tmp_path: Pat
         cause = cause.__cause__
     assert isinstance(cause, ApplicationError) and cause.non_retryable
     assert step.context in str(cause) and "--rerun" in str(cause)
+
+
+def test_a_link_in_place_of_a_kept_copy_is_not_followed(tmp_path: Path) -> None:
+    """The cheapest forgery of a kept copy: a link where it was, to a file that says
+    something else. The activity reads the worker's own file or fails, never the target."""
+    make, _ = inputs()
+    first = sent_once(make, str(tmp_path), kept="")
+    keep(_read(first), first.context)
+    forged = tmp_path / "forged.json"
+    forged.write_text(Path(first.context).read_text().replace(make.task.goal, "rm -rf /"))
+    Path(first.context).unlink()
+    Path(first.context).symlink_to(forged)
+    later = sent_once(make, str(tmp_path), kept=first.context)
+    with pytest.raises(Exception) as caught:
+        _read(later)
+    cause = caught.value
+    while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.non_retryable
 
 
 def test_the_feedback_cites_the_kept_verdict_for_its_evidence(tmp_path: Path) -> None:
