@@ -33,6 +33,7 @@ from activities.github_hooks import GitHubHookActivities
 from activities.host import sandbox
 from activities.host.leases import Lease, fail_orphans
 from activities.host.liveness import Liveness
+from activities.host.proc import watch_children_by_pidfd
 from activities.make import MakeActivities
 from activities.model import ModelActivities
 from activities.ping import PingActivities
@@ -228,6 +229,7 @@ async def serve(
 ) -> None:
     """Serve the task queue until SIGINT/SIGTERM, then drain in-flight activities."""
     log = structlog.get_logger("loop.worker")
+    watch_children_by_pidfd()
     # Every sandbox's connections through the egress proxy cost the worker descriptors:
     # take all the host allows (each run is capped at its share, egress.MAX_CONNECTIONS).
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -18,7 +18,8 @@ It starts with what Loopwork relies on:
   ``synchronous=normal``; an fsync per commit alone costs another ~10 ms).
 
 The HTTP API sits at the gRPC port + 10, as on a stock server, so a client that
-knows one address knows both; the metrics port is left to the binary.
+knows one address knows both; the metrics port is left to the binary unless a caller
+(a benchmark reading the server's request counts) names one.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def server_args(
     headless: bool = False,
     ui_codec_endpoint: str | None = None,
     namespace: str = NAMESPACE,
+    metrics_port: int | None = None,
 ) -> list[str]:
     """Arguments after the binary: ``server start-dev`` with Loopwork's settings (the
     ``default`` namespace, and ``namespace`` when the clients use another)."""
@@ -139,6 +141,8 @@ def server_args(
         args += ["--dynamic-config-value", f"{name}={value}"]
     for pragma in SQLITE_PRAGMAS:
         args += ["--sqlite-pragma", pragma]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
     if headless:
         args.append("--headless")
     elif ui_codec_endpoint:
@@ -206,6 +210,7 @@ class DevServer:
         ip: str = DEFAULT_IP,
         ui_codec_endpoint: str | None = None,
         namespace: str = NAMESPACE,
+        metrics_port: int | None = None,
     ) -> DevServer:
         """Start the server in its own session; call :meth:`wait_ready` before using it."""
         binary = temporal_binary()
@@ -224,6 +229,7 @@ class DevServer:
                 headless=headless,
                 ui_codec_endpoint=ui_codec_endpoint,
                 namespace=namespace,
+                metrics_port=metrics_port,
             )
             return cls._launch(binary, args, home, ip, port, ui, log_file, lock)
         finally:
