@@ -387,7 +387,9 @@ class MakeActivities:
         (folder / "prompt.md").write_text(fb.render_prompt(parts, n))
         if inp.prompt.feedback is not None:
             (folder / "feedback.json").write_text(fb.feedback_json(inp.prompt.feedback))
-        snapshot = await outside_snapshot(ws.repo, [str(self.settings.home)])
+        snapshot = {}
+        if _writes_as_worker(inp.task):
+            snapshot = await outside_snapshot(ws.repo, [str(self.settings.home)])
         (folder / "outside.json").write_text(json.dumps(snapshot))
         return AttemptStart(attempt_dir=str(folder), start_commit=start)
 
@@ -399,10 +401,11 @@ class MakeActivities:
         folder = Path(start.attempt_dir)
         if not Path(ws.path, ".git").exists():
             raise permanent(f"the agent deleted its worktree {ws.path}")
-        before = json.loads((folder / "outside.json").read_text())
-        outside = outside_changes(
-            before, await outside_snapshot(ws.repo, [str(self.settings.home)])
-        )
+        outside: list[str] = []
+        if _writes_as_worker(task):
+            before = json.loads((folder / "outside.json").read_text())
+            after = await outside_snapshot(ws.repo, [str(self.settings.home)])
+            outside = outside_changes(before, after)
         found = await asyncio.to_thread(artifact.scan, ws.path, remove_special=True)
         grown_from = int((folder / SIZE_FILE).read_text() or 0)
         limit_mb = task.sandbox.limits.disk_mb
@@ -438,6 +441,18 @@ class MakeActivities:
                 "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
             }
         )
+
+
+def _writes_as_worker(task: TaskSpec) -> bool:
+    """Whether anything of the attempt writes with the worker's own rights, so the main
+    checkout is compared before and after it: an agent of mode ``off``, or a model's file
+    tools (the worker's process, confined by path). A command agent in a sandbox runs as
+    the task's uid over a read-only host, where the main checkout is not writable (or
+    not there): comparing it would cost two ``git status`` of the whole checkout per
+    attempt and could only ever find a person's own edits."""
+    if task.agent.backend != "command":
+        return True
+    return not sandbox.Capabilities.of(task.sandbox, "agent").confined
 
 
 async def _discard(ws: Workspace, start_commit: str) -> None:

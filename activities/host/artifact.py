@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.host import tree
-from activities.host.git import git, repo_lock
+from activities.host.git import git, git_ok, repo_lock
 from activities.host.worktree import excluding, printable
 
 BLOCK = 4096
@@ -155,10 +155,13 @@ async def _remove(repo: str, path: Path, locks: Path) -> None:
     except FileNotFoundError:
         return
     async with repo_lock(locks, repo):
+        removed = False
         if is_tree:
-            await git(["worktree", "remove", "--force", "--force", str(path)], repo, check=False)
+            remove = ["worktree", "remove", "--force", "--force", str(path)]
+            removed = await git_ok(remove, repo) and not os.path.lexists(path)
             if os.path.lexists(path):
                 await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-        await git(["worktree", "prune"], repo, check=False)
+        if not removed:  # git's record of a tree it did not remove outlives it: drop it
+            await git(["worktree", "prune"], repo, check=False)

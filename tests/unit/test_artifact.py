@@ -46,6 +46,19 @@ async def test_a_try_sweeps_the_checkouts_earlier_tries_left(repo: Path, tmp_pat
     assert registered(repo) == []
 
 
+async def test_a_checkout_git_cannot_remove_is_deleted_and_forgotten(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A gate that broke its checkout (its ``.git`` file gone): git refuses to remove the
+    tree, so it is deleted by hand and git's record of it pruned, not left to pile up."""
+    folder, locks = tmp_path / "attempt-1", tmp_path / "locks"
+    commit = git(repo, "rev-parse", "HEAD")
+    async with artifact.checkout(str(repo), commit, folder, 1, locks) as tree:
+        (tree / ".git").unlink()
+    assert not tree.exists()
+    assert registered(repo) == []
+
+
 async def test_the_sweep_follows_no_link_and_opens_no_fifo(repo: Path, tmp_path: Path) -> None:
     folder, locks = tmp_path / "attempt-1", tmp_path / "locks"
     folder.mkdir()

@@ -12,6 +12,7 @@ and ``launcher`` (the first process of a run and how the worker talks to it),
 worker's secret files), ``run``.
 """
 
+from activities.host.sandbox.capabilities import Capabilities
 from activities.host.sandbox.credentials import check as check_credentials
 from activities.host.sandbox.credentials import named_files as credential_files
 from activities.host.sandbox.credentials import refusal as credential_refusal
@@ -30,6 +31,7 @@ from activities.host.sandbox.uids import holders, lease, release, uid_processes
 
 __all__ = [
     "GUARANTEES",
+    "Capabilities",
     "HostSupport",
     "SandboxRun",
     "check_credentials",
