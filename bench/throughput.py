@@ -17,7 +17,12 @@ how busy the machine's CPUs were (/proc/stat), and the scaling from 1 to 2
 workers. Each configuration is warmed up with a few tasks first, then run
 ``--runs`` times (median).
 
-    .venv/bin/python bench/throughput.py [--tasks 20] [--runs 3] [--quick]
+Then the cost of history: one worker on a repository that first ran ``--leftovers``
+tasks (500 by default; autonomy ``report`` keeps each task's branch, its clone and
+its run folder), against the same worker on a fresh one: tasks/s and the machine's
+busy CPU per task, which the goal wants within 10 % of the fresh repository's.
+
+    .venv/bin/python bench/throughput.py [--tasks 20] [--runs 3] [--leftovers 500] [--quick]
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ async def count_activities(handle: WorkflowHandle) -> dict[str, int]:
     return counts
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
 def cpu_jiffies() -> tuple[int, int]:
     """(busy, total) jiffies of all CPUs, from /proc/stat."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -112,6 +120,7 @@ async def run_batch(
         "activities": activities,
         "busiest_share": max(by_worker.values()) / activities,
         "cpu_busy": (busy1 - busy0) / max(total1 - total0, 1),
+        "cpu_per_task": (busy1 - busy0) / TICK / k,
         "lat_median": median(latencies),
         "lat_max": latencies[-1],
     }
@@ -171,15 +180,50 @@ async def hosts(
             stop_process(proc)
 
 
+async def leftovers(
+    client: Client, home: Path, agent: list[str], k: int, runs: int, warmup: int, n: int
+) -> tuple[list[dict[str, float]], list[dict[str, float]], str]:
+    """One worker of its own home on a fresh repository, then on the same repository and
+    home once ``n`` more tasks have run there: (fresh runs, later runs, what was left)."""
+    repo = make_demo_repo(home.parent / "demo-history")
+    own = home / "history"
+    queue = f"tp-history-{uuid.uuid4().hex[:6]}"
+    async with build_worker(client, Settings(home=own, task_queue=queue)):
+        await run_batch(client, queue, str(repo), agent, warmup)
+        fresh = [await run_batch(client, queue, str(repo), agent, k) for _ in range(runs)]
+        done = warmup + k * runs
+        while done < n:
+            batch = min(k, n - done)
+            await run_batch(client, queue, str(repo), agent, batch)
+            done += batch
+            if done % 100 < batch:
+                print(f"  {done} tasks have run on the history repository", flush=True)
+        later = [await run_batch(client, queue, str(repo), agent, k) for _ in range(runs)]
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        ["git", "-C", str(repo), "for-each-ref", "--format=x", "refs/heads/loop/"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    refs = listed.stdout.count("x")
+    clones = sum(1 for _ in (own / "worktrees").iterdir()) if (own / "worktrees").is_dir() else 0
+    runs_kept = sum(1 for _ in (own / "runs").iterdir()) if (own / "runs").is_dir() else 0
+    left = f"{refs} loop/ branches, {clones} task clones, {runs_kept} run folders"
+    return fresh, later, left
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20, help="concurrent tasks K (default 20)")
     parser.add_argument("--runs", type=int, default=3, help="measured runs; median (default 3)")
+    parser.add_argument(
+        "--leftovers", type=int, default=500,
+        help="tasks run on a repository before its row with history (default 500; 0: no row)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tiny version (< 30 s)")
     args = parser.parse_args()
     warmup = 2
     if args.quick:
-        args.tasks, args.runs, warmup = 4, 1, 1
+        args.tasks, args.runs, warmup, args.leftovers = 4, 1, 1, min(args.leftovers, 12)
     print_machine("throughput: concurrent tasks on 1 and 2 workers, and on 3 hosts")
     print(
         f"K={args.tasks} concurrent tasks per run, runs={args.runs} (median), "
@@ -198,6 +242,11 @@ async def main() -> None:
                     client, home, repo, agent, workers, args.tasks, args.runs, warmup
                 )
             results[3] = await hosts(client, home, repo, agent, args.tasks, args.runs, warmup)
+            history = None
+            if args.leftovers:
+                history = await leftovers(
+                    client, home, agent, args.tasks, args.runs, warmup, args.leftovers
+                )
 
     rows = []
     summary: dict[int, float] = {}
@@ -240,6 +289,23 @@ async def main() -> None:
         print(
             f"scaling 1 -> 2 workers: {summary[2] / summary[1]:.2f}x tasks/s "
             f"(on {os.cpu_count()} cores: the agents, gates and server already compete for them)"
+        )
+    if history is not None:
+        fresh, later, left = history
+        cpu = [median([r["cpu_per_task"] for r in rs]) * 1000 for rs in (fresh, later)]
+        print()
+        print_table(
+            ["repository", "tasks/s", "machine CPU ms per task", "of the fresh one's"],
+            [
+                ["fresh", args.tasks / median([r["wall"] for r in fresh]), cpu[0], "1.00"],
+                [
+                    f"after {args.leftovers} tasks ({left})",
+                    args.tasks / median([r["wall"] for r in later]),
+                    cpu[1],
+                    f"{cpu[1] / cpu[0]:.2f}",
+                ],
+            ],
+            title=f"1 worker, {args.tasks} concurrent tasks: a fresh repository, one with history",
         )
 
 

@@ -45,6 +45,8 @@ class Lease:
     pid: int = field(default_factory=os.getpid)
     running: dict[str, dict[str, str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    started: str | None = field(default=None, init=False)
+    """This process's start time, read once: it is written around every activity."""
 
     @property
     def path(self) -> Path:
@@ -64,7 +66,9 @@ class Lease:
 
     def _write(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        record = {"pid": self.pid, "start": start_time(self.pid), "running": self.running}
+        if self.started is None:
+            self.started = start_time(self.pid)
+        record = {"pid": self.pid, "start": self.started, "running": self.running}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, self.path)
