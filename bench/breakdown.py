@@ -388,7 +388,10 @@ async def main() -> None:
     parser.add_argument(
         "--git-commands", action="store_true", help="count the worker's git calls by subcommand"
     )
+    parser.add_argument("--quick", action="store_true", help="a tiny version (3 tasks, basic)")
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.modes = 3, "basic"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     print_machine("where one trivial task's CPU goes (bench/breakdown.py)")
     print(f"{args.tasks} tasks per mode after 2 warm-up tasks; task as in bench/vs_floor.py\n")
