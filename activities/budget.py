@@ -3,7 +3,8 @@
 The ledger is a workflow (``workflows/ledger.py``); the first two are a task's
 side of it and talk to it with Temporal updates through the worker's own client.
 A repository without a ledger has no period budget: reserving then grants
-everything, so tasks pay one cheap round trip per attempt and nothing else.
+everything and holds nothing, so tasks pay one cheap round trip per attempt and
+settle nothing after it.
 ``closed_holders`` is the ledger's own: it asks the server which holders of open
 reservations have ended, so a terminated task's reservation does not stay held.
 """
@@ -49,7 +50,9 @@ class BudgetActivities:
             )
         except RPCError as e:
             if _no_ledger(e):
-                return ReserveReply(granted=True, reason="no period budget for this repository")
+                return ReserveReply(
+                    granted=True, reason="no period budget for this repository", held=False
+                )
             raise
         except WorkflowUpdateFailedError as e:
             raise RuntimeError(f"the period budget ledger refused the reservation: {e}") from e

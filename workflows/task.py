@@ -265,7 +265,10 @@ class TaskWorkflow(TaskRecord):
             )
             if not grant.granted:
                 return _Stop(TaskState.NEEDS_HUMAN, grant.reason, budget=True)
-            self.held = n
+            # No ledger, no reservation: nothing to settle after the attempt (histories
+            # from before settled every attempt, and replay as recorded).
+            if grant.held or not workflow.patched("settle-held-only"):
+                self.held = n
             stop = await self._attempt(n, grant)
             if stop is not None or (self.last_verdict is not None and self.last_verdict.passed):
                 return stop
@@ -452,7 +455,10 @@ class TaskWorkflow(TaskRecord):
         return None
 
     async def _settle(self, n: int, used: Usage) -> None:
-        """Settle attempt ``n``'s reservation: once, whichever way the attempt ended."""
+        """Settle attempt ``n``'s reservation: once, whichever way the attempt ended, and
+        only where a ledger holds one."""
+        if self.held is None:
+            return
         self.held = None
         await period.settle(self.spec, n, used)
 

@@ -78,6 +78,9 @@ class ReserveReply(_Record):
     cost_usd: float | None = None
     """What the attempt may spend (None: unlimited)."""
     tokens: int | None = None
+    held: bool = True
+    """A ledger holds the reservation until the attempt settles it; False where the
+    repository has no period budget, so there is nothing to settle."""
 
 
 class UsageReport(_Payload):

@@ -211,3 +211,41 @@ async def test_tokens_per_day_caps_as_cost_per_day_does(client: Client, settings
     assert (first.granted, first.tokens) == (True, 600)
     assert (second.granted, second.tokens) == (True, 400)  # what was left, no more
     assert not third.granted and third.reason == "period budget spent"  # exactly spent
+
+
+async def steps_run(handle) -> list[str]:
+    """The period-budget steps in a task's history, in order (local activities' markers)."""
+    found = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("marker_recorded_event_attributes"):
+            details = event.marker_recorded_event_attributes.details
+            if "data" in details:
+                text = details["data"].payloads[0].data.decode()
+                found += [name for name in ("reserve_budget", "report_usage") if name in text]
+    return found
+
+
+async def test_an_attempt_settles_only_what_a_ledger_holds(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+):
+    """Without a period budget, reserving holds nothing and the attempt settles nothing
+    (one round trip to the server fewer); with one, the attempt's usage is reported."""
+    repo = str(demo_repo.resolve())
+    agent = write_agent(tmp_path, FIX)
+    async with build_worker(client, settings):
+        bare = TaskSpec.model_validate(task(demo_repo, agent) | {"repo": repo})
+        handle, _ = await start_task(client, bare, settings.task_queue)
+        first = await result_of(handle)
+        without = await steps_run(handle)
+        await set_limits(client, repo, PeriodLimits(cost_per_day=5), settings.task_queue)
+        budgeted = TaskSpec.model_validate(task(demo_repo, agent) | {"repo": repo})
+        handle, _ = await start_task(client, budgeted, settings.task_queue)
+        second = await result_of(handle)
+        with_ledger = await steps_run(handle)
+        state = await client.get_workflow_handle(ledger_id_for(repo)).query(
+            QUERY_LEDGER, result_type=LedgerState
+        )
+    assert first.state == second.state == TaskState.DONE_WITH_EVIDENCE
+    assert without == ["reserve_budget"], without
+    assert with_ledger == ["reserve_budget", "report_usage"], with_ledger
+    assert not state.open and len(state.settled) == 1, "the attempt settled what it held"
