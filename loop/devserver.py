@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -34,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -76,10 +78,23 @@ FAST_POLL_RPS = 1000
 # Transfer: workflow and activity task dispatch; timer: timers, timeouts,
 # retries; visibility: list/query results; outbound: callbacks and Nexus;
 # archival: off in the dev server, kept so the setting is uniform.
-DYNAMIC_CONFIG: dict[str, int] = {
+DYNAMIC_CONFIG: dict[str, int | str] = {
     f"history.{queue}ProcessorMaxPollRPS": FAST_POLL_RPS
     for queue in ("transfer", "timer", "visibility", "outbound", "archival")
 }
+# How late the timer queue may fire a due task (server default 1 s): an activity's retry
+# is a timer, so a step a dead worker ran, failed by the next worker to retry at once,
+# started 0-1 s (uniformly) after that; with this it starts within a few milliseconds.
+DYNAMIC_CONFIG["history.timerProcessorMaxTimeShift"] = "10ms"
+
+
+def dynamic_config_args(config: Mapping[str, object] = DYNAMIC_CONFIG) -> list[str]:
+    """``--dynamic-config-value KEY=VALUE`` for each setting; the CLI reads values as JSON."""
+    return [
+        arg for key, value in config.items()
+        for arg in ("--dynamic-config-value", f"{key}={json.dumps(value)}")
+    ]  # fmt: skip
+
 
 # A write-ahead log without an fsync per commit: a step drops from ~20 ms to ~10 ms.
 # It survives a killed server (the tests kill it); only a power cut can lose the
@@ -137,8 +152,7 @@ def server_args(
     ]
     for key in contracts.SEARCH_ATTRIBUTES:
         args += ["--search-attribute", f"{key.name}={_CLI_TYPE_NAMES[key.indexed_value_type]}"]
-    for name, value in DYNAMIC_CONFIG.items():
-        args += ["--dynamic-config-value", f"{name}={value}"]
+    args += dynamic_config_args()
     for pragma in SQLITE_PRAGMAS:
         args += ["--sqlite-pragma", pragma]
     if metrics_port is not None:

@@ -15,9 +15,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import SEARCH_ATTRIBUTES
-from loop.devserver import DYNAMIC_CONFIG, temporal_binary
+from loop.devserver import dynamic_config_args, temporal_binary
 
-FAST = [arg for k, v in DYNAMIC_CONFIG.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
+FAST = dynamic_config_args()
 
 
 @contextlib.asynccontextmanager

@@ -115,7 +115,7 @@ from loop.contracts import (  # noqa: E402
     UsageReport,
     ledger_id_for,
 )
-from loop.devserver import DYNAMIC_CONFIG, temporal_binary  # noqa: E402
+from loop.devserver import DYNAMIC_CONFIG, dynamic_config_args, temporal_binary  # noqa: E402
 from loop.settings import Settings  # noqa: E402
 from loop.tasks import start_task  # noqa: E402
 from tests.support.agents import (  # noqa: E402
@@ -139,8 +139,7 @@ Histories = dict[str, WorkflowHistory]
 
 
 def server_args(**extra: object) -> list[str]:
-    config: dict[str, object] = {**DYNAMIC_CONFIG, **extra}
-    return [arg for k, v in config.items() for arg in ("--dynamic-config-value", f"{k}={v}")]
+    return dynamic_config_args({**DYNAMIC_CONFIG, **extra})
 
 
 @contextlib.asynccontextmanager
