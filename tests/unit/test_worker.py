@@ -65,3 +65,26 @@ def test_a_bad_setting_is_one_clear_error():
 
     with pytest.raises(BadInput, match="LOOP_MAX_ACTIVITIES='many'"):
         Settings.from_env({"LOOP_MAX_ACTIVITIES": "many"})
+
+
+def test_the_build_id_is_the_workflow_codes_digest(tmp_path: Path, monkeypatch):
+    """Given to the SDK (its default hashes every loaded module at each start): the same
+    code is the same id, one changed line of a workflow or of what it imports is another."""
+    import shutil
+
+    import worker
+
+    for package in ("workflows", "loop"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
+    ids = []
+    monkeypatch.setattr(worker, "ROOT", tmp_path)
+    for change in ("", "# one more line\n"):
+        with (tmp_path / "workflows" / "task.py").open("a") as f:
+            f.write(change)
+        worker.build_id.cache_clear()
+        ids.append(worker.build_id())
+    monkeypatch.setattr(worker, "ROOT", ROOT)
+    worker.build_id.cache_clear()
+    assert ids[0] == worker.build_id(), "a copy of the same code has the same id"
+    assert ids[1] != ids[0]
+    assert ids[0].startswith("loopwork-") and len(ids[0]) == len("loopwork-") + 16
