@@ -20,11 +20,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import structlog
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.answers import AnswerActivities, AnswerChecks
 from activities.budget import BudgetActivities
@@ -155,6 +157,16 @@ WORKFLOWS: list[type] = [
 ]
 
 
+class StartingSandbox(SandboxedWorkflowRunner):
+    """The SDK's workflow sandbox, without the check it makes at each worker start that
+    every workflow's module imports in it (~15 ms a workflow, on the critical path of a
+    worker that replaces a dead one). Each run imports it there anyway, and
+    tests/unit/test_worker.py makes the SDK's own check for every workflow here."""
+
+    def prepare_workflow(self, defn: Any) -> None:
+        return None
+
+
 def protected_services(client: Client, settings: Settings) -> list[str]:
     """Where the orchestrator listens, which no sandbox may reach whatever a task lists:
     the Temporal frontend, its web UI (+1000) and HTTP API (+10, as ``loop dev`` pins it),
@@ -217,6 +229,7 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Hos
         **common,
         "task_queue": settings.task_queue,
         "workflows": WORKFLOWS,
+        "workflow_runner": StartingSandbox(),
         # Answer updates' signatures are checked in their validators, before history.
         "interceptors": [*traced, Liveness(lease), AnswerChecks(settings)],
         "activities": activities_for(settings),
@@ -226,7 +239,11 @@ def build_worker(client: Client, settings: Settings, **overrides: object) -> Hos
     shared.update(overrides)
     here = {**common, "task_queue": settings.host_queue, "activities": host_activities(settings)}
     ping = PingActivities(settings).ping_host
-    answers = {"task_queue": ping_queue(settings.host_queue), "activities": [ping]}
+    answers = {
+        "task_queue": ping_queue(settings.host_queue),
+        "activities": [ping],
+        "build_id": build_id(),
+    }
     workers = [Worker(client, **shared), Worker(client, **here), Worker(client, **answers)]  # type: ignore[arg-type]  # kwargs dicts
     return HostWorkers(workers, lease)
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.workflow import _Definition
 
 from loop import contracts
 from loop.contracts import ALL_ACTIVITIES, TaskSpec
 from loop.settings import Settings
 from tests.support.repos import EXAMPLES, ROOT
 from tests.support.temporal import activity_name, workflow_name
-from worker import WORKFLOWS, activities_for
+from worker import WORKFLOWS, StartingSandbox, activities_for
 
 
 def declared() -> set[str]:
@@ -88,3 +90,16 @@ def test_the_build_id_is_the_workflow_codes_digest(tmp_path: Path, monkeypatch):
     assert ids[0] == worker.build_id(), "a copy of the same code has the same id"
     assert ids[1] != ids[0]
     assert ids[0].startswith("loopwork-") and len(ids[0]) == len("loopwork-") + 16
+
+
+@pytest.mark.parametrize("workflow_class", WORKFLOWS, ids=lambda c: c.__name__)
+async def test_every_workflow_imports_in_the_sdks_sandbox(workflow_class: type):
+    """The check the worker no longer makes at each start (``StartingSandbox``): the SDK's
+    sandbox imports the workflow's module with its restrictions, or raises."""
+    SandboxedWorkflowRunner().prepare_workflow(_Definition.must_from_class(workflow_class))
+
+
+def test_the_workers_sandbox_is_the_sdks_minus_the_start_check():
+    """Workflows run in the SDK's sandbox, with its restrictions and its import per run."""
+    assert issubclass(StartingSandbox, SandboxedWorkflowRunner)
+    assert StartingSandbox().restrictions == SandboxedWorkflowRunner().restrictions
