@@ -8,9 +8,9 @@ duration) and writes the fix. Measured from the new worker's start:
 
 - worker ready: the new worker's "worker ready" log line;
 - retried make starts: the retried ``make`` activity starts (its history event): the
-  target, at most 2 s after the new worker starts (median), because the new worker
-  fails what its dead predecessor ran (its lease file) instead of waiting for the
-  heartbeat timeout;
+  target, at most 1 s after the new worker starts (median; 1.5 s at worst), because the
+  new worker fails what its dead predecessor ran (its lease file) instead of waiting
+  for the heartbeat timeout, and the server fires that retry's timer at once;
 - agent starts: the agent's second run starts (its own timestamp);
 - step done - own: the retried ``make`` completes (history event time) minus
   the agent's own run time on the retry: the recovery overhead;
@@ -68,7 +68,9 @@ from loop.contracts import TaskSpec, TaskState
 from loop.tasks import start_task
 from tests.support.model_server import ScriptedModel, reply
 
-TARGET_S = 2.0
+TARGET_S = 1.0
+WORST_S = 1.5
+"""The retried step starts within TARGET_S of the new worker's start (median), WORST_S at worst."""
 
 # First run: record the start, then sleep "forever" (the worker is killed under it).
 # Retry: record the start, work for STEP seconds, write the fix, record the end.
@@ -338,11 +340,11 @@ async def main() -> None:
         title="command backend: seconds from the new worker's start (last column: from the kill)",
     )
     started = [float(r["step_started"]) for r in immediate]
-    met = "MET" if median(started) <= TARGET_S else "NOT met"
+    met = "MET" if median(started) <= TARGET_S and max(started) <= WORST_S else "NOT met"
     print(
         f"target: the retried step starts within {TARGET_S:g} s of the new worker's start "
-        f"(median of {len(started)} kills): median {median(started):.2f} s, worst "
-        f"{max(started):.2f} s: {met}"
+        f"(median of {len(started)} kills), {WORST_S:g} s at worst: median "
+        f"{median(started):.2f} s, worst {max(started):.2f} s: {met}"
     )
     if late:
         print(
