@@ -184,9 +184,7 @@ def temp_home(prefix: str = "loop-bench-") -> Iterator[Path]:
 
 
 @contextlib.asynccontextmanager
-async def loopwork_server(
-    home: Path, metrics_port: int | None = None
-) -> AsyncIterator[DevServer]:
+async def loopwork_server(home: Path, metrics_port: int | None = None) -> AsyncIterator[DevServer]:
     """Loopwork's embedded server (its DYNAMIC_CONFIG and SQLITE_PRAGMAS) on a free port."""
     server = DevServer.start(home=home, port=free_port(), headless=True, metrics_port=metrics_port)
     try:
