@@ -1,9 +1,12 @@
 """The sandbox launcher: the first process of every sandboxed run, root until it execs.
 
-Run by the worker as ``python -I -S -B launch.py PLAN_FD`` (the worker's own
-interpreter, isolated from the environment, no site packages: nothing of the
-task can change what runs here). It reads its plan (``marshal``, from an anonymous
-file the worker wrote) and, in this order:
+The worker starts it once, as its zygote (``zygote.py``), with
+``python -I -S -B launch.py SOCK_FD`` (the worker's own interpreter, isolated from the
+environment, no site packages: nothing of the task can change what runs here). ``serve``
+reads one request per run on that socket (the plan, the cwd, the environment, and the
+run's fds), forks, reaps the child and says its exit status on the run's own status
+socket. The child leads a session of its own, holds the request's fds at the numbers the
+plan names and no other, and ``run`` follows the plan, in this order:
 
 1. joins the run's cgroups, so everything it becomes and forks is counted and killed;
 2. sets the resource limits (inherited by everything after it);
@@ -21,13 +24,15 @@ file the worker wrote) and, in this order:
 
 The control socket closes on exec, so the command never inherits it. Only the
 standard library is used, all of it imported up front (the view may hide the
-interpreter's own library); this file is not imported by the worker.
+interpreter's own library); this file is not imported by the worker. The zygote itself
+changes nothing a child inherits (signals, umask, namespaces, cgroups, limits): each
+child sets up its own, from the state the zygote started with.
 
-It starts once per sandboxed run, so it imports little: ``marshal`` for the plan and
-``_socket`` for the control socket, not ``json`` and ``socket`` (which bring ``re``,
-``enum`` and ``functools``), and it searches PATH itself rather than through
-``os.execvpe`` (which imports ``warnings``): ~15 ms of CPU a run less.
-Its messages are JSON, written by ``_json``, read by ``launcher.read_setup``.
+It imports little (the zygote starts again after it ended): ``marshal`` for the
+requests and ``_socket`` for the sockets, not ``json`` and ``socket`` (which bring
+``re``, ``enum`` and ``functools``), and it searches PATH itself rather than through
+``os.execvpe`` (which imports ``warnings``). Its messages on the control socket are
+JSON, written by ``_json``, read by ``launcher.read_setup``.
 """
 
 import _signal
@@ -288,12 +293,13 @@ def _received(ancdata):
     return fds
 
 
-def _child(request, fds):
-    """The forked child: a session of its own, exactly the fds the request names, then
-    ``run``. Never returns into the zygote's loop."""
+def _child(request, fds, leading):
+    """The forked child: a session of its own (then ``leading`` is closed), exactly the
+    fds the request names, then ``run``. Never returns into the zygote's loop."""
     code = 125
     try:
         os.setsid()
+        os.close(leading)
         _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
         # fds[0] is the zygote's status socket of this run: not the child's.
         targets = [0, 1, 2, *request["fds"]]
@@ -334,9 +340,20 @@ def _fork(sock, poller, children):
         if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
             raise SetupError("the request was cut short")
         request = marshal.loads(message)
-        pid = os.fork()
-        if pid == 0:
-            _child(request, fds)
+        # The pid is answered once the child leads its own session: a kill of its group
+        # (what the worker does with that pid) then reaches it.
+        led, leading = os.pipe()
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, leading)
+            os.close(leading)
+            leading = -1
+            os.read(led, 1)  # EOF: the child closed its end after setsid (or died)
+        finally:
+            for fd in (led, leading):
+                if fd >= 0:
+                    os.close(fd)
         pidfd = os.pidfd_open(pid)
     except (OSError, SetupError, ValueError, EOFError, TypeError, KeyError) as e:
         _answer(status, {"error": f"{type(e).__name__}: {e}"})

@@ -71,6 +71,8 @@ PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
 SCRATCH = "/tmp"
 """TMPDIR of every run: a private tmpfs, fresh per run."""
+SETUP_EXIT_S = 5.0
+"""How long a launcher that could not set up is given to end before the run fails."""
 FRESH_HOME = "/tmp/home"
 """HOME of gates: not there until something makes it, in a /tmp that is new each run."""
 
@@ -454,7 +456,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         async with contextlib.AsyncExitStack() as stack:
             relay: list[egress.Egress] = []
 
-            async def started(_: Proc) -> None:
+            async def started(proc: Proc) -> None:
                 assert launch is not None
                 launch.close_child_fds()
                 setup = await asyncio.to_thread(launcher.read_setup, launch.control)
@@ -472,6 +474,10 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 if setup.gateway is not None and run.gateway is not None:
                     await stack.enter_async_context(GATEWAY.serving(setup.gateway, run.gateway))
                 if not setup.ready:
+                    # Its end first: a launcher killed because its zygote ended is
+                    # ``ProcessLost`` (retried), not a sandbox this host cannot set up.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), SETUP_EXIT_S)
                     raise permanent(f"the sandbox could not be set up: {setup.error}")
 
             ran = await run_process(
