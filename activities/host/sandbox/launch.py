@@ -247,7 +247,8 @@ def _execvpe(argv, env):
 
 
 def run(plan, env):
-    """Today's launcher, in a forked child of the zygote: confine, say ``ready``, exec."""
+    """The launcher proper, in a child the zygote forked: confine, say ``ready``, exec;
+    the exit code when it could not."""
     control = _socket.socket(fileno=plan["control_fd"])
     os.set_inheritable(control.fileno(), False)
 

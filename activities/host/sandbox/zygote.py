@@ -82,12 +82,13 @@ class Zygote:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
+        self._current: tuple[subprocess.Popen[bytes], socket.socket] | None = None
+        """The running zygote and our end of its socket, replaced together."""
 
     def _live(self) -> socket.socket | None:
-        if self._proc is not None and self._sock is not None and self._proc.poll() is None:
-            return self._sock
+        current = self._current
+        if current is not None and current[0].poll() is None:
+            return current[1]
         return None
 
     def _started(self) -> socket.socket:
@@ -96,11 +97,11 @@ class Zygote:
             live = self._live()
             if live is not None:
                 return live
-            if self._sock is not None:
-                self._sock.close()
+            if self._current is not None:
+                self._current[1].close()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             with theirs:
-                self._proc = subprocess.Popen(
+                proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", "-B", str(LAUNCH), str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),),
                     env={"LANG": "C.UTF-8"},
@@ -108,15 +109,15 @@ class Zygote:
                     stdout=subprocess.DEVNULL,
                     start_new_session=True,  # a terminal's ^C is not for it
                 )
-            self._sock = ours
+            self._current = (proc, ours)
             return ours
 
     def _ended(self, sock: socket.socket) -> None:
         """``sock`` refused a request: the zygote behind it is gone; the next starts anew."""
         with self._lock:
-            if self._sock is sock and self._proc is not None:
-                self._proc.kill()
-                self._proc.wait()
+            if self._current is not None and self._current[1] is sock:
+                self._current[0].kill()
+                self._current[0].wait()
 
     def _request(
         self, sock: socket.socket, launch: Launch, cwd: Path, env: Mapping[str, str], log: int
