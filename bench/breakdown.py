@@ -5,12 +5,12 @@ The task is ``bench/vs_floor.py``'s (a scripted agent that writes the fix, gates
 warm ``python worker.py`` and Loopwork's server, in each sandbox mode. Per task it
 prints:
 
-- **CPU by process kind.** The worker's own threads, the server and the egress proxy
-  from ``/proc/<pid>/stat`` (their own time, exact); every process that exits under the
-  worker from the kernel's per-exit accounting (taskstats over generic netlink, each
-  task's ``sum_exec_runtime``, so a 1 ms ``git`` is not rounded to a tick): ``git``
-  the worker ran, and each sandboxed run (the launcher and the command it became,
-  named for that command) with everything it forked;
+- **CPU by process kind.** The worker's own threads, the server, the egress proxy and
+  the sandbox's zygote from ``/proc/<pid>/stat`` (their own time, exact); every process
+  that exits under the worker or its zygote from the kernel's per-exit accounting
+  (taskstats over generic netlink, each task's ``sum_exec_runtime``, so a 1 ms ``git``
+  is not rounded to a tick): ``git`` the worker ran, and each sandboxed run (the
+  launcher and the command it became, named for that command) with everything it forked;
 - **server requests** from the server's own Prometheus counters
   (``service_requests`` of the frontend in the ``default`` namespace: what the worker
   and the client asked for);
@@ -180,18 +180,19 @@ class ExitListener:
         self._sock.close()
 
 
-def classify(exits: list[Exit], worker: int) -> dict[str, tuple[int, int]]:
-    """(tasks, CPU ns) per kind, for the exits under ``worker``: ``git`` it ran, and its
-    other children, the sandboxed runs, each with what it forked, named for the command
-    the launcher became (``run: true``; ``in runs: sh`` for what they forked)."""
+def classify(exits: list[Exit], roots: set[int]) -> dict[str, tuple[int, int]]:
+    """(tasks, CPU ns) per kind, for the exits under ``roots`` (the worker, and its
+    long-lived children: the sandbox's zygote forks every run): ``git`` the worker ran,
+    and the sandboxed runs, each with what it forked, named for the command the launcher
+    became (``run: true``; ``in runs: sh`` for what they forked)."""
     parent = {e.pid: e.ppid for e in exits}
     by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in exits:
         chain, pid = [e.pid], e.ppid
-        while pid != worker and pid in parent and len(chain) < 64:
+        while pid not in roots and pid in parent and len(chain) < 64:
             chain.append(pid)
             pid = parent[pid]
-        if pid != worker:
+        if pid not in roots:
             continue
         top = next(x for x in exits if x.pid == chain[-1])
         if top.comm.startswith("git"):
@@ -293,10 +294,11 @@ async def series(
         listener.take()
     if git_log:
         git_log.write_text("")
-    proxies = live_children(worker)
+    proxies = live_children(worker)  # the egress proxy and the sandbox's zygote
     load0 = load_average()
     w0, c0 = own_cpu(worker)
     p0 = sum(own_cpu(p)[0] for p in proxies)
+    c0 += sum(own_cpu(p)[1] for p in proxies)  # the runs the zygote reaped
     s0, r0, t0, k0 = (
         own_cpu(server)[0],
         requests(metrics_port),
@@ -309,6 +311,7 @@ async def series(
     k1 = time.process_time()
     w1, c1 = own_cpu(worker)
     p1 = sum(own_cpu(p)[0] for p in proxies)
+    c1 += sum(own_cpu(p)[1] for p in proxies)
     s1, r1 = own_cpu(server)[0], requests(metrics_port)
     exits = listener.take() if listener else []
     commands: Counter[str] = Counter()
@@ -323,7 +326,7 @@ async def series(
         s1 - s0,
         k1 - k0,
         wall,
-        classify(exits, worker),
+        classify(exits, {worker, *proxies}),
         r1 - r0,
         commands,
         (load0, load_average()),
@@ -343,12 +346,12 @@ def report(all_series: list[Series], listening: bool, dropped: int) -> None:
             for kind, (tasks, ns) in sorted(s.kinds.items(), key=lambda kv: -kv[1][1]):
                 rows.append([f"  {kind}", tasks / n, ns / 1e6 / n])
             rows.append(
-                ["  (cross-check: the worker's reaped children)", "", s.children_s * 1000 / n]
+                ["  (cross-check: reaped by the worker or its zygote)", "", s.children_s * 1000 / n]
             )
         else:
             rows.append(["worker's children (reaped)", "", children])
         rows += [
-            ["egress proxy", "", s.proxy_s * 1000 / n],
+            ["egress proxy and sandbox zygote (their own)", "", s.proxy_s * 1000 / n],
             ["server", "", s.server_s * 1000 / n],
             ["client (this process)", "", s.client_s * 1000 / n],
             ["total", "", children + (s.worker_s + s.proxy_s + s.server_s + s.client_s) * 1000 / n],

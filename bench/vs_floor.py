@@ -9,8 +9,9 @@ Loopwork first when r is even, the floor first when odd) so a change of load hit
 them alike; each sandbox mode (basic, strict) is its own series with its own floor.
 
 CPU is counted per process tree, not from the whole machine (other sessions share
-it): for Loopwork the worker (itself, its waited-for children: launchers, agents,
-gates, git; the egress proxy while it lives), the server, and this process's client;
+it): for Loopwork the worker (itself, its waited-for children: git and anything
+unsandboxed; the egress proxy and the sandbox's zygote, with every run it reaped, while
+they live), the server, and this process's client;
 for the floor the script and everything it ran (``RUSAGE_CHILDREN``). The machine's
 busy CPU over the same window (``/proc/stat``) is shown too: it also holds what the
 kernel does for the runs outside any process (a network namespace is torn down by a

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -131,6 +131,30 @@ def start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+class Proc(Protocol):
+    """What ``run_process`` needs of a process: an ``asyncio.subprocess.Process``, or a
+    sandboxed run the zygote forked (``sandbox.zygote.Child``), not a child of ours."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[Path, Mapping[str, str], int], Awaitable[Proc]]
+"""Starts a process in ``cwd`` with ``env``, its stdout and stderr to the fd given."""
+
+
+class ProcessLost(Exception):
+    """What would have reported the process's exit is gone (the sandbox's zygote ended):
+    the process was killed, and what ran it fails (and is retried)."""
+
+
 def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -171,17 +195,16 @@ def kill_stale(pid_file: Path) -> bool:
     return True
 
 
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
+async def _terminate(proc: Proc) -> None:
     kill_group(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(TimeoutError, ProcessLost):
         await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-    except TimeoutError:
-        pass
     # The leader may be gone while a grandchild in the group still runs.
     kill_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
-    await proc.wait()
+    with contextlib.suppress(ProcessLost):
+        await proc.wait()
 
 
 async def run_process(
@@ -194,7 +217,8 @@ async def run_process(
     pid_file: Path | None = None,
     tail_chars: int = OUTPUT_TAIL_CHARS,
     pass_fds: tuple[int, ...] = (),
-    started: Callable[[asyncio.subprocess.Process], Awaitable[None]] | None = None,
+    spawn: Spawn | None = None,
+    started: Callable[[Proc], Awaitable[None]] | None = None,
 ) -> ProcResult:
     """Run ``argv`` for at most ``limit_s`` seconds; kill its group on timeout or cancel.
 
@@ -202,22 +226,27 @@ async def run_process(
     code 127/126 with the reason in the tail, like a shell would, because for an
     agent or a gate that is evidence, not a crash of Loopwork. ``started`` runs once
     the process exists (the sandbox's hand-shake with its launcher); what it raises
-    ends the process and propagates.
+    ends the process and propagates. ``spawn`` starts it instead of an exec of ``argv``
+    (the sandbox's zygote; ``argv`` then only names it); ``ProcessLost`` propagates.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     with log_path.open("wb") as log:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=str(cwd),
-                env=dict(env),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=pass_fds,
-            )
+            proc: Proc
+            if spawn is not None:
+                proc = await spawn(cwd, env, log.fileno())
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=str(cwd),
+                    env=dict(env),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=pass_fds,
+                )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             code = 127 if isinstance(e, FileNotFoundError) else 126
             message = f"cannot start {argv[0]!r}: {e.strerror or e}"

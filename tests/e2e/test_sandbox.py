@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -30,7 +31,7 @@ import pytest
 
 from activities.gates import run_command
 from activities.host import sandbox
-from activities.host.proc import ProcResult
+from activities.host.proc import ProcessLost, ProcResult
 from activities.host.sandbox import SandboxRun, kill_leftovers, run_sandboxed
 from activities.host.sandbox import uids as leases
 from activities.host.toolbox import execute
@@ -622,6 +623,149 @@ async def test_a_crashed_run_is_cleaned_up_by_the_retry(tree: Tree, mode: str) -
     assert await asyncio.wait_for(orphan.wait(), 5) == -9
     assert owners(tree.wt) == {0}
     assert not request.state_file.exists()
+
+
+# --------------------------------------------------------------------------- the zygote
+
+
+async def _running(request: SandboxRun) -> int:
+    """The pid of ``request``'s run once its pid file says it started."""
+    deadline = time.monotonic() + 20
+    while not request.pid_file.exists():
+        assert time.monotonic() < deadline, "the run never started"
+        await asyncio.sleep(0.01)
+    return int(json.loads(request.pid_file.read_text())["pid"])
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_run_is_the_zygotes_child_yet_its_exit_and_timeout_hold(
+    tree: Tree, mode: str
+) -> None:
+    """The worker forks nothing: its zygote does, and reaps; the pid file holds the run's
+    own pid, its exit code is the command's, and a timeout still kills its tree."""
+    request = tree.request("sleep 0.5; exit 3", SandboxPolicy(mode=mode))
+    run = asyncio.ensure_future(run_sandboxed(request))
+    pid = await _running(request)
+    zygote = _parent(pid)
+    assert zygote != os.getpid()
+    assert _parent(zygote) == os.getpid()
+    assert "launch.py" in Path(f"/proc/{zygote}/cmdline").read_text()
+    ran = await run
+    assert ran.exit_code == 3 and not ran.timed_out, ran.output_tail
+    slow = await tree.run("(sleep 300.4245 &); sleep 300", SandboxPolicy(mode=mode), limit_s=1)
+    assert slow.timed_out and slow.exit_code is None
+    assert not [a for a in command_lines() if "300.4245" in a]
+    assert not sandbox.uid_processes(tree.uid)
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_zygote_killed_mid_run_fails_the_run_and_the_next_starts_another(
+    tree: Tree, mode: str
+) -> None:
+    """Nothing reports the run's exit any more: it is killed, the step fails to be retried
+    (not a permanent failure), and the next run gets a new zygote."""
+    request = tree.request("(sleep 300.4246 &); sleep 300", SandboxPolicy(mode=mode))
+    run = asyncio.ensure_future(run_sandboxed(request))
+    zygote = _parent(await _running(request))
+    os.kill(zygote, signal.SIGKILL)
+    with pytest.raises(ProcessLost, match="zygote ended"):
+        await asyncio.wait_for(run, 20)
+    assert not [a for a in command_lines() if "300.4246" in a]
+    assert not sandbox.uid_processes(tree.uid)
+    assert owners(tree.wt) == {0}
+    after = tree.request("sleep 0.3", SandboxPolicy(mode=mode))
+    again = asyncio.ensure_future(run_sandboxed(after))
+    assert _parent(await _running(after)) not in (zygote, os.getpid())
+    assert (await again).exit_code == 0
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_a_worker_killed_mid_run_leaves_the_run_to_its_retry(tree: Tree, mode: str) -> None:
+    """Its zygote ends (its socket to the worker read EOF) and kills nothing; the retried
+    step finds the run by its pid file and kills it, as when the worker started it. In
+    strict, bubblewrap (``--die-with-parent``) ends with its parent, the zygote now, as it
+    did with the worker."""
+    root = Path(__file__).resolve().parents[2]
+    script = textwrap.dedent(f"""
+        import asyncio, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(root)!r})
+        from activities.host.sandbox import SandboxRun, run_sandboxed
+        from loop.contracts import SandboxPolicy
+        asyncio.run(run_sandboxed(SandboxRun(
+            argv=["bash", "-c", "sleep 300.4248"], kind="agent",
+            policy=SandboxPolicy(mode={mode!r}), task_id={tree.task_id!r},
+            home=Path({str(tree.home)!r}), tree=Path({str(tree.wt)!r}),
+            state_dir=Path({str(tree.attempt)!r}), name="crashed", limit_s=60,
+        )))
+    """)
+    worker = await asyncio.create_subprocess_exec(sys.executable, "-c", script)
+    request = tree.request("true", SandboxPolicy(mode=mode), name="crashed")
+    try:
+        pid = await _running(request)
+        zygote = _parent(pid)
+        assert _parent(zygote) == worker.pid
+        deadline = time.monotonic() + 20
+        while not [a for a in command_lines() if "300.4248" in a]:
+            assert time.monotonic() < deadline, "the run never started its command"
+            await asyncio.sleep(0.02)
+    finally:
+        worker.kill()
+        await worker.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zygote}").exists() and "Z" not in _state(zygote):
+        assert time.monotonic() < deadline, "the zygote outlived its worker"
+        await asyncio.sleep(0.02)
+    if mode == "basic":
+        assert [a for a in command_lines() if "300.4248" in a], "the zygote killed the run"
+    assert await kill_leftovers(request.state_dir, request.name)
+    deadline = time.monotonic() + 10
+    while [a for a in command_lines() if "300.4248" in a]:
+        assert time.monotonic() < deadline, "the retry did not kill the run"
+        await asyncio.sleep(0.02)
+    assert not sandbox.uid_processes(tree.uid)
+    assert owners(tree.wt) == {0}
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+@pytest.mark.parametrize("mode", LEVELS)
+async def test_two_runs_share_nothing(tree: Tree, mode: str) -> None:
+    """While one run holds a descriptor of the worker and a variable of its own, the next
+    sees neither: only its stdio, an empty signal mask, its own environment."""
+    kept, passed = os.pipe()
+    try:
+        first = tree.request(
+            "sleep 300.4247", SandboxPolicy(mode=mode), env={"LOOP_ONLY_FIRST": "first-run"},
+            pass_fds=(passed,),
+        )  # fmt: skip
+        one = asyncio.ensure_future(run_sandboxed(first))
+        await _running(first)
+        second = await tree.run(
+            "ls /proc/self/fd | tr '\\n' ' '; echo; grep SigBlk /proc/self/status; env",
+            SandboxPolicy(mode=mode),
+        )
+        one.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await one
+    finally:
+        os.close(kept)
+        os.close(passed)
+    assert second.exit_code == 0, second.output_tail
+    lines = second.output_tail.splitlines()
+    assert lines[0].split() == ["0", "1", "2", "3"]  # 3: the folder ls reads
+    assert lines[1].split() == ["SigBlk:", "0" * 16]
+    assert "first-run" not in second.output_tail
+    assert "LOOP_OUTPUT_FILE=" in second.output_tail
 
 
 def moving(python: str = sys.executable) -> str:

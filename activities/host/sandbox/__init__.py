@@ -6,7 +6,8 @@ levels (``strict``, ``basic``, ``off``), what each guarantees and what it does n
 are docs/concepts/trust-boundary.md ("The levels") and docs/architecture.md ("The
 trust boundary"); ``probe`` finds which ones this host can give. The modules, one concern
 each: ``paths`` (what a command needs to see), ``mounts`` (the view), ``launch``
-and ``launcher`` (the first process of a run and how the worker talks to it),
+and ``launcher`` (the first process of a run and how the worker talks to it), ``zygote``
+(the worker's one long-lived launcher, which forks each run),
 ``egress*`` (the proxy), ``uids`` (leases), ``cgroups``, ``seccomp``,
 ``ownership`` (the worktree lent and taken back), ``refusals``, ``credentials`` (the
 worker's secret files), ``run``.

@@ -1,9 +1,12 @@
 """The sandbox launcher: the first process of every sandboxed run, root until it execs.
 
-Run by the worker as ``python -I -S -B launch.py PLAN_FD`` (the worker's own
-interpreter, isolated from the environment, no site packages: nothing of the
-task can change what runs here). It reads its plan (``marshal``, from an anonymous
-file the worker wrote) and, in this order:
+The worker starts it once, as its zygote (``zygote.py``), with
+``python -I -S -B launch.py SOCK_FD`` (the worker's own interpreter, isolated from the
+environment, no site packages: nothing of the task can change what runs here). ``serve``
+reads one request per run on that socket (the plan, the cwd, the environment, and the
+run's fds), forks, reaps the child and says its exit status on the run's own status
+socket. The child leads a session of its own, holds the request's fds at the numbers the
+plan names and no other, and ``run`` follows the plan, in this order:
 
 1. joins the run's cgroups, so everything it becomes and forks is counted and killed;
 2. sets the resource limits (inherited by everything after it);
@@ -21,21 +24,25 @@ file the worker wrote) and, in this order:
 
 The control socket closes on exec, so the command never inherits it. Only the
 standard library is used, all of it imported up front (the view may hide the
-interpreter's own library); this file is not imported by the worker.
+interpreter's own library); this file is not imported by the worker. The zygote itself
+changes nothing a child inherits (signals, umask, namespaces, cgroups, limits): each
+child sets up its own, from the state the zygote started with.
 
-It starts once per sandboxed run, so it imports little: ``marshal`` for the plan and
-``_socket`` for the control socket, not ``json`` and ``socket`` (which bring ``re``,
-``enum`` and ``functools``), and it searches PATH itself rather than through
-``os.execvpe`` (which imports ``warnings``): ~15 ms of CPU a run less.
-Its messages are JSON, written by ``_json``, read by ``launcher.read_setup``.
+It imports little (the zygote starts again after it ended): ``marshal`` for the
+requests and ``_socket`` for the sockets, not ``json`` and ``socket`` (which bring
+``re``, ``enum`` and ``functools``), and it searches PATH itself rather than through
+``os.execvpe`` (which imports ``warnings``). Its messages on the control socket are
+JSON, written by ``_json``, read by ``launcher.read_setup``.
 """
 
+import _signal
 import _socket
 import ctypes
 import fcntl
 import marshal
 import os
 import resource
+import select
 import stat
 import struct
 import sys
@@ -49,6 +56,9 @@ ST_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, M
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 O_PATH = getattr(os, "O_PATH", 0o10000000)
+MAX_FDS = 64
+"""The most fds one request may pass (the status socket, stdio, the plan's and the run's)."""
+MAXFD = 0x7FFFFFFF
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -236,10 +246,9 @@ def _execvpe(argv, env):
     raise first or last or FileNotFoundError(2, "No such file or directory")
 
 
-def main():
-    plan_fd = int(sys.argv[1])
-    with os.fdopen(plan_fd, "rb") as f:
-        plan = marshal.loads(f.read())
+def run(plan, env):
+    """The launcher proper, in a child the zygote forked: confine, say ``ready``, exec;
+    the exit code when it could not."""
     control = _socket.socket(fileno=plan["control_fd"])
     os.set_inheritable(control.fileno(), False)
 
@@ -261,20 +270,136 @@ def main():
             _drop(plan)
     except (OSError, SetupError, ValueError) as e:
         say({"error": str(e) if isinstance(e, SetupError) else f"{type(e).__name__}: {e}"})
-        sys.exit(125)
+        return 125
     argv = plan["argv"]
     say({"ready": True})
     try:
         if plan["mode"] == "basic":
-            _execvpe(argv, os.environ)
+            _execvpe(argv, env)
         else:
-            os.execv(argv[0], argv)
+            os.execve(argv[0], argv, env)
     except OSError as e:
         code = 127 if isinstance(e, FileNotFoundError) else 126
         message = f"cannot start {argv[0]!r}: {e.strerror or e}"
         say({"exec_failed": message, "code": code})
-        sys.stderr.write(message + "\n")
-        sys.exit(code)
+        os.write(2, (message + "\n").encode(errors="replace"))
+        return code
+
+
+def _received(ancdata):
+    fds = []
+    for level, kind, data in ancdata:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) // 4 * 4])
+    return fds
+
+
+def _child(request, fds, leading):
+    """The forked child: a session of its own (then ``leading`` is closed), exactly the
+    fds the request names, then ``run``. Never returns into the zygote's loop."""
+    code = 125
+    try:
+        os.setsid()
+        os.close(leading)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+        # fds[0] is the zygote's status socket of this run: not the child's.
+        targets = [0, 1, 2, *request["fds"]]
+        given = fds[1:]
+        if len(given) != len(targets):
+            raise SetupError("the request names other fds than it sent")
+        # Above every number in play first, so no dup2 below overwrites a given fd.
+        high = max([*targets, *fds]) + 1
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for fd in given]
+        for fd, target in zip(moved, targets, strict=True):
+            os.dup2(fd, target)  # inheritable, as subprocess's pass_fds
+        keep = sorted(set(targets))
+        low = 0
+        for fd in keep:
+            if low < fd:  # closerange(n, n) would close everything from n on
+                os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, MAXFD)
+        os.chdir(request["cwd"])
+        code = run(request["plan"], request["env"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 125
+    except BaseException as e:  # a child must end here, whatever went wrong
+        os.write(2, f"the sandbox launcher failed: {type(e).__name__}: {e}\n".encode())
+    os._exit(code)
+
+
+def _fork(sock, poller, children):
+    """One request: fork its launcher, answer its pid. False once the worker is gone."""
+    message, ancdata, flags, _ = sock.recvmsg(1 << 20, _socket.CMSG_SPACE(4 * MAX_FDS))
+    if not message:
+        return False
+    fds = _received(ancdata)
+    if not fds:
+        return True  # nowhere to answer
+    status = _socket.socket(fileno=fds[0])
+    try:
+        if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
+            raise SetupError("the request was cut short")
+        request = marshal.loads(message)
+        # The pid is answered once the child leads its own session: a kill of its group
+        # (what the worker does with that pid) then reaches it.
+        led, leading = os.pipe()
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, leading)
+            os.close(leading)
+            leading = -1
+            os.read(led, 1)  # EOF: the child closed its end after setsid (or died)
+        finally:
+            for fd in (led, leading):
+                if fd >= 0:
+                    os.close(fd)
+        pidfd = os.pidfd_open(pid)
+    except (OSError, SetupError, ValueError, EOFError, TypeError, KeyError) as e:
+        _answer(status, {"error": f"{type(e).__name__}: {e}"})
+        status.close()
+        return True
+    finally:
+        for fd in fds[1:]:
+            os.close(fd)
+    _answer(status, {"pid": pid})
+    children[pidfd] = (pid, status)
+    poller.register(pidfd, select.POLLIN)
+    return True
+
+
+def _answer(status, message):
+    try:
+        status.send(marshal.dumps(message))
+    except OSError:
+        pass  # the worker stopped waiting for this run
+
+
+def serve(sock_fd):
+    """The zygote: fork a launcher per request on ``sock_fd``, reap each, say its exit
+    status on the run's own status socket. Single-threaded (it forks); it ends when the
+    worker's end closes, leaving running runs to the worker's retries (their pid files)."""
+    sock = _socket.socket(fileno=sock_fd)
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLIN)
+    children = {}
+    while True:
+        for fd, _ in poller.poll():
+            if fd == sock_fd:
+                if not _fork(sock, poller, children):
+                    return
+                continue
+            pid, status = children.pop(fd)
+            poller.unregister(fd)
+            os.close(fd)
+            _, code = os.waitpid(pid, 0)
+            _answer(status, {"exit": os.waitstatus_to_exitcode(code)})
+            status.close()
+
+
+def main():
+    serve(int(sys.argv[1]))
 
 
 if __name__ == "__main__":

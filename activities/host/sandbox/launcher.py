@@ -1,19 +1,18 @@
-"""Starting the launcher (``launch.py``) and talking to it over its control socket.
+"""A run's launcher plan, and talking to the launcher over its control socket.
 
-The worker writes the plan (``marshal``) to an anonymous file, gives the launcher one end of a
-socket pair, and reads back what happened: the listening socket of a ``proxy``
+The worker gives the launcher (``launch.py``, forked by the ``zygote``) its plan and one
+end of a socket pair, and reads back what happened: the listening socket of a ``proxy``
 sandbox, ``ready`` (the command is about to run), an ``error`` (setup failed: the
 run never started), or ``exec_failed`` (the command could not be started). The
-plan holds no secret: the environment is the launcher's own, never an argument.
+plan holds no secret: the environment travels beside it, in the zygote's request,
+never as an argument.
 """
 
 from __future__ import annotations
 
 import json
-import marshal
 import os
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,10 @@ SETUP_TIMEOUT_S = 30.0
 
 @dataclass
 class Launch:
-    """A launcher invocation: its command line, the fds it inherits, our socket end."""
+    """One run for the zygote (``zygote``): the plan, the fds its launcher gets at the
+    same numbers, our end of its control socket."""
 
-    argv: list[str]
+    plan: dict[str, Any]
     pass_fds: tuple[int, ...]
     control: socket.socket
     _child_fds: list[int] = field(default_factory=list)
@@ -46,28 +46,23 @@ class Launch:
 
 
 def prepare(plan: dict[str, Any], extra_fds: tuple[int, ...] = ()) -> Launch:
-    """The launcher for ``plan`` (its ``control_fd`` is filled in here)."""
+    """The launch of ``plan`` (its ``control_fd`` is filled in here)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    plan = {**plan, "control_fd": theirs.fileno()}
-    plan_fd = os.memfd_create("loop-plan", 0)
-    # marshal: the same interpreter reads it, and importing json costs each run ~8 ms.
-    os.write(plan_fd, marshal.dumps(_plain(plan)))
-    os.lseek(plan_fd, 0, os.SEEK_SET)
     child_fd = theirs.detach()
     return Launch(
-        argv=[sys.executable, "-I", "-S", "-B", str(LAUNCH), str(plan_fd)],
-        pass_fds=(plan_fd, child_fd, *extra_fds),
+        plan=plain({**plan, "control_fd": child_fd}),
+        pass_fds=(child_fd, *extra_fds),
         control=ours,
-        _child_fds=[plan_fd, child_fd],
+        _child_fds=[child_fd],
     )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` with the plain types marshal writes (a level is an enum, a str of its own)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):

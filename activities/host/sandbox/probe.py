@@ -18,10 +18,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities.host.proc import ProcessLost
 from activities.host.sandbox import cgroups, launcher, seccomp
 from activities.host.sandbox.mounts import plan_view
 from activities.host.sandbox.paths import DEFAULT_PATH, world_writable_folders
 from activities.host.sandbox.uids import UID_BASE, UID_SPAN
+from activities.host.sandbox.zygote import ZYGOTE
 from loop.contracts import SandboxLevel
 
 Level = SandboxLevel
@@ -171,29 +173,26 @@ def _trial(mode: Level, bwrap: str, setpriv: str) -> str:
         setpriv=setpriv,
     )
     launch = launcher.prepare(plan, extra_fds=(fd,))
+    log = os.memfd_create("loop-probe-log", os.MFD_CLOEXEC)
     try:
-        proc = subprocess.Popen(
-            launch.argv,
-            pass_fds=launch.pass_fds,
-            env={"PATH": DEFAULT_PATH},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        child = ZYGOTE.start(launch, Path(tree), {"PATH": DEFAULT_PATH}, log)
         launch.close_child_fds()
         setup = launcher.read_setup(launch.control, 20)
-        out, _ = proc.communicate(timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        code = child.wait(20)
+        os.lseek(log, 0, os.SEEK_SET)
+        out = os.read(log, 1 << 16)
+    except (OSError, RuntimeError, ProcessLost) as e:
         return f"the sandbox does not start: {e}"
     finally:
         launch.close()
+        os.close(log)
         os.close(fd)
         os.rmdir(tree)
     if setup.error:
         return setup.error
-    if proc.returncode != 0:
+    if code != 0:
         lines = out.decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else f"the trial sandbox exited {proc.returncode}"
+        return lines[-1] if lines else f"the trial sandbox exited {code}"
     return ""
 
 

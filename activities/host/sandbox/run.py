@@ -9,13 +9,14 @@ One typed request (``SandboxRun``) in, one ``ProcResult`` out. For ``basic`` and
    can run as that uid, or fail for good (the task ends BLOCKED with the reason);
 3. record what will be changed (state file), make the run's cgroup, lend the
    worktree to the uid (not for gates: they read), give it its own places;
-4. start the launcher, which confines itself and execs the command; for a ``proxy``
+4. start the launcher (forked by the worker's ``zygote``), which confines itself and
+   execs the command; for a ``proxy``
    network, relay its connections to the egress proxy under a ticket;
 5. afterwards, kill every process of the uid and the cgroup, take the worktree back,
    and read what the proxy refused and which writes the output says were refused.
 
-The command's environment is built here from nothing (``sandbox_env``), passed
-as the launcher's environment, never on a command line; the worker's Temporal
+The command's environment is built here from nothing (``sandbox_env``), sent to the
+zygote beside the plan, never on a command line; the worker's Temporal
 credentials and the codec key are never in it, and files holding them are covered.
 """
 
@@ -36,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from activities.host.gateway import GATEWAY, GATEWAY_PORT, GATEWAY_URL, Grant, host_listener
-from activities.host.proc import HEARTBEAT_EVERY_S, ProcResult, heartbeat, kill_stale, run_process
+from activities.host.proc import (
+    HEARTBEAT_EVERY_S,
+    Proc,
+    ProcResult,
+    heartbeat,
+    kill_stale,
+    run_process,
+)
 from activities.host.sandbox import cgroups, egress, known, launcher, ownership, seccomp, uids
 from activities.host.sandbox.capabilities import Capabilities, Kind
 from activities.host.sandbox.credentials import refusal as credential_refusal
@@ -54,6 +62,7 @@ from activities.host.sandbox.paths import (
 )
 from activities.host.sandbox.probe import inspect_host
 from activities.host.sandbox.refusals import refused_protected, refused_writes
+from activities.host.sandbox.zygote import ZYGOTE
 from loop.contracts import SandboxPolicy, Workspace
 from loop.errors import permanent
 from loop.rules.commands import programs
@@ -62,6 +71,8 @@ PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """The fixed minimal set passed through from the worker (``sandbox.env`` adds names)."""
 SCRATCH = "/tmp"
 """TMPDIR of every run: a private tmpfs, fresh per run."""
+SETUP_EXIT_S = 5.0
+"""How long a launcher that could not set up is given to end before the run fails."""
 FRESH_HOME = "/tmp/home"
 """HOME of gates: not there until something makes it, in a /tmp that is new each run."""
 
@@ -445,7 +456,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         async with contextlib.AsyncExitStack() as stack:
             relay: list[egress.Egress] = []
 
-            async def started(_: asyncio.subprocess.Process) -> None:
+            async def started(proc: Proc) -> None:
                 assert launch is not None
                 launch.close_child_fds()
                 setup = await asyncio.to_thread(launcher.read_setup, launch.control)
@@ -463,16 +474,20 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 if setup.gateway is not None and run.gateway is not None:
                     await stack.enter_async_context(GATEWAY.serving(setup.gateway, run.gateway))
                 if not setup.ready:
+                    # Its end first: a launcher killed because its zygote ended is
+                    # ``ProcessLost`` (retried), not a sandbox this host cannot set up.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), SETUP_EXIT_S)
                     raise permanent(f"the sandbox could not be set up: {setup.error}")
 
             ran = await run_process(
-                launch.argv,
+                run.launched,
                 cwd=Path(tree),
                 env=env,
                 limit_s=run.limit_s,
                 log_path=run.log_path,
                 pid_file=run.pid_file,
-                pass_fds=launch.pass_fds,
+                spawn=functools.partial(ZYGOTE.spawn, launch),
                 started=started,
             )
             exec_failure, exec_code = launcher.read_exec_failure(launch.control)
