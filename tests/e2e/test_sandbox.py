@@ -663,6 +663,16 @@ async def test_a_run_is_the_zygotes_child_yet_its_exit_and_timeout_hold(
 
 
 @pytest.mark.parametrize("mode", LEVELS)
+async def test_a_run_starts_with_no_signal_ignored_or_blocked(tree: Tree, mode: str) -> None:
+    """As a shell's child would: the launcher's interpreter ignores SIGPIPE and SIGXFSZ,
+    and an ignored signal would stay ignored in the command it execs."""
+    ran = await tree.run("grep -E '^Sig(Ign|Blk):' /proc/self/status", SandboxPolicy(mode=mode))
+    assert ran.exit_code == 0, ran.output_tail
+    masks = dict(line.split(":\t") for line in ran.output_tail.split("\n") if line)
+    assert int(masks["SigIgn"], 16) == 0 and int(masks["SigBlk"], 16) == 0, masks
+
+
+@pytest.mark.parametrize("mode", LEVELS)
 async def test_a_zygote_killed_mid_run_fails_the_run_and_the_next_starts_another(
     tree: Tree, mode: str
 ) -> None:
