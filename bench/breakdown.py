@@ -22,6 +22,7 @@ So the next regression shows up as a row that grew. Needs root (taskstats listen
 every exit) and Linux; without them only the /proc and server rows are printed.
 
     .venv/bin/python bench/breakdown.py [--tasks 10] [--modes basic,strict] [--git-commands]
+    .venv/bin/python bench/breakdown.py --modes basic --after 500   # what grows with history
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ NLMSG_ERROR, NLM_F_REQUEST, NLM_F_ACK = 2, 1, 4
 # struct taskstats (linux/taskstats.h, stable since version 1 at these offsets)
 OFF_VIRTUAL_NS, OFF_COMM, OFF_PID = 72, 80, 128
 METRICS_SETTLE_S = 2.0
+AT_ONCE = 20
 
 
 @dataclass
@@ -288,6 +290,10 @@ async def series(
     listener: ExitListener | None,
     git_log: Path | None,
 ) -> Series:
+    for done in range(0, args.after, AT_ONCE):  # history first, when asked for
+        batch = min(AT_ONCE, args.after - done)
+        tasks = [loopwork_task(client, queue, repo, agent, mode) for _ in range(batch)]
+        await asyncio.gather(*tasks)
     for _ in range(2):  # warm: the first tasks of a mode probe and fill the base store
         await loopwork_task(client, queue, repo, agent, mode)
     if listener:
@@ -391,13 +397,20 @@ async def main() -> None:
     parser.add_argument(
         "--git-commands", action="store_true", help="count the worker's git calls by subcommand"
     )
+    parser.add_argument(
+        "--after", type=int, default=0,
+        help="tasks run on the repository first (20 at a time), to see what grows with history",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tiny version (3 tasks, basic)")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.modes = 3, "basic"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     print_machine("where one trivial task's CPU goes (bench/breakdown.py)")
-    print(f"{args.tasks} tasks per mode after 2 warm-up tasks; task as in bench/vs_floor.py\n")
+    print(
+        f"{args.tasks} tasks per mode after {args.after} earlier tasks and 2 warm-up tasks; "
+        "task as in bench/vs_floor.py\n"
+    )
     listener = None
     try:
         listener = ExitListener()

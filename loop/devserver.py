@@ -84,8 +84,10 @@ DYNAMIC_CONFIG: dict[str, int | str] = {
 }
 # How late the timer queue may fire a due task (server default 1 s): an activity's retry
 # is a timer, so a step a dead worker ran, failed by the next worker to retry at once,
-# started 0-1 s (uniformly) after that; with this it starts within a few milliseconds.
-DYNAMIC_CONFIG["history.timerProcessorMaxTimeShift"] = "10ms"
+# started 0-1 s (uniformly) after that. 100 ms, not less: at 10 ms the timer queue is
+# read 2.5x as often, ~30 ms of server CPU a task and more as closed workflows pile up
+# (bench/RESULTS.md, section 11).
+DYNAMIC_CONFIG["history.timerProcessorMaxTimeShift"] = "100ms"
 
 
 def dynamic_config_args(config: Mapping[str, object] = DYNAMIC_CONFIG) -> list[str]:
