@@ -138,6 +138,10 @@ def _stop() -> None:
         _folder = None
 
 
+MAIN = "activities.host.sandbox.egress_main"
+"""The proxy's module: its folder and this worker's pid are its arguments."""
+
+
 def _running() -> tuple[Path, Path]:
     """The proxy's folder and socket, starting the proxy when it is not running."""
     global _process, _folder
@@ -156,7 +160,7 @@ def _running() -> tuple[Path, Path]:
         }
         with (_folder / "proxy.log").open("ab") as log:
             _process = subprocess.Popen(
-                [sys.executable, "-m", "activities.host.sandbox.egress_main", str(_folder)],
+                [sys.executable, "-m", MAIN, str(_folder), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
