@@ -273,6 +273,11 @@ def run(plan, env):
         return 125
     argv = plan["argv"]
     say({"ready": True})
+    # Python ignores these at its start, and an ignored signal stays ignored across exec:
+    # the command would get EPIPE where a shell's child dies of SIGPIPE (`yes | head`).
+    # Here, not earlier: until now a worker gone mid-setup is an error, not a signal.
+    for ignored in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(ignored, _signal.SIG_DFL)
     try:
         if plan["mode"] == "basic":
             _execvpe(argv, env)
@@ -302,10 +307,6 @@ def _child(request, fds, leading):
         os.setsid()
         os.close(leading)
         _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
-        # Python ignores these at its start, and an ignored signal stays ignored across
-        # exec: a command would get EPIPE where a shell's dies of SIGPIPE (`yes | head`).
-        for ignored in (_signal.SIGPIPE, _signal.SIGXFSZ):
-            _signal.signal(ignored, _signal.SIG_DFL)
         # fds[0] is the zygote's status socket of this run: not the child's.
         targets = [0, 1, 2, *request["fds"]]
         given = fds[1:]
