@@ -78,16 +78,15 @@ FAST_POLL_RPS = 1000
 # Transfer: workflow and activity task dispatch; timer: timers, timeouts,
 # retries; visibility: list/query results; outbound: callbacks and Nexus;
 # archival: off in the dev server, kept so the setting is uniform.
-DYNAMIC_CONFIG: dict[str, int | str] = {
+DYNAMIC_CONFIG: dict[str, int] = {
     f"history.{queue}ProcessorMaxPollRPS": FAST_POLL_RPS
     for queue in ("transfer", "timer", "visibility", "outbound", "archival")
 }
-# How late the timer queue may fire a due task (server default 1 s): an activity's retry
-# is a timer, so a step a dead worker ran, failed by the next worker to retry at once,
-# started 0-1 s (uniformly) after that. 100 ms, not less: at 10 ms the timer queue is
-# read 2.5x as often, ~30 ms of server CPU a task and more as closed workflows pile up
-# (bench/RESULTS.md, section 11).
-DYNAMIC_CONFIG["history.timerProcessorMaxTimeShift"] = "100ms"
+# The timer queue may fire a due task up to 1 s late (history.timerProcessorMaxTimeShift):
+# a dead worker's step, failed by the next worker to retry at once, starts 0-1 s after.
+# Left at the default: at 100 ms a server restarted mid-step fired the step's heartbeat
+# timeout before the reconnecting worker's heartbeat, and the step ran twice; at 10 ms
+# the timer queue is read 2.5x as often (bench/RESULTS.md, section 11).
 
 
 def dynamic_config_args(config: Mapping[str, object] = DYNAMIC_CONFIG) -> list[str]:

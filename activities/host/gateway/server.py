@@ -327,6 +327,17 @@ class Gateway:
         encoding = answer.headers.get("content-encoding", "")
         meter = Meter(grant.api, path, streamed=streamed(sent), model=requested, encoding=encoding)
         gone = counted = False
+
+        async def keep_transcript() -> None:
+            """The call's transcript, once (``agent.transcript``)."""
+            nonlocal transcript
+            if transcript is None or grant.transcript_dir is None:
+                return
+            record, transcript = transcript, None
+            file = grant.transcript_dir / f"call-{grant.count:04d}.log"
+            head = f"{method} {path}{f'?{query}' if query else ''}"
+            await asyncio.to_thread(record.write, file, head, status, (grant.key, grant.token))
+
         try:
             kept = [(k, v) for k, v in answer.headers.raw if k.decode().lower() not in NOT_RETURNED]
             writer.write(conn.send(h11.Response(status_code=status, headers=kept)) or b"")
@@ -340,10 +351,12 @@ class Gateway:
                     gone = not await self._relay(conn, writer, chunk)
                 elif relayed > AFTER_GONE:
                     break  # the agent left long ago: its usage is not worth more bytes
-            # Counted (and journaled) before the answer's end reaches the agent: no agent
-            # holds a whole answer whose cost a crash of this worker could forget.
+            # Counted (and journaled), and its transcript written, before the answer's end
+            # reaches the agent: no agent holds a whole answer whose cost a crash of this
+            # worker could forget, or that a person cannot read yet.
             self._count(grant, meter, path, status, started, requested)
             counted = True
+            await keep_transcript()
             if not gone:
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
                 await asyncio.wait_for(writer.drain(), DRAIN_S)
@@ -351,11 +364,7 @@ class Gateway:
             if not counted:
                 self._count(grant, meter, path, status, started, requested)  # before any await
             await answer.aclose()
-            if transcript is not None and grant.transcript_dir is not None:
-                file = grant.transcript_dir / f"call-{grant.count:04d}.log"
-                head = f"{method} {path}{f'?{query}' if query else ''}"
-                secrets = (grant.key, grant.token)
-                await asyncio.to_thread(transcript.write, file, head, status, secrets)
+            await keep_transcript()
         if gone:
             raise ConnectionError("the agent hung up mid-answer")
 
