@@ -10,7 +10,7 @@ duration) and writes the fix. Measured from the new worker's start:
 - retried make starts: the retried ``make`` activity starts (its history event): the
   target, at most 1 s after the new worker starts (median; 1.5 s at worst), because the
   new worker fails what its dead predecessor ran (its lease file) instead of waiting
-  for the heartbeat timeout, and the server fires that retry's timer at once;
+  for the heartbeat timeout (the retry is a timer: the server may fire it up to 1 s late);
 - agent starts: the agent's second run starts (its own timestamp);
 - step done - own: the retried ``make`` completes (history event time) minus
   the agent's own run time on the retry: the recovery overhead;
