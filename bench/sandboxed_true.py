@@ -1,6 +1,6 @@
 """The cost of one sandboxed run: ``true`` through ``run_sandboxed``, in each level.
 
-Issue 24 measured 51 ms of CPU for one sandboxed ``true`` in basic and 50 in strict,
+Measured at first: 51 ms of CPU for one sandboxed ``true`` in basic and 50 in strict,
 against ~4 ms for a bare ``bwrap``; its target is 10 ms. This runs the same ``true`` as
 an agent (the worktree lent and taken back) and as a gate, ``--runs`` times each,
 interleaved with a bare ``bwrap ... true``, and prints the CPU of this process and its
