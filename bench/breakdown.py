@@ -45,7 +45,9 @@ from pathlib import Path
 
 from common import (
     connect,
+    cpu_seconds,
     free_port,
+    live_children,
     load_average,
     loopwork_server,
     make_demo_repo,
@@ -57,7 +59,7 @@ from common import (
     temp_home,
     wait_for_log,
 )
-from vs_floor import AGENT, TICK, loopwork_task
+from vs_floor import AGENT, loopwork_task
 
 NETLINK_GENERIC, GENL_ID_CTRL, CTRL_CMD_GETFAMILY = 16, 0x10, 3
 CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
@@ -206,23 +208,6 @@ def classify(exits: list[Exit], roots: set[int]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in by_kind.items()}
 
 
-def own_cpu(pid: int) -> tuple[float, float]:
-    """(own, reaped children's) CPU seconds of a live process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
-
-
-def live_children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
 def requests(metrics_port: int) -> Counter[str]:
     """The frontend's ``service_requests`` of the ``default`` namespace, by operation.
     The server's counters reach its endpoint a moment after the request: read once the
@@ -302,11 +287,11 @@ async def series(
         git_log.write_text("")
     proxies = live_children(worker)  # the egress proxy and the sandbox's zygote
     load0 = load_average()
-    w0, c0 = own_cpu(worker)
-    p0 = sum(own_cpu(p)[0] for p in proxies)
-    c0 += sum(own_cpu(p)[1] for p in proxies)  # the runs the zygote reaped
+    w0, c0 = cpu_seconds(worker)
+    p0 = sum(cpu_seconds(p)[0] for p in proxies)
+    c0 += sum(cpu_seconds(p)[1] for p in proxies)  # the runs the zygote reaped
     s0, r0, t0, k0 = (
-        own_cpu(server)[0],
+        cpu_seconds(server)[0],
         requests(metrics_port),
         time.perf_counter(),
         time.process_time(),
@@ -315,10 +300,10 @@ async def series(
         await loopwork_task(client, queue, repo, agent, mode)
     wall = time.perf_counter() - t0
     k1 = time.process_time()
-    w1, c1 = own_cpu(worker)
-    p1 = sum(own_cpu(p)[0] for p in proxies)
-    c1 += sum(own_cpu(p)[1] for p in proxies)
-    s1, r1 = own_cpu(server)[0], requests(metrics_port)
+    w1, c1 = cpu_seconds(worker)
+    p1 = sum(cpu_seconds(p)[0] for p in proxies)
+    c1 += sum(cpu_seconds(p)[1] for p in proxies)
+    s1, r1 = cpu_seconds(server)[0], requests(metrics_port)
     exits = listener.take() if listener else []
     commands: Counter[str] = Counter()
     if git_log:

@@ -325,11 +325,24 @@ def rss_kib(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(CPU seconds of the process, of its waited-for children) from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """(CPU seconds of the process, of its waited-for children) from /proc/<pid>/stat;
+    (0, 0) once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
     tick = os.sysconf("SC_CLK_TCK")
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
     return (utime + stime) / tick, (cutime + cstime) / tick
+
+
+def live_children(pid: int) -> list[int]:
+    """The live children of every thread of ``pid``."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def tree_rss_kib(pid: int) -> int:

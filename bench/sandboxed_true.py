@@ -22,7 +22,15 @@ import resource
 import time
 from pathlib import Path
 
-from common import git, median, print_machine, print_table, temp_home
+from common import (
+    cpu_seconds,
+    git,
+    live_children,
+    median,
+    print_machine,
+    print_table,
+    temp_home,
+)
 
 from activities.host.sandbox import SandboxRun, inspect_host, release, run_sandboxed
 from loop.contracts import SandboxPolicy
@@ -32,25 +40,10 @@ BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--
          "true"]  # fmt: skip
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def live_children_cpu() -> float:
     """The CPU of this process's live children, each its own and its reaped children's:
     the sandbox's zygote (every run's launcher and command are its children, not ours)."""
-    total = 0.0
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            pids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for pid in pids:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += sum(int(x) for x in fields[11:15]) / TICK  # utime stime cutime cstime
-    return total
+    return sum(sum(cpu_seconds(pid)) for pid in live_children(os.getpid()))
 
 
 def cpu() -> float:

@@ -40,6 +40,8 @@ from common import (
     ROOT,
     UNITTEST,
     connect,
+    cpu_seconds,
+    live_children,
     load_average,
     loopwork_server,
     make_demo_repo,
@@ -77,25 +79,12 @@ class Sample:
     """Busy CPU-seconds of the whole machine over the same window (others included)."""
 
 
-def _stat_cpu(pid: int) -> float:
-    """A process's own CPU plus its waited-for children's, in seconds (0 when gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / TICK
-
-
 def _descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
         p = todo.pop()
         found.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
+        todo += live_children(p)
     return found
 
 
@@ -103,7 +92,7 @@ def tree_cpu(pid: int) -> float:
     """CPU of a live process tree: each live member's own and its reaped children's. Read
     between tasks, when only long-lived members (the egress proxy) are alive, so nothing
     is counted twice."""
-    return sum(_stat_cpu(p) for p in _descendants(pid))
+    return sum(sum(cpu_seconds(p)) for p in _descendants(pid))
 
 
 def machine_busy_s() -> float:

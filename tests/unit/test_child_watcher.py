@@ -12,8 +12,16 @@ import pytest
 from activities.host.proc import watch_children_by_pidfd
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 picks the pidfd watcher itself")
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="this kernel has no pidfd_open")
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12),
+    reason="Python 3.12 and later watch subprocesses through pidfds on their own; "
+    "the worker sets this up only on 3.11",
+)
+@pytest.mark.skipif(
+    not hasattr(os, "pidfd_open"),
+    reason="this Python has no os.pidfd_open (Linux 5.3 or later needed), so the worker "
+    "keeps asyncio's default watcher",
+)
 def test_subprocess_exits_are_seen_through_a_pidfd_and_no_thread_is_started():
     async def run() -> tuple[int | None, int, int]:
         assert watch_children_by_pidfd()
