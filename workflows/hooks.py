@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         is_valid_task_id,
     )
     from loop.rules import hooks, triage
+    from workflows import patches
     from workflows.steps import STEP_RETRY
     from workflows.triage import start_planned
 
@@ -209,7 +210,7 @@ class GitHubDeliveryWorkflow:
         if command.error:
             return await self._reply(f"nothing was done: {command.error}")
         if self.d.issue.get("pull_request"):
-            if not workflow.patched(PULL_COMMANDS):
+            if not patches.patched(PULL_COMMANDS):
                 return await self._reply(
                     f"nothing was done: answer on the task's issue (`/loop {command.verb}` there)."
                 )
@@ -296,7 +297,7 @@ class GitHubDeliveryWorkflow:
         approval = (
             self.d.review_state == "approved"
             and self.source.approve_on_review
-            and workflow.patched(REVIEW_APPROVES)
+            and patches.patched(REVIEW_APPROVES)
         )
         if self.d.review_state not in hooks.REVIEW_STATES and not approval:
             return f"ignored: a review that {self.d.review_state} (merging is the approval)"

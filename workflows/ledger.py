@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
     )
     from loop.rules import budget
+    from workflows import patches
     from workflows.steps import StepFailed, act
 
 KEEP_DAYS = 31
@@ -54,7 +55,7 @@ class PeriodBudgetWorkflow:
 
     @workflow.run
     async def run(self, state: LedgerState) -> LedgerState:
-        if workflow.patched("sweep-closed-holders"):
+        if patches.patched("sweep-closed-holders"):
             while not self._time_to_continue():
                 if not self.state.open:
                     await workflow.wait_condition(

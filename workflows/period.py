@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
         reservation_key,
     )
+    from workflows import patches
     from workflows.steps import act, bookkeeping
 
 LOCAL = "period-local"
@@ -36,7 +37,7 @@ async def reserve(
     spec: TaskSpec, attempt: int, *, cost_usd: float | None, tokens: int | None
 ) -> ReserveReply:
     """Ask the day's ledger for at most what the task may still spend (None: no own limit)."""
-    step = bookkeeping if workflow.patched(LOCAL) else act
+    step = bookkeeping if patches.patched(LOCAL) else act
     return await step(
         RESERVE_BUDGET,
         ReserveBudgetInput(
@@ -54,7 +55,7 @@ async def reserve(
 
 async def settle(spec: TaskSpec, attempt: int, used: Usage) -> None:
     """Give back the reservation, counting what the attempt spent."""
-    step = bookkeeping if workflow.patched(LOCAL) else act
+    step = bookkeeping if patches.patched(LOCAL) else act
     await step(
         REPORT_USAGE,
         ReportUsageInput(

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         Workspace,
     )
     from loop.rules import answers, budget, explain
+    from workflows import patches
     from workflows.clock import WallClock
 
 
@@ -226,7 +227,7 @@ class TaskRecord:
         if (
             told != self.told
             and (self.reason or self.told[1])
-            and workflow.patched("reason-in-memo")
+            and patches.patched("reason-in-memo")
         ):
             workflow.upsert_memo({"state": told[0], "reason": told[1]})
             self.told = told
@@ -238,7 +239,7 @@ class TaskRecord:
             # Only for workspaces that have a host: histories from before replay as recorded.
             *([SA_HOST.value_set(self.ws.host)] if self.ws and self.ws.host else []),
         ]
-        if workflow.patched("publish-changes"):
+        if patches.patched("publish-changes"):
             # What changed only, and nothing when nothing did: each upsert is in history.
             now_set = workflow.info().typed_search_attributes
             updates = [u for u in updates if now_set.get(u.key) != u.value]

@@ -89,7 +89,7 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules.fingerprint import fingerprint
     from loop.rules.gates import describe_gate
     from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
-    from workflows import hosts, period
+    from workflows import hosts, patches, period
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
     from workflows.judge import judge
@@ -152,7 +152,7 @@ class TaskWorkflow(TaskRecord):
         self._event("started", f"autonomy={spec.autonomy} base={spec.base or 'HEAD'}")
         self._publish()
         commenting: asyncio.Task[None] | None = None
-        if spec.github_issue is not None and workflow.patched("github-status-comment"):
+        if spec.github_issue is not None and patches.patched("github-status-comment"):
             self.status_comment = StatusComment(spec.github_issue, self._status_view, self._event)
             commenting = asyncio.create_task(self.status_comment.run())
         try:
@@ -167,7 +167,7 @@ class TaskWorkflow(TaskRecord):
             # refusal is in the trace) before it closes. No history has one: it issues
             # no command, and signals are not waited for.
             await workflow.wait_condition(lambda: not self.answering)
-        if self.held is not None and workflow.patched("settle-on-every-end"):
+        if self.held is not None and patches.patched("settle-on-every-end"):
             # Cancelled, out of time, or blocked mid-attempt: what it held goes back.
             await self._settle(self.held, Usage())
         self.phase = Phase.SUMMARIZE
@@ -267,7 +267,7 @@ class TaskWorkflow(TaskRecord):
                 return _Stop(TaskState.NEEDS_HUMAN, grant.reason, budget=True)
             # No ledger, no reservation: nothing to settle after the attempt (histories
             # from before settled every attempt, and replay as recorded).
-            if grant.held or not workflow.patched("settle-held-only"):
+            if grant.held or not patches.patched("settle-held-only"):
                 self.held = n
             stop = await self._attempt(n, grant)
             if stop is not None or (self.last_verdict is not None and self.last_verdict.passed):
@@ -350,13 +350,13 @@ class TaskWorkflow(TaskRecord):
                 f"protected path: attempt {n} tried to write {tried} (refused by the sandbox)",
             )
         trouble = explain.agent_trouble(made)
-        if trouble and workflow.patched("explain-agent-trouble"):
+        if trouble and patches.patched("explain-agent-trouble"):
             self._event("agent", f"attempt {n}: {trouble}")
             if explain.could_not_start(made):
                 # Every later attempt would fail the same way, before doing anything.
                 return _Stop(TaskState.BLOCKED, trouble)
         unpriced = explain.unpriced_budget(self.spec, made)
-        if unpriced and workflow.patched("usage-for-budgets"):
+        if unpriced and patches.patched("usage-for-budgets"):
             return _Stop(
                 TaskState.NEEDS_HUMAN,
                 f"attempt {n}: the agent reported no usage, so {unpriced} cannot be held",
@@ -402,7 +402,7 @@ class TaskWorkflow(TaskRecord):
         ref = spec.github_issue
         if not remote or not (spec.finalize.github or ref or "github.com" in remote):
             return
-        if not workflow.patched("commit-status"):
+        if not patches.patched("commit-status"):
             return
         inp = CommitStatusInput(
             repo=spec.finalize.github,
@@ -581,7 +581,7 @@ class TaskWorkflow(TaskRecord):
         if (
             pr.url
             and self.spec.finalize.pull_request_wait
-            and workflow.patched("pull-request-outcome")
+            and patches.patched("pull-request-outcome")
         ):
             return await self._await_outcome(pr.url)
         await self._remove(delete_branch=False)
@@ -712,7 +712,7 @@ class TaskWorkflow(TaskRecord):
                 last_verdict=self.last_verdict.summary() if self.last_verdict else "",
             )
         )
-        if not workflow.patched("slack-messages"):
+        if not patches.patched("slack-messages"):
             failed = await escalated
             if failed:
                 self._event("notify-failed", failed)
@@ -892,7 +892,7 @@ class TaskWorkflow(TaskRecord):
     def _extend(self, payload: ExtendBudgetSignal, by: str) -> str:
         parked = self.state == TaskState.NEEDS_HUMAN
         self.max_attempts += payload.attempts
-        if workflow.patched("extend-adds-only"):
+        if patches.patched("extend-adds-only"):
             # "No limit" stays no limit: an extension adds to limits that exist.
             self.clock.limit = budget.extended(self.clock.limit, payload.seconds)
             self.max_tokens = budget.extended(self.max_tokens, payload.tokens)
@@ -916,7 +916,7 @@ class TaskWorkflow(TaskRecord):
         `` (unsigned)``), or why it is refused. Checked with the worker's answer key in
         a local activity (``loop.hardened.answers``), so the verdict is in history and a
         replay decides the same way; a signature is good once."""
-        if not workflow.patched("signed-answers"):
+        if not patches.patched("signed-answers"):
             return _Checked(f" (by {payload.by})" if payload.by else "")  # as before
         if payload.signature and payload.signature in self.seen_signatures:
             return self._refuse_answer(name, "replayed (that signature was used before)")

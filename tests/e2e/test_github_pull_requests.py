@@ -9,6 +9,7 @@ request on.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -44,6 +45,7 @@ from tests.support.webhooks import (
     review_event,
 )
 from worker import WORKFLOWS, build_worker
+from workflows import patches
 
 pytestmark = needs_examples
 
@@ -144,12 +146,13 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
     ).replay_workflow(history)
     assert replayed.replay_failure is None
     markers = [
-        e.marker_recorded_event_attributes.details["patch_data"]
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    assert len(markers) >= 3, "pull-request-outcome, github-status-comment, commit-status"
+    # pull-request-outcome, github-status-comment and commit-status, under one marker.
+    assert [m["id"] for m in markers] == [patches.RELEASE]
 
     assert waiting.state == TaskState.AWAITING_APPROVAL
     assert pr["head"]["ref"] == branch and pr["base"]["ref"] == "main"

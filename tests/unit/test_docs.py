@@ -223,3 +223,12 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     task_file = (site / "reference" / "task-file" / "index.html").read_text()
     for kind in KINDS:
         assert f"<code>{kind.KIND}</code>" in task_file
+
+
+def test_every_patch_the_release_marker_covers_is_in_the_code() -> None:
+    """A misspelt id in ``AT_RELEASE`` would leave its patch asked for by its own id, and
+    the patch table on the site would not list it."""
+    from workflows import patches
+
+    in_code = {patch for patch, *_ in hook().patches_in_code()}
+    assert patches.AT_RELEASE <= in_code, sorted(patches.AT_RELEASE - in_code)
