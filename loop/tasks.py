@@ -29,6 +29,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from loop.contracts import (
     QUERY_STATUS,
     QUERY_TRACE,
+    SA_ATTEMPTS,
+    SA_COST,
     SA_REPO,
     SA_STATE,
     SIGNAL_APPROVE,
@@ -60,35 +62,40 @@ async def start_task(
 ) -> tuple[WorkflowHandle, bool]:
     """Start the task's workflow; (handle, False) when it is already running (idempotent)."""
     handle = client.get_workflow_handle(workflow_id_for(spec.id), result_type=TaskResult)
-    with contextlib.suppress(RPCError):
-        desc = await handle.describe()
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            return handle, False
-        if not rerun:
-            raise BadInput(
-                f"task {spec.id} already ended {task_state(desc)}; "
-                "use --rerun to run it again or pick another id"
-            )
+    # The start is the one request of the common case; an id already used is told apart
+    # (open, or ended and not to be rerun) only when the server refuses it.
+    reuse = (
+        WorkflowIDReusePolicy.ALLOW_DUPLICATE if rerun else WorkflowIDReusePolicy.REJECT_DUPLICATE
+    )
     try:
-        handle = await client.start_workflow(
+        started = await client.start_workflow(
             TASK_WORKFLOW,
             spec,
             result_type=TaskResult,
             id=workflow_id_for(spec.id),
             task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_reuse_policy=reuse,
             memo={"goal": spec.goal},
+            # What the task publishes first, so its first upsert has nothing to change.
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
                     SearchAttributePair(SA_REPO, spec.repo),
+                    SearchAttributePair(SA_ATTEMPTS, 0),
+                    SearchAttributePair(SA_COST, 0.0),
                 ]
             ),
             static_summary=f"{spec.id}: {spec.goal.strip().splitlines()[0][:120]}",
         )
     except WorkflowAlreadyStartedError:
-        return client.get_workflow_handle(workflow_id_for(spec.id), result_type=TaskResult), False
-    return handle, True
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING or rerun:
+            return handle, False
+        raise BadInput(
+            f"task {spec.id} already ended {task_state(desc)}; "
+            "use --rerun to run it again or pick another id"
+        ) from None
+    return started, True
 
 
 async def has_worker(client: Client, task_queue: str) -> bool:
