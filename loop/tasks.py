@@ -22,16 +22,13 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop.contracts import (
     QUERY_STATUS,
     QUERY_TRACE,
-    SA_ATTEMPTS,
-    SA_COST,
-    SA_REPO,
     SA_STATE,
     SIGNAL_APPROVE,
     SIGNAL_EXTEND_BUDGET,
@@ -51,6 +48,7 @@ from loop.contracts import (
     TaskStatus,
     TraceEvent,
     is_valid_task_id,
+    starting_attributes,
     workflow_id_for,
 )
 from loop.errors import BadInput, LoopError, UnknownTask
@@ -76,15 +74,7 @@ async def start_task(
             task_queue=task_queue,
             id_reuse_policy=reuse,
             memo={"goal": spec.goal},
-            # What the task publishes first, so its first upsert has nothing to change.
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
-                    SearchAttributePair(SA_REPO, spec.repo),
-                    SearchAttributePair(SA_ATTEMPTS, 0),
-                    SearchAttributePair(SA_COST, 0.0),
-                ]
-            ),
+            search_attributes=starting_attributes(spec.repo),
             static_summary=f"{spec.id}: {spec.goal.strip().splitlines()[0][:120]}",
         )
     except WorkflowAlreadyStartedError:

@@ -30,8 +30,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import (
@@ -45,8 +43,6 @@ with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         DISCOVER,
         LOOKUP_TASKS,
-        SA_REPO,
-        SA_STATE,
         SOURCE_MISCONFIGURED,
         TASK_WORKFLOW,
         TRIAGE_WORKFLOW,
@@ -57,11 +53,11 @@ with workflow.unsafe.imports_passed_through():
         Source,
         TaskResult,
         TaskSpec,
-        TaskState,
         TriageDecision,
         TriageInput,
         TriageItem,
         TriageResult,
+        starting_attributes,
         workflow_id_for,
     )
     from loop.rules import triage
@@ -149,12 +145,7 @@ async def start_planned(decision: TriageDecision, spec: TaskSpec, rerun: bool) -
                 else WorkflowIDReusePolicy.REJECT_DUPLICATE
             ),
             memo={"goal": spec.goal, "triage": f"{decision.source}/{decision.item}"},
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
-                    SearchAttributePair(SA_REPO, spec.repo),
-                ]
-            ),
+            search_attributes=starting_attributes(spec.repo),
             static_summary=f"{spec.id}: {_first_line(spec.goal)}",
         )
     except WorkflowAlreadyStartedError:

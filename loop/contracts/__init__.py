@@ -166,6 +166,7 @@ from loop.contracts.names import (
     is_valid_task_id,
     ledger_id_for,
     ping_queue,
+    starting_attributes,
 )
 from loop.contracts.results import (
     AttemptRecord,
@@ -586,6 +587,7 @@ __all__ = [
     "ping_queue",
     "reservation_key",
     "slack_answer_workflow_id",
+    "starting_attributes",
     "task_hook_workflow_id",
     "workflow_id_for",
 ]

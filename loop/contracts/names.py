@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import re
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from loop.contracts.base import TASK_ID_PATTERN
+from loop.contracts.states import TaskState
 
 TASK_WORKFLOW = "TaskWorkflow"
 AGENT_WORKFLOW = "AgentWorkflow"
@@ -53,6 +54,20 @@ SA_COST = SearchAttributeKey.for_float("LoopCostUSD")
 SA_REPO = SearchAttributeKey.for_keyword("LoopRepo")
 SA_HOST = SearchAttributeKey.for_keyword("LoopHost")
 SEARCH_ATTRIBUTES = (SA_STATE, SA_ATTEMPTS, SA_COST, SA_REPO, SA_HOST)
+
+
+def starting_attributes(repo: str) -> TypedSearchAttributes:
+    """A task's search attributes as its workflow publishes them first: given at the
+    start, they are listed at once and its first upsert has nothing to change."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_STATE, str(TaskState.RUNNING)),
+            SearchAttributePair(SA_REPO, repo),
+            SearchAttributePair(SA_ATTEMPTS, 0),
+            SearchAttributePair(SA_COST, 0.0),
+        ]
+    )
+
 
 HOST_LOST = "LoopHostLost"
 """Error type of a step whose host stopped polling its queue: the task may move."""
