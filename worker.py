@@ -100,6 +100,7 @@ def shared_activities(settings: Settings) -> list[Callable]:
     slack = SlackActivities(settings)
     return [
         WorkspaceActivities(settings).prepare_workspace,
+        ExploreActivities(settings).prepare_and_explore,
         EscalateActivities(settings).escalate,
         AnswerActivities(settings).check_answer,
         budget.reserve_budget,

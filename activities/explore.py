@@ -27,13 +27,17 @@ from activities.host.step_files import keep
 from activities.make import agent_home, endpoints
 from activities.model import preflight
 from activities.verify import checkouts
+from activities.workspace import WorkspaceActivities
 from loop.contracts import (
     EXPLORE,
+    PREPARE_AND_EXPLORE,
     ExploreInput,
     ExploreResult,
     GateResult,
     LlmReviewGate,
     MakeResult,
+    Prepared,
+    PrepareExploreInput,
     Provider,
     RunGate,
     SandboxLevel,
@@ -41,6 +45,7 @@ from loop.contracts import (
     Verdict,
     Workspace,
 )
+from loop.contracts.step_context import sent_once
 from loop.errors import permanent
 from loop.rules import memory
 from loop.rules.clis import BY_NAME, CliEndpoint, usage_source
@@ -96,6 +101,16 @@ class ExploreActivities:
             reproducer=reproducer,
             context=keep(inp, inp.context),
         )
+
+    @activity.defn(name=PREPARE_AND_EXPLORE.name)
+    async def prepare_and_explore(self, inp: PrepareExploreInput) -> Prepared:
+        """A task's first step on the host that takes it: the worktree, then explore in
+        it. A retry gets back the worktree its run made and explores again; the host
+        keeps the task file and workspace for later steps, as explore does when it is a
+        step of its own."""
+        ws = await WorkspaceActivities(self.settings).prepare_workspace(inp.prepare)
+        step = sent_once(ExploreInput(task=inp.task, workspace=ws), ws.run_dir, "")
+        return Prepared(workspace=ws, explored=await self.explore(step))
 
     async def _agent_can_start(self, task: TaskSpec, ws: Workspace) -> None:
         """Before any attempt: the sandbox can run the agent's command as the task's uid

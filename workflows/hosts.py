@@ -15,15 +15,18 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
+        PREPARE_AND_EXPLORE,
         PREPARE_WORKSPACE,
         Evidence,
         GateResult,
+        Prepared,
+        PrepareExploreInput,
         PrepareInput,
         TaskSpec,
         Verdict,
         Workspace,
     )
-    from workflows.steps import HostLost, act
+    from workflows.steps import SHORT, HostLost, act
 
 
 async def prepare(spec: TaskSpec, moved_from: Workspace | None = None) -> Workspace:
@@ -31,17 +34,31 @@ async def prepare(spec: TaskSpec, moved_from: Workspace | None = None) -> Worksp
     when the task moves)."""
     return await act(
         PREPARE_WORKSPACE,
-        PrepareInput(
-            task_id=spec.id,
-            repo=spec.repo,
-            base=spec.base,
-            run_id=workflow.info().run_id,
-            byproducts=spec.agent.ignore,
-            moved_from=moved_from,
-        ),
+        _preparing(spec, moved_from),
         summary=f"move the worktree off host {moved_from.host}"
         if moved_from
         else "prepare worktree",
+    )
+
+
+async def prepare_and_explore(spec: TaskSpec, explore_s: float) -> Prepared:
+    """A task's first worktree, on whichever host takes the step, explored there."""
+    return await act(
+        PREPARE_AND_EXPLORE,
+        PrepareExploreInput(prepare=_preparing(spec, None), task=spec),
+        summary="prepare worktree and explore",
+        seconds=SHORT.total_seconds() + explore_s,
+    )
+
+
+def _preparing(spec: TaskSpec, moved_from: Workspace | None) -> PrepareInput:
+    return PrepareInput(
+        task_id=spec.id,
+        repo=spec.repo,
+        base=spec.base,
+        run_id=workflow.info().run_id,
+        byproducts=spec.agent.ignore,
+        moved_from=moved_from,
     )
 
 

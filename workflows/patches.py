@@ -26,6 +26,7 @@ AT_RELEASE = frozenset(
         "approving-review",
         "commit-status",
         "explain-agent-trouble",
+        "explore-where-prepared",
         "extend-adds-only",
         "github-status-comment",
         "period-local",

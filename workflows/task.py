@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         EscalateInput,
         Escalation,
         ExploreInput,
+        ExploreResult,
         ExtendBudgetSignal,
         FeedbackSignal,
         FinalAction,
@@ -226,25 +227,27 @@ class TaskWorkflow(TaskRecord):
 
     async def _attempts(self) -> _Stop | None:
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
+        explore_s = sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S
         if self.ws is None:
             self.phase = Phase.EXPLORE
-            self.ws = await hosts.prepare(self.spec)
-            self._placed()
+            if self.explored or not patches.patched("explore-where-prepared"):
+                self.ws = await hosts.prepare(self.spec)
+                self._placed()
+            else:
+                # Both first steps in one: they run on one host anyway.
+                prepared = await hosts.prepare_and_explore(self.spec, explore_s)
+                self.ws = prepared.workspace
+                self._placed()
+                self._explored(prepared.explored)
         if not self.explored:
             explored = await act(
                 EXPLORE,
                 sent_once(ExploreInput(task=self.spec, workspace=self.ws), self.ws.run_dir, ""),
                 summary="explore",
-                seconds=sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S,
+                seconds=explore_s,
                 ws=self.ws,
             )
-            self.brief, self.brief_host = explored.brief, self.ws.host
-            self.kept = explored.context
-            self.result.explore_brief = explored.brief_path
-            self._event(
-                "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
-            )
-            self.explored = True
+            self._explored(explored)
 
         while True:
             if self.last_verdict is not None and self.last_verdict.passed:
@@ -438,6 +441,16 @@ class TaskWorkflow(TaskRecord):
             and self.ws is not None
             and (self.ws.host == self.brief_host)
         )
+
+    def _explored(self, explored: ExploreResult) -> None:
+        assert self.ws is not None
+        self.brief, self.brief_host = explored.brief, self.ws.host
+        self.kept = explored.context
+        self.result.explore_brief = explored.brief_path
+        self._event(
+            "explored", f"{explored.files} files; reproducer: {explored.reproducer.summary()}"
+        )
+        self.explored = True
 
     async def _host_lost(self, e: HostLost) -> _Stop | None:
         """The attempt the lost host ran counts as failed; the task moves, or waits."""

@@ -81,6 +81,19 @@ class ExploreResult(_Record):
     """Where explore kept the task file and workspace on its host (``MakeInput.context``)."""
 
 
+class PrepareExploreInput(_StepInput):
+    """A task's first step: its worktree made on the host that takes it, then explored
+    there, in one activity (one workflow task and one dispatch fewer than two)."""
+
+    prepare: PrepareInput
+    task: TaskSpec
+
+
+class Prepared(_Record):
+    workspace: Workspace
+    explored: ExploreResult
+
+
 class PromptParts(_Record):
     goal: str
     brief: str = ""

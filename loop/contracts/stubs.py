@@ -67,6 +67,8 @@ from loop.contracts.steps import (
     MergeResult,
     PingInput,
     PingResult,
+    Prepared,
+    PrepareExploreInput,
     PrepareInput,
     PullRequestInput,
     PullRequestResult,
@@ -95,6 +97,10 @@ PREPARE_WORKSPACE = ActivityDef("prepare_workspace", PrepareInput, Workspace)
 
 
 EXPLORE = ActivityDef("explore", ExploreInput, ExploreResult)
+
+
+PREPARE_AND_EXPLORE = ActivityDef("prepare_and_explore", PrepareExploreInput, Prepared)
+"""``prepare_workspace`` and then ``explore``, on the host that takes it."""
 
 
 MAKE = ActivityDef("make", MakeInput, MakeResult)
@@ -172,6 +178,7 @@ STATUS_COMMENT = ActivityDef("github_status_comment", StatusCommentInput, Status
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
     EXPLORE,
+    PREPARE_AND_EXPLORE,
     MAKE,
     BEGIN_ATTEMPT,
     END_ATTEMPT,

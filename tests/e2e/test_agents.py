@@ -355,7 +355,9 @@ async def test_a_gate_that_cannot_run_at_base_blocks_before_any_attempt(
     )  # fmt: skip
     r = await blocked(client, settings, spec)
     assert r.state == TaskState.BLOCKED and r.attempts == []
-    assert r.reason.startswith("explore failed: gate tests: `no-such-test-runner -q` runs")
+    assert r.reason.startswith(
+        "prepare_and_explore failed: gate tests: `no-such-test-runner -q` runs"
+    )
 
 
 # --------------------------------------------------------------------------- budgets

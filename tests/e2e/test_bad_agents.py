@@ -124,7 +124,7 @@ async def test_agent_that_cannot_start_ends_blocked_before_any_attempt(
         assert result.attempts == []
         assert argv[0] in result.reason and why in result.reason, result.reason
         assert "\n" not in result.reason
-        assert await tries(client, result, "explore") == [1]  # permanent: not retried
+        assert await tries(client, result, "prepare_and_explore") == [1]  # permanent: not retried
         trace_of(result)
         await assert_healthy(client, settings, worker, demo_repo, tmp_path)
 

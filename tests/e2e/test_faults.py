@@ -12,7 +12,7 @@ sees it held (no sleeps that hope for the best):
 - make (command backend): an agent that leaves half-done work and blocks on its first run;
 - a model call: the scripted model answers that request only after a long delay;
 - a tool call: a ``run`` tool command that blocks;
-- prepare_workspace, merge: the test holds the repository's cross-worker lock
+- prepare_and_explore, merge: the test holds the repository's cross-worker lock
   (``repo_lock``), as another worker would; the server shows the activity started;
 - summarize: the test holds the lock of ``notes.md``, as another worker would;
 - escalate: the webhook the worker posts to does not answer;
@@ -523,12 +523,12 @@ async def test_kill_9_inside_every_activity_kind(
         async with running(first, second), contextlib.AsyncExitStack() as locks:
             # The summarize task's summarize waits for notes.md, as behind another worker.
             locks.enter_context(flock(settings.notes.with_name("notes.md.lock")))
-            # The prepare task's prepare_workspace waits for its repository's lock.
+            # The prepare task's first step waits for its repository's lock to prepare.
             locks.enter_context(flock(lock_file(settings.locks, str(repos["prepare"].resolve()))))
             h = {k: (await start_task(client, s, settings.task_queue))[0] for k, s in specs.items()}
             for k, c in cases.items():
                 await until(lambda c=c, k=k: c.held(h[k]), f"the worker held inside {k}")
-            await until(lambda: inside(h["prepare"], "prepare_workspace"), "prepare held")
+            await until(lambda: inside(h["prepare"], "prepare_and_explore"), "prepare held")
             await until(lambda: inside(h["summarize"], "summarize"), "summarize held")
             await until(lambda: inside(h["escalate"], "escalate"), "escalate held")
             for k in ("merge", "between"):
@@ -592,8 +592,8 @@ async def test_kill_9_inside_every_activity_kind(
 
         # --- where the worker died, the activity finished on its second try
         for k, name in [
-            ("prepare", "prepare_workspace"),
-            ("explore", "explore"),
+            ("prepare", "prepare_and_explore"),
+            ("explore", "prepare_and_explore"),
             ("make", "make"),
             ("verify", "verify"),
             ("merge", "merge"),

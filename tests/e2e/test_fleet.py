@@ -119,7 +119,7 @@ async def test_twenty_tasks_on_three_hosts(
         assert r.state == TaskState.DONE_WITH_EVIDENCE, (spec.id, r.reason)
         assert r.final_action == FinalAction.MERGED, spec.id
         queues = await queues_of(handle)
-        assert queues["prepare_workspace"] == {queue}, spec.id  # any host may prepare
+        assert queues["prepare_and_explore"] == {queue}, spec.id  # any host may prepare
         steps = set().union(*(queues[a] for a in HOST_STEPS if a in queues))
         assert len(steps) == 1 and steps <= host_queues, (spec.id, queues)
         assert steps == {f"{queue}@{r.host}"}, (spec.id, r.host)

@@ -48,6 +48,20 @@ async def inputs_of(client: Client, workflow_id: str) -> dict[str, list[dict]]:
     return sent
 
 
+async def results_of(client: Client, workflow_id: str) -> dict[str, list[dict]]:
+    """Each activity's results as history holds them, by activity name."""
+    names: dict[int, str] = {}
+    done: dict[str, list[dict]] = {}
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.HasField("activity_task_completed_event_attributes"):
+            completed = ev.activity_task_completed_event_attributes
+            data = json.loads(completed.result.payloads[0].data)
+            done.setdefault(names[completed.scheduled_event_id], []).append(data)
+    return done
+
+
 async def test_two_attempts_send_the_task_and_the_evidence_once(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
 ):
@@ -58,9 +72,10 @@ async def test_two_attempts_send_the_task_and_the_evidence_once(
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert len(result.attempts) == 2
     sent = await inputs_of(client, handle.id)
-    [explore] = sent["explore"]
-    assert explore["task"]["goal"] == spec.goal  # the first step on the host: whole
-    kept = explore["context"]
+    [first] = sent["prepare_and_explore"]
+    assert first["task"]["goal"] == spec.goal  # the first step on the host: whole
+    [prepared] = (await results_of(client, handle.id))["prepare_and_explore"]
+    kept = prepared["explored"]["context"]
     assert Path(kept).is_file() and json.loads(Path(kept).read_text())["task"]["id"] == spec.id
     for step in [*sent["make"], *sent["verify"]]:
         assert "task" not in step and "workspace" not in step, step.keys()

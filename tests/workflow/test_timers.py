@@ -35,6 +35,7 @@ from loop.contracts import (
     EXPLORE,
     MAKE,
     MERGE,
+    PREPARE_AND_EXPLORE,
     PREPARE_WORKSPACE,
     QUERY_STATUS,
     REMOVE_WORKSPACE,
@@ -59,6 +60,8 @@ from loop.contracts import (
     MakeResult,
     MergeInput,
     MergeResult,
+    Prepared,
+    PrepareExploreInput,
     PrepareInput,
     RejectSignal,
     RemoveInput,
@@ -125,6 +128,12 @@ class Fakes:
         return ExploreResult(
             brief="brief", brief_path="/runs/x/brief.md", files=1, reproducer=Verdict(passed=False)
         )
+
+    @activity.defn(name=PREPARE_AND_EXPLORE.name)
+    async def prepare_and_explore(self, inp: PrepareExploreInput) -> Prepared:
+        ws = await self.prepare(inp.prepare)
+        explored = await self.explore(ExploreInput(task=inp.task, workspace=ws))
+        return Prepared(workspace=ws, explored=explored)
 
     @activity.defn(name=MAKE.name)
     async def make(self, inp: MakeInput) -> MakeResult:
@@ -196,6 +205,7 @@ class Fakes:
             slack.slack_close,
             self.prepare,
             self.explore,
+            self.prepare_and_explore,
             self.make,
             self.verify,
             self.commit,
