@@ -5,6 +5,9 @@ main checkout snapshotted) and closes (a work-in-progress commit, the files it
 changed, writes outside the worktree detected). Everything is keyed by task and
 attempt so a retry after a crash is safe: a retried opening kills the agent
 group a crashed worker left behind and resets the worktree to the start commit.
+A retry the server starts while the old try still runs (it missed the old try's
+heartbeats during an outage) waits for it (``owning``), and returns its result
+when it closed the attempt (``made_before``).
 
 The attempt folder (``runs/<id>/attempt-N``) is the worker's: prompt, feedback,
 logs, pid and state files, which no task uid can write. The agent's own places
@@ -21,6 +24,7 @@ closes with ``end_attempt``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -30,9 +34,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.host import artifact, sandbox
+from activities.host.files import write_atomic
 from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
-from activities.host.git import GitError, git
+from activities.host.git import GitError, git, path_lock
 from activities.host.proc import tail_of
 from activities.host.remote import publish
 from activities.host.step_files import keep
@@ -99,6 +104,53 @@ def superseded(folder: Path) -> bool:
         return False
 
 
+OWNER_LOCK = "owner.lock"
+"""Held by the try of the attempt that runs (``owning``)."""
+MADE_FILE = "made.json"
+"""The result of the try that closed the attempt, for a later try of the same step."""
+
+
+def keep_made(folder: Path, made: MakeResult) -> None:
+    """Record the attempt's result, keyed by the step (workflow run and activity id): a
+    try whose completion the server no longer takes (it gave the try up during an
+    outage) still leaves the result to the retry, which returns it (``made_before``)."""
+    info = activity.info()
+    record = {"run_id": info.workflow_run_id, "activity_id": info.activity_id,
+              "made": made.model_dump(mode="json")}  # fmt: skip
+    write_atomic(folder / MADE_FILE, json.dumps(record))
+
+
+def made_before(folder: Path) -> MakeResult | None:
+    """What an earlier try of this very step made, if one closed the attempt; None for a
+    first try, a try after one that did not get that far, or another step's record."""
+    try:
+        record = json.loads((folder / MADE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    info = activity.info()
+    if (
+        record.get("run_id") != info.workflow_run_id
+        or record.get("activity_id") != info.activity_id
+    ):
+        return None
+    return MakeResult.model_validate(record["made"])
+
+
+def owning(folder: Path) -> contextlib.AbstractAsyncContextManager[None]:
+    """The attempt's worktree to one try at a time, across this host's worker processes.
+
+    The server retries a make whose heartbeat it missed (a restart of the server longer
+    than the heartbeat timeout) while the old try still runs in this worker. The retry
+    waits for the old try instead of racing it: the old try ends by itself (its result
+    kept, ``keep_made``) or learns from its next heartbeat that the server gave it up
+    and is cancelled, its agent killed. Either way the worktree is reset or committed by
+    one try at a time, and an agent that finished is not paid for again. A dead worker's
+    lock goes with its process, so a retry after a crash waits for nothing. The lock
+    file is the attempt's, removed with its run folder."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path_lock(folder / OWNER_LOCK)
+
+
 USAGE_LOG_CHARS = 2 * 1024 * 1024
 """How much of the agent's log is read for its usage (the reports come last)."""
 USAGE_FILE_BYTES = 64 * 1024
@@ -147,6 +199,21 @@ class MakeActivities:
 
     @activity.defn(name=MAKE.name)
     async def make(self, inp: MakeInput) -> MakeResult:
+        folder = self._folder(inp.workspace, inp.attempt)
+        async with owning(folder):
+            earlier = made_before(folder)
+            if earlier is not None:
+                # An earlier try closed the attempt but its worker lost the server before it
+                # could say so: its commit is the attempt's, the agent does not run again.
+                log = log_for(inp.task.id, inp.attempt, "make")
+                log.info("an earlier try made the attempt", commit=earlier.commit[:12])
+                return earlier
+            made = await self._try(inp)
+            await asyncio.to_thread(keep_made, folder, made)
+        return made
+
+    async def _try(self, inp: MakeInput) -> MakeResult:
+        """One try of the attempt: open it, run the agent, close it."""
         ws, n = inp.workspace, inp.attempt
         log = log_for(inp.task.id, n, "make")
         start = await self._open(inp)
@@ -192,8 +259,8 @@ class MakeActivities:
             )
         )
         if superseded(folder):
-            # The server gave this try up (its worker was cut off) and a later one runs:
-            # it owns the worktree now, so this one leaves it alone.
+            # A later try opened the attempt meanwhile (``owning`` holds one off on this
+            # host; this is for a lock that could not): it owns the worktree now.
             raise ApplicationError("superseded by a later try of this attempt", non_retryable=True)
         log.info(
             "agent finished",

@@ -10,7 +10,8 @@ duration) and writes the fix. Measured from the new worker's start:
 - retried make starts: the retried ``make`` activity starts (its history event): the
   target, at most 1 s after the new worker starts (median; 1.5 s at worst), because the
   new worker fails what its dead predecessor ran (its lease file) instead of waiting
-  for the heartbeat timeout (the retry is a timer: the server may fire it up to 1 s late);
+  for the heartbeat timeout (the retry is a timer: the server fires it within 100 ms,
+  loop/devserver.py's timer shift);
 - agent starts: the agent's second run starts (its own timestamp);
 - step done - own: the retried ``make`` completes (history event time) minus
   the agent's own run time on the retry: the recovery overhead;

@@ -78,15 +78,22 @@ FAST_POLL_RPS = 1000
 # Transfer: workflow and activity task dispatch; timer: timers, timeouts,
 # retries; visibility: list/query results; outbound: callbacks and Nexus;
 # archival: off in the dev server, kept so the setting is uniform.
-DYNAMIC_CONFIG: dict[str, int] = {
+DYNAMIC_CONFIG: dict[str, int | str] = {
     f"history.{queue}ProcessorMaxPollRPS": FAST_POLL_RPS
     for queue in ("transfer", "timer", "visibility", "outbound", "archival")
 }
-# The timer queue may fire a due task up to 1 s late (history.timerProcessorMaxTimeShift):
-# a dead worker's step, failed by the next worker to retry at once, starts 0-1 s after.
-# Left at the default: at 100 ms a server restarted mid-step fired the step's heartbeat
-# timeout before the reconnecting worker's heartbeat, and the step ran twice; at 10 ms
-# the timer queue is read 2.5x as often (bench/RESULTS.md, section 11).
+# How late the timer queue may fire a due task (server default 1 s): an activity's retry
+# is a timer, so a step a dead worker ran, failed by the next worker to retry at once,
+# started 0-1 s (uniformly) after that. 100 ms, not less: at 10 ms the timer queue is
+# read 2.5x as often, ~30 ms of server CPU a task and more as closed workflows pile up
+# (bench/RESULTS.md, section 11). A server down longer than a heartbeat timeout (5 s)
+# comes back with every running step's timeout due and fires it at once, as a rule
+# before the reconnecting worker's heartbeat (with the default's second of slack the
+# worker mostly won), so the step is retried while its old try still runs there. Safe:
+# a retried make waits for its old try and returns its result if it closed the attempt
+# (activities/make.py, ``owning``); the attempt is committed once, its agent run again
+# only when the old try was cancelled mid-run (tests/e2e/test_faults.py, the restart).
+DYNAMIC_CONFIG["history.timerProcessorMaxTimeShift"] = "100ms"
 
 
 def dynamic_config_args(config: Mapping[str, object] = DYNAMIC_CONFIG) -> list[str]:

@@ -1,5 +1,6 @@
 """Running git from activities: the hardened runner (``loop.hardened.git``), its errors
-as ``GitError``, and the per-repository lock.
+as ``GitError``, and the per-repository lock (``path_lock``: the same for any lock
+file, such as an attempt's).
 
 The configuration and environment of every call are ``loop.hardened.git``'s (no hooks,
 no fsmonitor, no external diff, no ``GIT_*`` from outside, no prompt, the C locale).
@@ -87,14 +88,19 @@ async def git_ok(args: list[str], cwd: Path | str) -> bool:
 
 
 # asyncio locks belong to one event loop; tests (and embedders) may run several loops.
-_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
+# A lock is kept while a coroutine holds or awaits it, so keys used once (an attempt's
+# folder) do not pile up in a long-running worker.
+_locks: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
 
 
-def _process_lock(repo_top: str) -> asyncio.Lock:
-    per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(repo_top, asyncio.Lock())
+def _process_lock(key: str) -> asyncio.Lock:
+    per_loop = _locks.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+    lock = per_loop.get(key)
+    if lock is None:
+        lock = per_loop[key] = asyncio.Lock()
+    return lock
 
 
 def lock_file(locks_dir: Path, repo_top: str) -> Path:
@@ -110,10 +116,16 @@ def _close_after(acquired: asyncio.Future[None], fd: int) -> None:
 
 @contextlib.asynccontextmanager
 async def repo_lock(locks_dir: Path, repo_top: str) -> AsyncIterator[None]:
-    """Hold the repository's lock: in-process first, so one coroutine at a time waits on
+    """Hold the repository's lock (``path_lock`` of its file in ``locks_dir``)."""
+    async with path_lock(lock_file(locks_dir, repo_top)):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def path_lock(path: Path) -> AsyncIterator[None]:
+    """Hold the lock file ``path``: in-process first, so one coroutine at a time waits on
     the file lock (each waiter occupies a thread), then the cross-process flock."""
-    async with _process_lock(repo_top):
-        path = lock_file(locks_dir, repo_top)
+    async with _process_lock(str(path)):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         acquire = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))

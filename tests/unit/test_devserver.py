@@ -64,7 +64,9 @@ def test_server_args_registers_search_attributes_and_fast_polling(tmp_path: Path
     assert "history.transferProcessorMaxPollRPS=1000" in dynamic
     assert "history.timerProcessorMaxPollRPS=1000" in dynamic
     assert "history.visibilityProcessorMaxPollRPS=1000" in dynamic
-    assert all(d.startswith("history.") and d.endswith("ProcessorMaxPollRPS=1000") for d in dynamic)
+    assert 'history.timerProcessorMaxTimeShift="100ms"' in dynamic  # JSON, as the CLI reads it
+    polls = [d for d in dynamic if "MaxTimeShift" not in d]
+    assert all(d.startswith("history.") and d.endswith("ProcessorMaxPollRPS=1000") for d in polls)
     assert "--headless" not in args
     # The HTTP API is pinned (the egress proxy refuses it; people can find it), the
     # metrics port the binary picks (the proxy finds it from the server's sockets).
