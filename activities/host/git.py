@@ -114,6 +114,18 @@ def _close_after(acquired: asyncio.Future[None], fd: int) -> None:
     os.close(fd)
 
 
+def _taken_at_once(fd: int) -> bool:
+    """The flock when nobody holds it, without a thread; False when someone does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except BaseException:
+        os.close(fd)
+        raise
+    return True
+
+
 @contextlib.asynccontextmanager
 async def repo_lock(locks_dir: Path, repo_top: str) -> AsyncIterator[None]:
     """Hold the repository's lock (``path_lock`` of its file in ``locks_dir``)."""
@@ -128,14 +140,15 @@ async def path_lock(path: Path) -> AsyncIterator[None]:
     async with _process_lock(str(path)):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        acquire = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
-        try:
-            await asyncio.shield(acquire)
-        except BaseException:
-            # A thread blocked in flock cannot be interrupted; closing the fd once it
-            # returns releases whatever it got, without making the canceller wait.
-            acquire.add_done_callback(lambda f: _close_after(f, fd))
-            raise
+        if not _taken_at_once(fd):
+            acquire = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+            try:
+                await asyncio.shield(acquire)
+            except BaseException:
+                # A thread blocked in flock cannot be interrupted; closing the fd once it
+                # returns releases whatever it got, without making the canceller wait.
+                acquire.add_done_callback(lambda f: _close_after(f, fd))
+                raise
         try:
             yield
         finally:

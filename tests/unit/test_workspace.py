@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.host.git import GitError, git, git_ok, repo_lock
+from activities.host.git import GitError, git, git_ok, lock_file, repo_lock
 from activities.host.worktree import (
     changed_files,
     dirty_files,
@@ -134,6 +136,30 @@ async def test_repo_lock_serialises(tmp_path: Path) -> None:
     await asyncio.gather(*(hold() for _ in range(4)))
     assert most == 1
     assert len(list((tmp_path / "locks").glob("*.lock"))) == 1
+
+
+async def test_repo_lock_waits_for_another_process_holding_its_file(tmp_path: Path) -> None:
+    """Taken at once when free (no thread), waited for when another open file holds it
+    (another worker process holds its own)."""
+    path = lock_file(tmp_path / "locks", "/some/repo")
+    path.parent.mkdir(parents=True)
+    other = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        entered = asyncio.Event()
+
+        async def take() -> None:
+            async with repo_lock(tmp_path / "locks", "/some/repo"):
+                entered.set()
+
+        taking = asyncio.create_task(take())
+        await asyncio.sleep(0.2)
+        assert not entered.is_set()
+        fcntl.flock(other, fcntl.LOCK_UN)
+        await asyncio.wait_for(taking, 5)
+    finally:
+        os.close(other)
+    assert entered.is_set()
 
 
 # --------------------------------------------------------------------------- prepare
