@@ -127,18 +127,21 @@ def uid_processes(uid: int, *, zombies: bool = False) -> list[int]:
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
-def _signal_all(uid: int, sig: int) -> None:
-    """``kill(-1, sig)`` made as ``uid``: the kernel signals every process of that uid in
-    one pass under its task list lock, so no process forks away between being listed and
-    being signalled (a chain that forks and exits outruns any listing of /proc).
+def _signal_all(uid: int, *sigs: int) -> None:
+    """``kill(-1, sig)`` made as ``uid``, for each of ``sigs`` in turn: the kernel signals
+    every process of that uid in one pass under its task list lock, so no process forks
+    away between being listed and being signalled (a chain that forks and exits outruns
+    any listing of /proc).
 
-    A new process does it (``setpriv``, then the shell's own ``kill``), never a fork of
-    the worker: a threaded process's fork that changes its uid can deadlock in the C
-    library. (``kill(-1)``'s result says nothing about the uid: it succeeds whenever the
-    host has another process, so only the process table, read frozen, tells.)"""
+    A new process does it (``setpriv``, then the shell's own ``kill``, one shell for all
+    of ``sigs``), never a fork of the worker: a threaded process's fork that changes its
+    uid can deadlock in the C library. (``kill(-1)``'s result says nothing about the uid:
+    it succeeds whenever the host has another process, so only the process table, read
+    frozen, tells.)"""
+    kills = "; ".join(f"kill -{int(sig)} -1" for sig in sigs)
     subprocess.run(
         [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
-         "/bin/sh", "-c", f"kill -{int(sig)} -1"],
+         "/bin/sh", "-c", kills],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, timeout=10, check=False,
     )  # fmt: skip
@@ -172,8 +175,8 @@ def kill_uid(uid: int, wait_s: float = KILL_WAIT_S) -> bool:
         return kill_until_gone(lambda: uid_processes(uid), wait_s)
     deadline = time.monotonic() + wait_s
     while True:
-        _signal_all(uid, signal.SIGKILL)
-        _signal_all(uid, signal.SIGSTOP)  # what is left (if anything) stops where it is
+        # What is left (if anything) stops where it is.
+        _signal_all(uid, signal.SIGKILL, signal.SIGSTOP)
         if not uid_processes(uid):
             return True
         if time.monotonic() > deadline:
