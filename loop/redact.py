@@ -47,20 +47,29 @@ def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
 
 def redact(text: str, environ: Mapping[str, str] | None = None, also: tuple[str, ...] = ()) -> str:
     """``text`` without the worker's secret values, credential-shaped text, or ``also``."""
-    for value in (*secret_values(environ), *(v for v in also if len(v) >= 4)):
+    return _masked(text, (*secret_values(environ), *(v for v in also if len(v) >= 4)))
+
+
+def _masked(text: str, values: tuple[str, ...]) -> str:
+    for value in values:
         if value in text:
             text = text.replace(value, MASK)
     return SHAPES.sub(MASK, text)
 
 
 def redact_obj(value: Any) -> Any:
-    """Redact every string inside JSON-like data (dicts, lists, strings)."""
+    """Redact every string inside JSON-like data (dicts, lists, strings); the secrets are
+    read from the environment once for all of them."""
+    return _each_masked(value, secret_values())
+
+
+def _each_masked(value: Any, values: tuple[str, ...]) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return _masked(value, values)
     if isinstance(value, dict):
-        return {k: redact_obj(v) for k, v in value.items()}
+        return {k: _each_masked(v, values) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_obj(v) for v in value]
+        return [_each_masked(v, values) for v in value]
     return value
 
 

@@ -19,7 +19,7 @@ from temporalio.api.common.v1 import Payload
 
 from loop.codec import EncryptionCodec, load_key, make_server
 from loop.errors import BadInput
-from loop.redact import redact
+from loop.redact import redact, redact_obj
 
 TOKEN = "codec-token-for-tests"
 
@@ -100,3 +100,18 @@ def test_redaction_of_known_values_and_credential_shapes():
     clean = redact(text, env)
     assert "not-a-real-token-123456" not in clean and "sk-abcdefghijklmnop" not in clean
     assert "abc.def.ghijkl" not in clean and "/root" in clean
+
+
+def test_redaction_of_every_string_in_json_like_data(monkeypatch: pytest.MonkeyPatch):
+    """The worker's environment is read once for the whole structure: each string in it,
+    however deep, is masked, and what is not a string is kept as it is."""
+    monkeypatch.setenv("LOOP_TEST_API_KEY", "planted-secret-0000")
+    data = {
+        "said": "the key is planted-secret-0000",
+        "calls": [{"auth": "Bearer abc.def.ghijkl", "n": 3}, ("planted-secret-0000", None)],
+    }
+    clean = redact_obj(data)
+    assert "planted-secret-0000" not in json.dumps(clean)
+    assert "abc.def.ghijkl" not in json.dumps(clean)
+    assert clean["said"].startswith("the key is ") and clean["calls"][0]["n"] == 3
+    assert clean["calls"][1][1] is None
