@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 import time
 
-from githubkit.exception import RequestFailed
 from temporalio import activity
 
 from activities.discover import item_of
 from activities.gates.checks import PASSING, check_runs, described_run
 from activities.github_hooks import failure, hook_client
+from activities.host import github_sdk
 from loop.contracts import CI_ITEM, CiItemInput, HookItemResult, TriageItem
 from loop.rules import triage
 
@@ -54,7 +54,7 @@ class GitHubCiActivities:
             try:
                 # A spent limit is not waited out here: the retry policy waits for it.
                 runs = await check_runs(gh, owner, name, inp.sha, time.monotonic())
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 raise failure(source.repo, f"read the check runs of {inp.sha[:12]}", e) from None
             latest = {r["name"]: r for r in reversed(runs)}  # the newest run of each name
             failed = [

@@ -14,14 +14,13 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from githubkit import GitHub
-from githubkit.exception import RateLimitExceeded, RequestFailed
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from activities import github_issues
 from activities.discover import github_item
+from activities.host import github_sdk
 from activities.pull_request import API_TIMEOUT_S, github_repo
 from loop.contracts import (
     CANCEL_TASK,
@@ -97,7 +96,7 @@ class GitHubHookActivities:
                 resp = await gh.rest.repos.async_get_collaborator_permission_level(
                     owner, name, inp.login
                 )
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 if e.response.status_code == 404:
                     return PermissionResult(permission="none")
                 raise failure(inp.repo, "read a collaborator's permission", e) from None
@@ -116,7 +115,7 @@ class GitHubHookActivities:
                 resp = await gh.rest.issues.async_create_comment(
                     owner, name, inp.number, body=inp.body
                 )
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 raise failure(inp.repo, f"comment on #{inp.number}", e) from None
         return CommentResult(comment_id=resp.parsed_data.id)
 
@@ -148,7 +147,7 @@ class GitHubHookActivities:
                         owner, name, inp.comment_id, body=body
                     )
                     return StatusCommentResult(comment_id=inp.comment_id)
-                except RequestFailed as e:
+                except github_sdk.RequestFailed as e:
                     if e.response.status_code != 404:
                         raise failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
             if activity.info().attempt > 1:
@@ -160,7 +159,7 @@ class GitHubHookActivities:
                     return StatusCommentResult(comment_id=made)
             try:
                 resp = await gh.rest.issues.async_create_comment(owner, name, inp.number, body=body)
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 raise failure(inp.repo, f"comment on #{inp.number}", e) from None
         return StatusCommentResult(comment_id=resp.parsed_data.id)
 
@@ -186,7 +185,7 @@ class GitHubHookActivities:
                     context=COMMIT_STATUS_CONTEXT,
                     **({"target_url": page} if page else {}),
                 )
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 raise failure(repo, f"set {COMMIT_STATUS_CONTEXT} on {inp.sha[:12]}", e) from None
         return CommitStatusResult(posted=True)
 
@@ -199,7 +198,7 @@ class GitHubHookActivities:
         async with hook_client(inp.repo, inp.token_env) as gh:
             try:
                 resp = await gh.rest.pulls.async_get(owner, name, inp.number)
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 if e.response.status_code == 404:
                     return PullHeadResult(head_ref="")
                 raise failure(inp.repo, f"read pull request #{inp.number}", e) from None
@@ -216,7 +215,7 @@ class GitHubHookActivities:
                     resp = await gh.rest.pulls.async_list_comments_for_review(
                         owner, name, inp.number, inp.review_id, per_page=PER_PAGE, page=page
                     )
-                except RequestFailed as e:
+                except github_sdk.RequestFailed as e:
                     raise failure(inp.repo, f"read review {inp.review_id}'s comments", e) from None
                 listed = resp.parsed_data
                 found += [
@@ -258,7 +257,7 @@ def status_marker(task_id: str) -> str:
     return f"<!-- loopwork:{task_id} -->"
 
 
-async def _marked(gh: GitHub[object], repo: str, number: int, marker: str) -> int:
+async def _marked(gh: github_sdk.GitHub[object], repo: str, number: int, marker: str) -> int:
     """The newest comment on the issue that ends with ``marker`` (0: none). Read only
     when a create is retried, so a marker someone else typed can at most be taken in
     that window, and then it is that person's own comment that shows the status."""
@@ -269,7 +268,7 @@ async def _marked(gh: GitHub[object], repo: str, number: int, marker: str) -> in
             resp = await gh.rest.issues.async_list_comments(
                 owner, name, number, per_page=PER_PAGE, page=page
             )
-        except RequestFailed as e:
+        except github_sdk.RequestFailed as e:
             raise failure(repo, f"read the comments of #{number}", e) from None
         listed = resp.parsed_data
         for c in listed:
@@ -280,17 +279,17 @@ async def _marked(gh: GitHub[object], repo: str, number: int, marker: str) -> in
     return found
 
 
-async def _edit(gh: GitHub[object], repo: str, comment_id: int, body: str) -> None:
+async def _edit(gh: github_sdk.GitHub[object], repo: str, comment_id: int, body: str) -> None:
     owner, name = repo.split("/", 1)
     try:
         await gh.rest.issues.async_update_comment(owner, name, comment_id, body=body)
-    except RequestFailed as e:
+    except github_sdk.RequestFailed as e:
         raise failure(repo, f"edit comment {comment_id}", e) from None
 
 
-def hook_client(repo: str, token_env: str) -> GitHub[object]:
+def hook_client(repo: str, token_env: str) -> github_sdk.GitHub[object]:
     source = GitHubSource(name="hook", kind="github", repo=repo, token_env=token_env)
-    return GitHub(
+    return github_sdk.GitHub(
         github_issues.token_of(source),
         base_url=github_issues.api_base(),
         timeout=API_TIMEOUT_S,
@@ -300,10 +299,10 @@ def hook_client(repo: str, token_env: str) -> GitHub[object]:
     )
 
 
-def failure(repo: str, what: str, e: RequestFailed) -> ApplicationError:
+def failure(repo: str, what: str, e: github_sdk.RequestFailed) -> ApplicationError:
     """Retried at the reset when rate-limited, retried when GitHub itself failed,
     otherwise not: the same request would get the same answer."""
-    if isinstance(e, RateLimitExceeded):
+    if isinstance(e, github_sdk.RateLimitExceeded):
         wait = max(e.retry_after, timedelta(seconds=1))
         return ApplicationError(
             f"GitHub's rate limit is spent; waiting {int(wait.total_seconds())} s to {what}",

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from githubkit import GitHub
-from githubkit.exception import RateLimitExceeded, RequestFailed
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.host import github_sdk
 from activities.pull_request import API_TIMEOUT_S, GITHUB_API
 from loop.contracts import SOURCE_MISCONFIGURED, GitHubSource
 from loop.errors import permanent
@@ -94,7 +93,7 @@ async def open_issues(source: GitHubSource, home: Path) -> Listing:
     issues: list[dict[str, Any]] = []
     requests = not_modified = 0
     page: int | None = 1
-    async with GitHub(
+    async with github_sdk.GitHub(
         token_of(source),
         base_url=api_base(),
         timeout=API_TIMEOUT_S,
@@ -111,7 +110,7 @@ async def open_issues(source: GitHubSource, home: Path) -> Listing:
                 resp = await gh.rest.issues.async_list_for_repo(
                     owner, name, state="open", per_page=PER_PAGE, page=page, headers=headers
                 )
-            except RequestFailed as e:
+            except github_sdk.RequestFailed as e:
                 raise _failure(source, e) from None
             if resp.status_code == 304 and before is not None:
                 not_modified += 1
@@ -157,8 +156,8 @@ def _next_page(links: dict[str | None, dict[str, str]]) -> int | None:
     return int(found[0]) if found and found[0].isdigit() else None
 
 
-def _failure(source: GitHubSource, e: RequestFailed) -> ApplicationError:
-    if isinstance(e, RateLimitExceeded):
+def _failure(source: GitHubSource, e: github_sdk.RequestFailed) -> ApplicationError:
+    if isinstance(e, github_sdk.RateLimitExceeded):
         wait = max(e.retry_after, timedelta(seconds=1))
         return ApplicationError(
             f"GitHub's rate limit for the token is spent; the next poll of {source.repo} "
@@ -192,7 +191,7 @@ def misconfigured(message: str) -> ApplicationError:
     return permanent(message, kind=SOURCE_MISCONFIGURED)
 
 
-def _message(e: RequestFailed) -> str:
+def _message(e: github_sdk.RequestFailed) -> str:
     try:
         data = e.response.json()
     except ValueError:

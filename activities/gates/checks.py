@@ -19,10 +19,8 @@ import re
 import time
 from typing import Any
 
-from githubkit import GitHub
-from githubkit.exception import RateLimitExceeded, RequestFailed
-
 from activities.gates.judging import Judging
+from activities.host import github_sdk
 from loop.contracts import Evidence, GateResult, GitHubChecksGate
 
 KIND = GitHubChecksGate.KIND
@@ -57,7 +55,7 @@ async def evaluate(gate: GitHubChecksGate, judging: Judging) -> GateResult:
         return result.model_copy(update={"uncertain": True, "evidence": Evidence(detail=detail)})
     owner, name = repo.split("/", 1)
     deadline = time.monotonic() + gate.github_checks.timeout
-    async with GitHub(
+    async with github_sdk.GitHub(
         token,
         base_url=(os.environ.get("GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
         timeout=API_TIMEOUT_S,
@@ -90,7 +88,7 @@ async def evaluate(gate: GitHubChecksGate, judging: Judging) -> GateResult:
 
 
 async def check_runs(
-    gh: GitHub[Any], owner: str, name: str, sha: str, deadline: float
+    gh: github_sdk.GitHub[Any], owner: str, name: str, sha: str, deadline: float
 ) -> list[dict[str, Any]]:
     """The commit's check runs (a spent rate limit is waited out, within the deadline)."""
     while True:
@@ -100,13 +98,13 @@ async def check_runs(
                 f"/repos/{owner}/{name}/commits/{sha}/check-runs",
                 params={"per_page": 100, "filter": "latest"},
             )
-        except RateLimitExceeded as e:
+        except github_sdk.RateLimitExceeded as e:
             wait = max(e.retry_after.total_seconds(), 1.0)
             if time.monotonic() + wait > deadline:
                 raise
             await asyncio.sleep(wait)
             continue
-        except RequestFailed as e:
+        except github_sdk.RequestFailed as e:
             if e.response.status_code in (404, 422):  # GitHub has no such commit (yet)
                 return []
             raise
@@ -115,7 +113,9 @@ async def check_runs(
         return [r for r in runs or [] if isinstance(r, dict)]
 
 
-async def described_run(gh: GitHub[Any], owner: str, name: str, run: dict[str, Any]) -> list[str]:
+async def described_run(
+    gh: github_sdk.GitHub[Any], owner: str, name: str, run: dict[str, Any]
+) -> list[str]:
     """A failed check as the next attempt reads it: conclusion, title, summary, link and
     each annotation with its place. GitHub's text is the CI's output: data, cut short."""
     output = run.get("output") or {}
@@ -134,7 +134,7 @@ async def described_run(gh: GitHub[Any], owner: str, name: str, run: dict[str, A
                 params={"per_page": MAX_ANNOTATIONS},
             )
             notes = resp.json()
-        except RequestFailed:
+        except github_sdk.RequestFailed:
             notes = []
         for a in notes if isinstance(notes, list) else []:
             where = f"{a.get('path')}:{a.get('start_line')}"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,13 @@ def test_the_workers_sandbox_is_the_sdks_minus_the_start_check():
     """Workflows run in the SDK's sandbox, with its restrictions and its import per run."""
     assert issubclass(StartingSandbox, SandboxedWorkflowRunner)
     assert StartingSandbox().restrictions == SandboxedWorkflowRunner().restrictions
+
+
+def test_the_worker_starts_without_importing_githubkit():
+    """A new worker's start is what a dead worker's step waits for; githubkit is about a
+    tenth of it and is imported the first time a step talks to GitHub."""
+    probe = "import sys, worker; print('githubkit' in sys.modules)"
+    found = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert found.stdout.strip() == "False", found.stderr[-2000:]
