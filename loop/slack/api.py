@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slack_sdk import WebClient
-
-__all__ = ["WebClient", "call", "classified", "client", "read_token"]
-from slack_sdk.errors import SlackApiError, SlackRequestError
 from temporalio.exceptions import ApplicationError
+
+if TYPE_CHECKING:
+    from slack_sdk import WebClient
 
 from loop.errors import BadInput, permanent
 
@@ -60,6 +59,10 @@ def read_token(file: Path) -> str:
 
 
 def client(token: str, base_url: str) -> WebClient:
+    # slack-sdk is imported on first use, as are its errors in ``classified``: most
+    # workers never post to Slack, and each one's start is on the path of a recovery.
+    from slack_sdk import WebClient
+
     url = base_url if base_url.endswith("/") else base_url + "/"
     return WebClient(token=token, base_url=url, timeout=TIMEOUT_S, retry_handlers=[])
 
@@ -74,6 +77,8 @@ async def call(web: WebClient, method: str, **fields: Any) -> dict[str, Any]:
 def classified(method: str, e: Exception) -> ApplicationError:
     """A failed call as Temporal should see it: rate-limited waits Slack's Retry-After,
     a refusal another try would meet again is permanent, the rest is retried."""
+    from slack_sdk.errors import SlackApiError, SlackRequestError
+
     if isinstance(e, SlackApiError):
         error = str(e.response.get("error") or "")
         if e.response.status_code == 429 or error == "ratelimited":

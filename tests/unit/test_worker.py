@@ -107,11 +107,12 @@ def test_the_workers_sandbox_is_the_sdks_minus_the_start_check():
     assert StartingSandbox().restrictions == SandboxedWorkflowRunner().restrictions
 
 
-def test_the_worker_starts_without_importing_githubkit():
+def test_the_worker_starts_without_importing_githubkit_or_slack_sdk():
     """A new worker's start is what a dead worker's step waits for; githubkit is about a
-    tenth of it and is imported the first time a step talks to GitHub."""
-    probe = "import sys, worker; print('githubkit' in sys.modules)"
+    tenth of it, slack-sdk a thirtieth, and each is imported the first time a step talks
+    to GitHub or Slack."""
+    probe = "import sys, worker; print(sorted({'githubkit', 'slack_sdk'} & set(sys.modules)))"
     found = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert found.stdout.strip() == "False", found.stderr[-2000:]
+    assert found.stdout.strip() == "[]", found.stderr[-2000:]
