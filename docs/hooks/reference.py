@@ -780,7 +780,9 @@ LOOP_HOME = {
             "workspace its steps were sent once (`context-<digest>.json`) and each verdict "
             "(`attempt-N/verdict.json`), which the next steps read; model and tool steps; "
             "each attempt's model calls through the gateway (`calls.jsonl`, and `call-NNNN.log` "
-            "with `agent.transcript`) (the worker's)",
+            "with `agent.transcript`); the lock the running try of an attempt holds "
+            "(`attempt-N/owner.lock`) and the result of the try that closed it "
+            "(`attempt-N/made.json`), for a retry of that step (the worker's)",
         ),
         (
             "runs/<id>/attempt-N/agent/",
