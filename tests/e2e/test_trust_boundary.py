@@ -236,10 +236,14 @@ import subprocess
 attempt_dir = own.parent
 # Its output a link to a root-only file, in the hope the worker reads it back.
 out.symlink_to({secret!r})
-# The worker's own files beside it: a pid file, a sandbox state file, a gate log link.
+# The worker's own files beside it: a pid file, a sandbox state file, a gate log link,
+# the result a retry of this make would take as its own and the lock it would wait on.
 for name, text in [("agent.pid", json.dumps({{"pid": {pid}, "start": "0"}})),
                    ("agent.sandbox.json", json.dumps({{"uid": 0, "cgroups": ["/sys/fs/cgroup/pids"],
-                    "lent": [{{"path": {folder!r}, "mode": 511, "uid": 0, "gid": 0}}]}}))]:
+                    "lent": [{{"path": {folder!r}, "mode": 511, "uid": 0, "gid": 0}}]}})),
+                   ("made.json", json.dumps({{"run_id": os.environ.get("LOOP_TASK_ID", ""),
+                    "activity_id": "1", "made": {{"attempt": 1, "commit": "f" * 40}}}})),
+                   ("owner.lock", "")]:
     try:
         (attempt_dir / name).write_text(text)
     except OSError as e:
@@ -269,7 +273,7 @@ async def test_the_worker_trusts_nothing_the_agent_wrote(
     async with build_worker(client, settings):
         result = await run(client, settings, hostile(demo_repo, write_agent(tmp_path, body), mode))
     made = result.attempts[0].make
-    assert made.output_tail.count("refused:") == 4, made.output_tail
+    assert made.output_tail.count("refused:") == 6, made.output_tail
     assert "env has canary: False" in made.output_tail
     assert "symbolic link; not followed" in made.claim
     # Trying to write beside its own folder is trying to leave the worktree.
@@ -277,6 +281,9 @@ async def test_the_worker_trusts_nothing_the_agent_wrote(
     attempt_dir = settings.runs / result.task_id / "attempt-1"
     assert f"refused by the sandbox: {attempt_dir}/agent.pid (Read-only" in result.reason
     assert f"{attempt_dir}/gate-tests.log (Read-only" in result.reason
+    # The result a retry would return is the worker's record of this try, not a forgery.
+    kept = json.loads((attempt_dir / "made.json").read_text())["made"]
+    assert kept["commit"] == made.commit != "f" * 40
     canaries.intact()
     canaries.unseen(record_of(result), (settings.home / "notes.md").read_text())
 
