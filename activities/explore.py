@@ -60,6 +60,7 @@ FILE_MAP_ENTRIES = 200
 class ExploreActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.workspaces = WorkspaceActivities(settings)
 
     @activity.defn(name=EXPLORE.name)
     async def explore(self, inp: ExploreInput) -> ExploreResult:
@@ -108,7 +109,7 @@ class ExploreActivities:
         it. A retry gets back the worktree its run made and explores again; the host
         keeps the task file and workspace for later steps, as explore does when it is a
         step of its own."""
-        ws = await WorkspaceActivities(self.settings).prepare_workspace(inp.prepare)
+        ws = await self.workspaces.prepare_workspace(inp.prepare)
         step = sent_once(ExploreInput(task=inp.task, workspace=ws), ws.run_dir, "")
         return Prepared(workspace=ws, explored=await self.explore(step))
 

@@ -228,25 +228,25 @@ class TaskWorkflow(TaskRecord):
     async def _attempts(self) -> _Stop | None:
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
         explore_s = sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S
+        explored: ExploreResult | None = None
         if self.ws is None:
             self.phase = Phase.EXPLORE
             if self.explored or not patches.patched("explore-where-prepared"):
                 self.ws = await hosts.prepare(self.spec)
-                self._placed()
             else:
                 # Both first steps in one: they run on one host anyway.
                 prepared = await hosts.prepare_and_explore(self.spec, explore_s)
-                self.ws = prepared.workspace
-                self._placed()
-                self._explored(prepared.explored)
+                self.ws, explored = prepared.workspace, prepared.explored
+            self._placed()
         if not self.explored:
-            explored = await act(
-                EXPLORE,
-                sent_once(ExploreInput(task=self.spec, workspace=self.ws), self.ws.run_dir, ""),
-                summary="explore",
-                seconds=explore_s,
-                ws=self.ws,
-            )
+            if explored is None:
+                explored = await act(
+                    EXPLORE,
+                    sent_once(ExploreInput(task=self.spec, workspace=self.ws), self.ws.run_dir, ""),
+                    summary="explore",
+                    seconds=explore_s,
+                    ws=self.ws,
+                )
             self._explored(explored)
 
         while True:
