@@ -61,13 +61,8 @@ class Child:
             data = await asyncio.get_running_loop().sock_recv(self._status, REPLY_BYTES)
         finally:
             self._status.close()
-        if not data:
-            # Nothing reaps or reports this run any more: it must not go on unwatched.
-            kill_group(self.pid)
-            raise ProcessLost(f"the sandbox's zygote ended while run {self.pid} ran")
-        code = int(marshal.loads(data)["exit"])
-        self.returncode = code
-        return code
+        self.returncode = _exit_code(data, self.pid)
+        return self.returncode
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exit)
@@ -192,10 +187,16 @@ class Started:
             raise
         finally:
             self._status.close()
-        if not data:
-            kill_group(self.pid)
-            raise ProcessLost(f"the sandbox's zygote ended while run {self.pid} ran")
-        return int(marshal.loads(data)["exit"])
+        return _exit_code(data, self.pid)
+
+
+def _exit_code(reply: bytes, pid: int) -> int:
+    """The run's exit code from the zygote's answer; none (the zygote ended) means
+    nothing reaps or reports the run any more: it must not go on unwatched."""
+    if not reply:
+        kill_group(pid)
+        raise ProcessLost(f"the sandbox's zygote ended while run {pid} ran")
+    return int(marshal.loads(reply)["exit"])
 
 
 def _pid(reply: bytes, status: socket.socket) -> int:
