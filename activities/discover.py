@@ -36,8 +36,6 @@ import re
 from pathlib import Path
 from typing import Any, assert_never
 
-import frontmatter
-import yaml
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
@@ -240,6 +238,9 @@ def _issue_file(source: IssueFilesSource, file: Path) -> TriageItem:
     data, problem = read_untrusted(file, ISSUE_FILE_BYTES)
     if problem:
         return skipped(file.stem, f"{file.name}: not read ({problem})")
+    import frontmatter  # here, not at the top: a new worker starts without it
+    import yaml
+
     try:
         post = frontmatter.loads(data.decode("utf-8", errors="replace"))
     except (yaml.YAMLError, ValueError) as e:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -46,6 +45,8 @@ class EscalateActivities:
             with inbox.open("a") as f:
                 f.write(json.dumps({**message, "key": key}) + "\n")
         result.notified.append(str(inbox))
+        import httpx  # here, not at the top: a new worker starts without it
+
         url = self.settings.webhook_url
         if url:
             try:

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 from temporalio import activity
 
 from activities import gates
@@ -237,6 +236,8 @@ async def _cli_endpoint_answers(task: TaskSpec, cli: CliEndpoint, wait_s: float)
 
 async def _answers(url: str, bound_s: float) -> None:
     """Any HTTP answer will do; nothing at all for ``bound_s`` is the reason to stop."""
+    import httpx  # here, not at the top: a new worker starts without it
+
     deadline = time.monotonic() + bound_s
     delay = 1.0
     async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:

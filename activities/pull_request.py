@@ -14,7 +14,6 @@ import os
 import re
 from pathlib import Path
 
-import httpx
 from temporalio import activity
 
 from activities.host import remote
@@ -69,6 +68,8 @@ class PullRequestActivities:
 async def _open_on_github(
     slug: str, token: str, branch: str, base: str, title: str, body: str
 ) -> str:
+    import httpx  # here, not at the top: a new worker starts without it
+
     api = os.environ.get("GITHUB_API_URL") or GITHUB_API
     headers = {
         "Authorization": f"Bearer {token}",

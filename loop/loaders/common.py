@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from loop.contracts import GATE_KINDS as KINDS
@@ -27,6 +26,8 @@ def read(file: Path, kind: str, shape: str) -> dict[str, Any]:
     valid one holds."""
     if not file.is_file():
         raise TaskFileError(f"{kind} file {file} not found")
+    import yaml  # here, not at the top: a new worker starts without it
+
     text = file.read_text(errors="replace")
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)

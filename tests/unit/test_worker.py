@@ -107,11 +107,13 @@ def test_the_workers_sandbox_is_the_sdks_minus_the_start_check():
     assert StartingSandbox().restrictions == SandboxedWorkflowRunner().restrictions
 
 
-def test_the_worker_starts_without_importing_githubkit_or_slack_sdk():
+def test_the_worker_starts_without_importing_what_few_steps_use():
     """A new worker's start is what a dead worker's step waits for; githubkit is about a
-    tenth of it, slack-sdk a thirtieth, and each is imported the first time a step talks
-    to GitHub or Slack."""
-    probe = "import sys, worker; print(sorted({'githubkit', 'slack_sdk'} & set(sys.modules)))"
+    tenth of it, httpx a twentieth, slack-sdk a thirtieth, YAML a fiftieth, and each is
+    imported the first time a step needs it (GitHub, an HTTP call, a task or issue file,
+    Slack)."""
+    lazy = "{'githubkit', 'slack_sdk', 'httpx', 'yaml', 'frontmatter'}"
+    probe = f"import sys, worker; print(sorted({lazy} & set(sys.modules)))"
     found = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )

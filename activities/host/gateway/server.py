@@ -33,10 +33,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import h11
-import httpx
 
 from activities.host.gateway.grant import Call, Grant
 from activities.host.gateway.spans import record_call
@@ -44,6 +43,9 @@ from activities.host.gateway.transcript import Transcript
 from loop.logs import log_for
 from loop.pricing import call_cost, lookup
 from loop.rules.metering import Meter, prepare, streamed
+
+if TYPE_CHECKING:
+    import httpx
 
 GATEWAY_PORT = 3129
 """Where the gateway answers inside every sandbox's own network namespace."""
@@ -147,6 +149,8 @@ class Gateway:
 
     async def _attach(self, listener: socket.socket, grant: Grant) -> asyncio.Server:
         if self._client is None:
+            import httpx  # here, not at the top: a new worker starts without it
+
             timeout = httpx.Timeout(READ_S, connect=CONNECT_S)
             pool = httpx.Limits(max_connections=None, max_keepalive_connections=64)
             self._client = httpx.AsyncClient(timeout=timeout, limits=pool, http2=False)
@@ -302,6 +306,8 @@ class Gateway:
         self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, method: str,
         path: str, query: str, headers: dict[str, str], body: bytes, doc: dict[str, Any],
     ) -> None:  # fmt: skip
+        import httpx  # loaded by the first _attach
+
         assert self._client is not None
         sent = prepare(grant.api, path, doc) if method == "POST" else doc
         content = body if sent == doc else json.dumps(sent).encode()

@@ -8,8 +8,6 @@ deny list the egress proxy uses (``sandbox.services``).
 
 from __future__ import annotations
 
-import httpx
-
 from activities.host.sandbox import egress
 from activities.host.sandbox.egress_rules import address_entry
 
@@ -17,6 +15,8 @@ from activities.host.sandbox.egress_rules import address_entry
 def upstream_refusal(url: str) -> str:
     """Why the worker will not call ``url`` for a sandbox ("" when it may): it is the
     orchestrator or one of the worker's own services (the egress proxy's deny list)."""
+    import httpx  # here, not at the top: a new worker starts without it
+
     parts = httpx.URL(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     deny = set(egress.protected())
