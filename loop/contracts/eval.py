@@ -1,6 +1,6 @@
 """Harness evaluation: suites, harnesses, and the comparison they produce."""
 
-from __future__ import annotations
+from typing import Self
 
 from pydantic import Field, model_validator
 
@@ -54,7 +54,7 @@ class EvalCase(_TaskFileModel):
     """The case's gates, fixed: no harness can change them."""
 
     @model_validator(mode="after")
-    def _one_origin(self) -> EvalCase:
+    def _one_origin(self) -> Self:
         if (self.repo is None) == (self.source is None):
             raise ValueError("a case needs exactly one of repo (with commit) or source")
         if self.repo is not None and not self.commit:

@@ -1,7 +1,5 @@
 """What a gate saw, its verdict, and the feedback built from a failed verdict."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

@@ -8,8 +8,6 @@ cut down to what the workflow reads: GitHub's text in it (titles, bodies, commen
 data, never configuration or a command beyond the parsed ``/loop`` verb.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Any, Literal
 

@@ -1,6 +1,6 @@
 """The period budget: one ledger per repository, reserved from and settled."""
 
-from __future__ import annotations
+from typing import Self
 
 from pydantic import Field
 
@@ -40,7 +40,7 @@ class Holder(_Record):
     run_id: str
 
     @classmethod
-    def of(cls, key: str) -> Holder | None:
+    def of(cls, key: str) -> Self | None:
         """The holder a key names; None for a key of another shape."""
         parts = key.split(":")
         if len(parts) != 3 or not all(parts):

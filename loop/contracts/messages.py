@@ -1,7 +1,5 @@
 """Answers (signals and updates), queries and the status a person reads."""
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from loop.contracts.base import _Payload, _Record

@@ -1,7 +1,5 @@
 """The model loop's contracts: AgentWorkflow's input and result, its steps."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

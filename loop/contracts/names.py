@@ -1,7 +1,5 @@
 """Wire names pinned once: workflows, signals, queries, updates, search attributes."""
 
-from __future__ import annotations
-
 import hashlib
 import re
 

@@ -1,7 +1,5 @@
 """What a task returns and keeps in its trace."""
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from loop.contracts.base import _Record

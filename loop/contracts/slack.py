@@ -8,8 +8,6 @@ decision. ``POST /hooks/slack`` in ``loop ui`` turns a button into the CLI's ans
 handed to ``SlackAnswerWorkflow`` (one per interaction) so that it is sent durably.
 """
 
-from __future__ import annotations
-
 import re
 
 from pydantic import Field

@@ -1,7 +1,5 @@
 """The named states a task moves through and ends in."""
 
-from __future__ import annotations
-
 from enum import StrEnum
 
 

@@ -8,8 +8,6 @@ so a changed task file or workspace is a new file, never a stale one; the run fo
 the worker's own, out of every sandbox's reach.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os

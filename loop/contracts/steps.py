@@ -1,7 +1,5 @@
 """The inputs and results of the task loop's activities."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator

@@ -4,8 +4,6 @@ Workflows call activities through these; the worker registers an implementation 
 each (a test checks that none is missing).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 

@@ -1,11 +1,9 @@
 """The task file: what a person asks for, validated (unknown keys are errors)."""
 
-from __future__ import annotations
-
 import ipaddress
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -114,7 +112,7 @@ class AgentSpec(_TaskFileModel):
         return relative_globs(globs)
 
     @model_validator(mode="after")
-    def _backend_needs(self) -> AgentSpec:
+    def _backend_needs(self) -> Self:
         if self.backend == "command":
             if not self.command or not all(isinstance(a, str) and a for a in self.command):
                 raise ValueError("the command backend needs a non-empty 'command' argv list")
@@ -266,7 +264,7 @@ class SandboxPolicy(_TaskFileModel):
         return [_allow_entry(e) for e in entries]
 
     @model_validator(mode="after")
-    def _host_network_needs_consent(self) -> SandboxPolicy:
+    def _host_network_needs_consent(self) -> Self:
         if self.mode != SandboxLevel.OFF and not self.allow_unsafe_host_network:
             for key in ("network", "gate_network"):
                 if getattr(self, key) == "host":
@@ -343,7 +341,7 @@ class TaskSpec(_TaskFileModel):
     source. Empty: the worker's channel for the repository."""
 
     @model_validator(mode="after")
-    def _key_stays_in_worker(self) -> TaskSpec:
+    def _key_stays_in_worker(self) -> Self:
         provider = self.agent.provider
         if provider is None:
             return self
@@ -359,7 +357,7 @@ class TaskSpec(_TaskFileModel):
         return self
 
     @model_validator(mode="after")
-    def _off_needs_consent(self) -> TaskSpec:
+    def _off_needs_consent(self) -> Self:
         sandbox = self.sandbox
         if sandbox.mode == SandboxLevel.OFF and self.autonomy != Autonomy.REPORT:
             if not sandbox.allow_unsafe_off:

@@ -7,8 +7,6 @@ it a task: ``task-<source>-<id>``, so the same body twice is one task. Anything 
 configure the task (``agent``, ``sandbox``, ``verify``, ``repo``…) is refused.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

@@ -4,8 +4,6 @@ The models of the sources file live here because the workflow's input carries th
 schedule stores the parsed file in its action, so every run is in history).
 """
 
-from __future__ import annotations
-
 import re
 from datetime import datetime
 from typing import Annotated, Literal

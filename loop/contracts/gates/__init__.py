@@ -8,8 +8,6 @@ two is refused with both named. Adding a kind: a module here (its model), one in
 the kinds; ``tests/unit/test_gate_kinds.py`` fails while one of them is missing.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Tag, TypeAdapter

@@ -5,8 +5,6 @@ carries only its own fields and a new kind is one module here, one in
 ``loop.rules.gates`` and one in ``activities.gates``.
 """
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator

@@ -1,7 +1,5 @@
 """``github_checks``: the remote CI's checks on the attempt's pushed commit."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from pydantic import Field

@@ -1,7 +1,5 @@
 """``contains``: strings the agent's final answer must hold."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from pydantic import field_validator

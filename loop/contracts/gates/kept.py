@@ -1,7 +1,5 @@
 """``no_removed_tests``: every test present at base still runs."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, Literal
 
 from loop.contracts.gates.base import GateSpec

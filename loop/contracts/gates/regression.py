@@ -1,7 +1,5 @@
 """``regression_test``: the attempt brings a test that catches what it fixed."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, Literal
 
 from loop.contracts.gates.base import GateSpec

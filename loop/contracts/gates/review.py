@@ -1,7 +1,5 @@
 """``llm_review``: a checker in a fresh context, judged by the review step."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from pydantic import Field

@@ -1,8 +1,6 @@
 """``run``: a command on a clean checkout of the attempt's commit, judged test by test."""
 
-from __future__ import annotations
-
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -67,7 +65,7 @@ class RunGate(GateSpec):
         return self.report != "exit"
 
     @model_validator(mode="after")
-    def _consistent(self) -> RunGate:
+    def _consistent(self) -> Self:
         if not self.run.strip():
             raise ValueError("'run' must be a non-empty shell command")
         if self.report == "exit" and self.fail_to_pass != "auto":

@@ -1,7 +1,5 @@
 """``diff_scope``: which files the attempt may change, and which it must never touch."""
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
