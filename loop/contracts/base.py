@@ -7,7 +7,8 @@ budget must not silently mean "no budget"), payloads ignore them (a hand-typed
 The contract modules evaluate their annotations at import (no ``from __future__ import
 annotations``): pydantic would compile each field's annotation string, a twentieth of a
 worker's start. A model names a class defined later in quotes, a validator returns
-``Self``.
+``Self``. And each model builds its validator when first used (``defer_build``): a
+worker builds those of the steps it runs, a ``loop`` command those of its files.
 """
 
 from pydantic import BaseModel, ConfigDict
@@ -40,16 +41,16 @@ def relative_globs(globs: list[str]) -> list[str]:
 class _TaskFileModel(BaseModel):
     """Base of the task-file models: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class _Payload(BaseModel):
     """Base of signal payloads: unknown keys are ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
 class _Record(BaseModel):
     """Base of results and records produced by Loopwork itself."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)

@@ -10,7 +10,7 @@ the kinds; ``tests/unit/test_gate_kinds.py`` fails while one of them is missing.
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Tag, TypeAdapter
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Tag, TypeAdapter
 
 from loop.contracts.gates.base import DEFAULT_SECONDS, GateSpec, unset
 from loop.contracts.gates.checks import GitHubChecks, GitHubChecksGate
@@ -78,7 +78,7 @@ Gate = Annotated[
 ]
 """One entry of ``verify``: the model of its kind."""
 
-_ADAPTER: TypeAdapter[Gate] = TypeAdapter(Gate)
+_ADAPTER: TypeAdapter[Gate] = TypeAdapter(Gate, config=ConfigDict(defer_build=True))
 
 
 def gate(data: dict[str, Any]) -> Gate:
