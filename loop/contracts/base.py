@@ -8,7 +8,9 @@ The contract modules evaluate their annotations at import (no ``from __future__ 
 annotations``): pydantic would compile each field's annotation string, a twentieth of a
 worker's start. A model names a class defined later in quotes, a validator returns
 ``Self``. And each model builds its validator when first used (``defer_build``): a
-worker builds those of the steps it runs, a ``loop`` command those of its files.
+worker builds those of the steps it runs, a ``loop`` command those of its files
+(pydantic builds under a lock from 2.14, so a workflow thread and the event loop may
+both be first).
 """
 
 from pydantic import BaseModel, ConfigDict

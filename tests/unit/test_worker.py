@@ -121,6 +121,38 @@ def test_the_contracts_evaluate_their_annotations_at_import():
     assert postponed == []
 
 
+FIRST_USE_AT_ONCE = """
+import sys, threading, yaml
+from loop.contracts import TaskSpec
+data = yaml.safe_load(open(sys.argv[1]))
+start = threading.Barrier(16)
+got, failed = [], []
+def first_use():
+    start.wait()
+    try:
+        got.append(TaskSpec.model_validate(data).model_dump_json())
+    except Exception as e:
+        failed.append(repr(e))
+threads = [threading.Thread(target=first_use) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(set(got)), len(got), failed)
+"""
+
+
+def test_a_contract_model_built_at_first_use_is_safe_from_many_threads_at_once():
+    """Models build their validators when first used, and a worker may first use one
+    from a workflow thread and its event loop at once: in a fresh process, sixteen
+    threads' first uses of the largest model all validate, alike (pydantic builds under a
+    lock from 2.14, which pyproject.toml requires)."""
+    example = str(EXAMPLES / "openai.yaml")
+    ran = subprocess.run(
+        [sys.executable, "-c", FIRST_USE_AT_ONCE, example],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert ran.stdout.split() == ["1", "16", "[]"], ran.stdout + ran.stderr[-2000:]
+
+
 def test_the_worker_starts_without_importing_what_few_steps_use():
     """A new worker's start is what a dead worker's step waits for; githubkit is about a
     tenth of it, httpx a twentieth, slack-sdk a thirtieth, YAML a fiftieth, and each is
