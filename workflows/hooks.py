@@ -40,6 +40,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.patches as patches
     from loop.contracts import (
         CANCEL_TASK,
         CHECK_EVENTS,
@@ -77,7 +78,6 @@ with workflow.unsafe.imports_passed_through():
         is_valid_task_id,
     )
     from loop.rules import hooks, triage
-    from workflows import patches
     from workflows.steps import STEP_RETRY
     from workflows.triage import start_planned
 

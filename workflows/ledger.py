@@ -20,6 +20,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.patches as patches
     from loop.contracts import (
         CLOSED_HOLDERS,
         LEDGER_WORKFLOW,
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
     )
     from loop.rules import budget
-    from workflows import patches
     from workflows.steps import StepFailed, act
 
 KEEP_DAYS = 31

@@ -10,6 +10,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.patches as patches
     from loop.contracts import (
         REPORT_USAGE,
         RESERVE_BUDGET,
@@ -22,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         UsageReport,
         reservation_key,
     )
-    from workflows import patches
     from workflows.steps import act, bookkeeping
 
 LOCAL = "period-local"

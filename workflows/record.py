@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from workflows.status import StatusComment
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.patches as patches
     from loop.contracts import (
         QUERY_STATUS,
         QUERY_TRACE,
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         Workspace,
     )
     from loop.rules import answers, budget, explain
-    from workflows import patches
     from workflows.clock import WallClock
 
 

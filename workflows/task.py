@@ -27,6 +27,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import HandlerUnfinishedPolicy
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.hosts as hosts
+    import workflows.patches as patches
+    import workflows.period as period
     from loop.contracts import (
         ANSWER_REFUSED,
         CHECK_ANSWER,
@@ -90,7 +93,6 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules.fingerprint import fingerprint
     from loop.rules.gates import describe_gate
     from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
-    from workflows import hosts, patches, period
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
     from workflows.judge import judge

@@ -192,19 +192,39 @@ def test_the_git_rule_catches_the_cheapest_bypass():
         assert not _spawns(ast.parse(quiet)), quiet
 
 
-def test_a_worker_start_loads_no_provider_types_or_tracing_sdk() -> None:
-    """The gateway's readers load the providers' types on the first call that needs them,
-    and the OpenTelemetry SDK loads only when traces are exported: together they cost a
-    worker start more than a second, which a crashed worker's retry waits for."""
+def test_a_worker_start_loads_only_what_every_worker_needs() -> None:
+    """A new worker's start is what a dead worker's step waits for, so what few steps use
+    is imported by the step that first needs it: the providers' types (the gateway's
+    first call) and the OpenTelemetry SDK (traces exported) cost more than a second
+    together; githubkit about a tenth of a start, httpx a twentieth, slack-sdk a
+    thirtieth, YAML and python-frontmatter a fiftieth (GitHub, an HTTP call, Slack, a
+    task or issue file)."""
     import subprocess
     import sys
 
     probe = (
         "import sys, worker; heavy = ('anthropic', 'openai.types.responses', "
-        "'opentelemetry.sdk', 'opentelemetry.exporter'); "
+        "'opentelemetry.sdk', 'opentelemetry.exporter', 'githubkit', 'slack_sdk', 'httpx', "
+        "'yaml', 'frontmatter'); "
         "print(sorted({m for m in sys.modules for h in heavy if m == h or m.startswith(h + '.')}))"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True,
                          text=True, check=True, timeout=60)  # fmt: skip
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_workflows_take_their_own_modules_as_the_workers() -> None:
+    """The SDK's sandbox runs a workflow's module afresh for each run, and with it a fresh
+    ``workflows`` package: ``from workflows import patches`` finds no ``patches`` on that
+    package and runs ``workflows/patches.py`` again, per run, even inside
+    ``imports_passed_through()``. ``import workflows.patches as patches`` is passed
+    through (the worker's module, run once)."""
+    fresh = [
+        f"{name}: from workflows import {', '.join(a.name for a in node.names)}"
+        for name, path in modules().items()
+        if name.startswith("workflows.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "workflows" and not node.level
+    ]
+    assert fresh == []

@@ -151,16 +151,3 @@ def test_a_contract_model_built_at_first_use_is_safe_from_many_threads_at_once()
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert ran.stdout.split() == ["1", "16", "[]"], ran.stdout + ran.stderr[-2000:]
-
-
-def test_the_worker_starts_without_importing_what_few_steps_use():
-    """A new worker's start is what a dead worker's step waits for; githubkit is about a
-    tenth of it, httpx a twentieth, slack-sdk a thirtieth, YAML a fiftieth, and each is
-    imported the first time a step needs it (GitHub, an HTTP call, a task or issue file,
-    Slack)."""
-    lazy = "{'githubkit', 'slack_sdk', 'httpx', 'yaml', 'frontmatter'}"
-    probe = f"import sys, worker; print(sorted({lazy} & set(sys.modules)))"
-    found = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert found.stdout.strip() == "[]", found.stderr[-2000:]
