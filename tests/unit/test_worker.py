@@ -5,7 +5,6 @@ The worker as a process (metrics, drain on SIGTERM) is in tests/e2e/test_worker.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
 import subprocess
@@ -106,19 +105,6 @@ def test_the_workers_sandbox_is_the_sdks_minus_the_start_check():
     """Workflows run in the SDK's sandbox, with its restrictions and its import per run."""
     assert issubclass(StartingSandbox, SandboxedWorkflowRunner)
     assert StartingSandbox().restrictions == SandboxedWorkflowRunner().restrictions
-
-
-def test_the_contracts_evaluate_their_annotations_at_import():
-    """Every worker and ``loop`` command imports the contracts. pydantic compiles each
-    field's annotation when it is a string, as ``from __future__ import annotations``
-    makes it: about 850 compiles, a twentieth of a worker's start."""
-    postponed = [
-        str(path.relative_to(ROOT))
-        for path in sorted((ROOT / "loop" / "contracts").rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__"
-    ]
-    assert postponed == []
 
 
 FIRST_USE_AT_ONCE = """
