@@ -10,17 +10,31 @@ the task waits for a person with the lines quoted. Deterministic (an ``ast`` wal
 and a few string rules), the same every time; a gate's ``allow_constructs`` names
 what a person has already accepted.
 
+The scan fails closed: a name it cannot read where the name matters is a finding
+itself. Strings built from pieces (``"_ex" + "it"``, ``"".join([...])``, ``chr``,
+slices, ``codecs.decode``) are folded to the name they spell and judged as that name;
+an attribute of a module looked up by a name that does not fold (``getattr(os,
+name)``), a module's namespace by name (``sys.__dict__``, ``vars(sys)``), the ways from
+an object to another module's globals or to a running frame (``__globals__``,
+``tb_frame.f_back``), ``sys.modules`` by any path, and, in code that is not a test,
+the introspection modules and environment reads by a name it cannot read or a name
+of the runner's. Names resolve by scope: a local variable called ``token`` or
+``builtins`` is not the module of that name.
+
 Pure: the activity gives each changed file's new text and its added line numbers.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
+import codecs
 import fnmatch
 import re
 import sys
-from collections.abc import Set
-from dataclasses import dataclass
+from collections.abc import Iterator, Set
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 EXITS = {"sys.exit", "exit", "quit"}
@@ -41,9 +55,12 @@ ANYWHERE = {
 """Calls that end the process at once, outlive it, reach into its descriptors, or into
 the interpreter, its frames or its memory, wherever they run."""
 DYNAMIC = {"exec", "eval", "compile", "__import__", "importlib.import_module", "runpy.run_path",
-           "runpy.run_module"}  # fmt: skip
+           "runpy.run_module", "importlib.__import__"}  # fmt: skip
 """Calls that run or import code the scan cannot read, when what they run is not a
-constant."""
+constant (or a string the scan folds)."""
+IMPORTERS = {"__import__", "importlib.import_module", "importlib.__import__"}
+"""Calls whose value is the module their first argument names."""
+ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
 RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py"})
 PATCHED = {"sys.modules", "sys.meta_path", "sys.path_hooks", "sys.excepthook", "builtins"}
 """Objects whose change reaches every module of the process."""
@@ -66,6 +83,37 @@ TOP_SHADOWS = ("_pytest", "pluggy", "pytest", "unittest", "py")
 REPORT_WORDS = ("LOOP_REPORT", "loopwork_report", "<testsuite", "<testcase")
 """In any other file: a reference to Loopwork's reporter or a hand-made JUnit report."""
 SOURCE_SUFFIXES = (".py", ".pyi")
+INTROSPECTION = ("ctypes", "_ctypes", "cffi", "gc", "inspect", "_testcapi")
+"""Modules that reach into the interpreter, its frames or its memory: code under test
+(not its tests) has no need of them."""
+REACHING = {
+    "__globals__", "__closure__", "cell_contents", "__builtins__", "__subclasses__",
+    "f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame",
+    "ag_frame",
+}  # fmt: skip
+"""Attributes that lead from an object to another module's namespace or a running frame."""
+REPLACED = {"__code__", "__class__", "__defaults__", "__kwdefaults__", "__globals__"}
+"""Attributes whose assignment changes what a function does or what an object is."""
+RUNNER_ENV_PREFIXES = ("PYTEST", "_PYTEST", "LOOP_", "TOX_", "NOX_", "UNITTEST", "CI_")
+RUNNER_ENV = {"CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "GITLAB_CI", "CIRCLECI",
+              "TRAVIS", "JENKINS_URL", "BUILDKITE", "TF_BUILD", "BUILD_NUMBER"}  # fmt: skip
+"""Environment variables that say a test runner or CI runs the code."""
+ENV_READS = {"os.environ.get", "os.getenv", "os.environ.pop", "os.environ.setdefault",
+             "os.environb.get", "os.getenvb"}  # fmt: skip
+ENV_WHOLE = {"os.environ.keys", "os.environ.items", "os.environ.values", "os.environ.__iter__",
+             "os.environb.keys", "os.environb.items"}  # fmt: skip
+"""Reads of every variable's name: a way to find the runner's under a name built later."""
+LISTING = {"list", "tuple", "set", "sorted", "frozenset", "iter", "enumerate", "filter", "map"}
+CANONICAL = {"sys", "os", "builtins", "gc", "inspect", "ctypes", "importlib", "posix"}
+"""Modules that other modules expose as attributes (``os.sys``): a chain through one is that
+module's."""
+DECODERS = {"base64.b64decode", "base64.b32decode", "base64.b16decode",
+            "base64.urlsafe_b64decode", "binascii.unhexlify", "bytes.fromhex"}  # fmt: skip
+FOLD_CHARS = 10_000
+FOLD_DEPTH = 40
+SUSPICIOUS_BUILT = re.compile(r"^(__\w+__|_[A-Za-z0-9]\w*)$")
+"""A dunder or private name: what a string built from pieces has no honest need to spell."""
+BUILT_WORDS = ("modules", "environ", "/proc/", "getframe")
 
 
 @dataclass(frozen=True)
@@ -94,44 +142,16 @@ def is_test_path(path: str) -> bool:
     return any(part in ("tests", "test", "testing") for part in p.parts[:-1])
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str] | None = None) -> str:
-    """``os._exit`` for ``os._exit``, ``_os._exit`` (``import os as _os``), ``getattr(os,
-    "_exit")`` and ``e`` (``from os import _exit as e``)."""
-    if isinstance(node, ast.Call):
-        func = _dotted(node.func, aliases)
-        args = node.args
-        if func == "getattr" and len(args) >= 2 and isinstance(args[1], ast.Constant):
-            if not isinstance(args[1].value, str):
-                return func
-            return f"{_dotted(args[0], aliases)}.{args[1].value}"
-        return func
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value, aliases)
-        return f"{inner}.{node.attr}" if inner else node.attr
-    if isinstance(node, ast.Name):
-        return (aliases or {}).get(node.id, node.id)
-    return ""
-
-
-def _shared(dotted: str) -> bool:
-    """A name in a module every part of the process shares: the standard library's, or
-    the test runner's (``json.dumps``, ``os.write``, ``pytest.TestReport``,
-    ``unittest.TestCase``)."""
-    top = dotted.split(".", 1)[0]
-    return bool(dotted) and (top in sys.stdlib_module_names or top in RUNNER_MODULES)
-
-
-def _aliases(tree: ast.AST) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    found[a.asname] = a.name
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                found[a.asname or a.name] = f"{node.module}.{a.name}"
-    return found
+def _canonical(dotted: str) -> str:
+    """``sys.modules`` for ``os.sys.modules``; ``os._exit`` for ``posix._exit``."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i] in CANONICAL:
+            parts = parts[i:]
+            break
+    if parts[0] in ("posix", "nt"):
+        parts[0] = "os"
+    return ".".join(parts)
 
 
 def _is_main_guard(node: ast.If) -> bool:
@@ -144,15 +164,52 @@ def _is_main_guard(node: ast.If) -> bool:
     )
 
 
+# ------------------------------------------------------------------ scopes
+
+
+@dataclass
+class _Scope:
+    """What the names of one scope are: modules (imports and aliases of them), strings
+    (bound once, to an expression that may fold), and everything else bound there."""
+
+    kind: str
+    modules: dict[str, str] = field(default_factory=dict)
+    strings: dict[str, ast.expr] = field(default_factory=dict)
+    local: set[str] = field(default_factory=set)
+
+
+def _own_statements(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of a scope's body that belongs to that scope (not to a nested function,
+    class or lambda, whose names are their own)."""
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _target_names(target: ast.AST) -> Iterator[str]:
+    for node in ast.walk(target):
+        if isinstance(node, ast.Name):
+            yield node.id
+
+
+# ------------------------------------------------------------------ the walk
+
+
 class _Scan(ast.NodeVisitor):
-    def __init__(self, path: str, lines: list[str], added: set[int], aliases: dict[str, str]):
-        self.aliases = aliases
+    def __init__(self, path: str, lines: list[str], added: set[int]):
         self.path = path
         self.lines = lines
         self.added = added
         self.test_file = is_test_path(path)
         self.depth = 0  # functions entered: 0 means the code runs at import
+        self.scopes: list[_Scope] = []
         self.found: list[Finding] = []
+        self._folding: set[int] = set()
+        self._parents: dict[int, ast.AST] = {}
 
     def _hit(self, node: ast.AST, construct: str, why: str) -> None:
         line = getattr(node, "lineno", 0)
@@ -162,8 +219,266 @@ class _Scan(ast.NodeVisitor):
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         self.found.append(Finding(self.path, line, construct, why, text))
 
-    def _name(self, node: ast.AST) -> str:
-        return _dotted(node, self.aliases)
+    # -- scopes
+    def _enter(self, kind: str, body: list[ast.stmt], params: ast.arguments | None) -> None:
+        scope = _Scope(kind)
+        self.scopes.append(scope)
+        if params is not None:
+            for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs]:
+                scope.local.add(arg.arg)
+            for extra in (params.vararg, params.kwarg):
+                if extra is not None:
+                    scope.local.add(extra.arg)
+        bound: dict[str, list[ast.expr | None]] = {}
+        declared: set[str] = set()
+        for node in _own_statements(body):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        scope.modules[a.asname] = a.name
+                    else:
+                        top = a.name.split(".", 1)[0]
+                        scope.modules[top] = top
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    name = a.asname or a.name
+                    if node.module and not node.level:
+                        scope.modules[name] = f"{node.module}.{a.name}"
+                    else:
+                        scope.local.add(name)  # the repository's own module
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                declared.update(node.names)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    one = node.value if isinstance(target, ast.Name) else None
+                    for name in _target_names(target):
+                        bound.setdefault(name, []).append(one)
+            elif isinstance(node, ast.AnnAssign | ast.NamedExpr):
+                for name in _target_names(node.target):
+                    bound.setdefault(name, []).append(node.value)
+            elif isinstance(node, ast.AugAssign):
+                for name in _target_names(node.target):
+                    bound.setdefault(name, []).extend([None, None])  # changed: not one value
+            elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+                for name in _target_names(node.target):
+                    bound.setdefault(name, []).append(None)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                for name in _target_names(node.optional_vars):
+                    bound.setdefault(name, []).append(None)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.setdefault(node.name, []).append(None)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.setdefault(node.name, []).append(None)
+        for name, values in bound.items():
+            if name in declared:
+                continue
+            module = self._module_of(values[0]) if len(values) == 1 and values[0] else ""
+            if module:
+                scope.modules[name] = module
+            elif any(v is not None and self._module_of(v) for v in values):
+                scope.modules[name] = next(self._module_of(v) for v in values if v is not None)
+            elif name in scope.modules:
+                continue  # imported and reassigned: still taken for the module (fail closed)
+            elif len(values) == 1 and values[0] is not None:
+                scope.strings[name] = values[0]
+            else:
+                scope.local.add(name)
+
+    def _leave(self) -> None:
+        self.scopes.pop()
+
+    def _lookup(self, name: str) -> tuple[str, object]:
+        """("module", dotted), ("string", expr), ("local", None) or ("free", None): a
+        builtin, or a name the file never binds."""
+        for i, scope in enumerate(reversed(self.scopes)):
+            if scope.kind == "class" and i > 0:
+                continue  # a class body's names are not its methods'
+            if name in scope.modules:
+                return "module", scope.modules[name]
+            if name in scope.strings:
+                return "string", scope.strings[name]
+            if name in scope.local:
+                return "local", None
+        return "free", None
+
+    # -- what an expression is
+    def _dotted(self, node: ast.AST | None) -> str:
+        """The dotted name of what ``node`` evaluates to, where it is a module, a builtin
+        or something reached from one (``os._exit``, ``getattr(os, "_ex" + "it")``,
+        ``__import__("sys").modules``); "" for anything else (a local object)."""
+        if isinstance(node, ast.Name):
+            kind, value = self._lookup(node.id)
+            if kind == "module":
+                return _canonical(str(value))
+            return node.id if kind == "free" else ""
+        if isinstance(node, ast.Attribute):
+            inner = self._dotted(node.value)
+            return _canonical(f"{inner}.{node.attr}") if inner else ""
+        if isinstance(node, ast.Call):
+            func = self._dotted(node.func)
+            if func == "getattr" and len(node.args) >= 2:
+                name = self._fold(node.args[1])
+                inner = self._dotted(node.args[0])
+                return _canonical(f"{inner}.{name}") if inner and name else ""
+            if func in IMPORTERS and node.args:
+                name = self._fold(node.args[0])
+                return _canonical(name) if name else ""
+            return ""
+        if isinstance(node, ast.Subscript) and self._dotted(node.value) == "sys.modules":
+            name = self._fold(node.slice)
+            return _canonical(name) if name else ""
+        return ""
+
+    def _callee(self, node: ast.AST) -> str:
+        """What a call calls (a decorator or an exception may be a call or a name)."""
+        return self._dotted(node.func if isinstance(node, ast.Call) else node)
+
+    def _module_of(self, node: ast.AST) -> str:
+        """The module ``node`` is, where the scan can tell (an alias, an import call)."""
+        if isinstance(node, ast.Name):
+            kind, value = self._lookup(node.id)
+            return _canonical(str(value)) if kind == "module" else ""
+        if isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
+            dotted = self._dotted(node)
+            if dotted and dotted.split(".", 1)[0] in sys.stdlib_module_names | RUNNER_MODULES:
+                return dotted
+        return ""
+
+    def _module_like(self, node: ast.AST) -> bool:
+        """A module every part of the process shares (the standard library's, the runner's),
+        or one the scan cannot name: an import by a name it cannot read, ``sys.modules[...]``.
+        The repository's own modules and third-party ones are not: their attributes looked
+        up by name are ordinary code (a registry, a plugin table)."""
+        module = self._module_of(node)
+        if module and module.split(".", 1)[0] in sys.stdlib_module_names | RUNNER_MODULES:
+            return True
+        if isinstance(node, ast.Call) and self._dotted(node.func) in IMPORTERS:
+            return True
+        if isinstance(node, ast.Subscript):
+            return self._dotted(node.value) == "sys.modules"
+        if isinstance(node, ast.Attribute):
+            return self._module_like(node.value) and not node.attr.startswith("__")
+        return False
+
+    def _fold(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """The string ``node`` always evaluates to, where the scan can tell."""
+        value = self._fold_any(node, depth)
+        return value if isinstance(value, str) else None
+
+    def _fold_any(self, node: ast.AST | None, depth: int) -> str | bytes | int | None:
+        if node is None or depth > FOLD_DEPTH:
+            return None
+        d = depth + 1
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str | bytes | int) else None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            number = self._fold_any(node.operand, d)
+            return -number if isinstance(number, int) else None
+        if isinstance(node, ast.Name):
+            kind, value = self._lookup(node.id)
+            if kind != "string" or id(value) in self._folding:
+                return None
+            self._folding.add(id(value))
+            try:
+                return self._fold_any(value, d)  # type: ignore[arg-type]  # an ast.expr
+            finally:
+                self._folding.discard(id(value))
+        if isinstance(node, ast.BinOp):
+            left, right = self._fold_any(node.left, d), self._fold_any(node.right, d)
+            return _binop(node.op, left, right)
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for part in node.values:
+                if isinstance(part, ast.FormattedValue):
+                    if part.format_spec is not None or part.conversion not in (-1, 115):
+                        return None
+                    part = part.value
+                piece = self._fold_any(part, d)
+                if not isinstance(piece, str | int):
+                    return None
+                parts.append(str(piece))
+            return _capped("".join(parts))
+        if isinstance(node, ast.Subscript):
+            return self._fold_slice(node, d)
+        if isinstance(node, ast.Call):
+            return self._fold_call(node, d)
+        return None
+
+    def _fold_slice(self, node: ast.Subscript, d: int) -> str | bytes | None:
+        value = self._fold_any(node.value, d)
+        if not isinstance(value, str | bytes):
+            return None
+        s = node.slice
+        try:
+            if isinstance(s, ast.Slice):
+                parts = (s.lower, s.upper, s.step)
+                bounds = [self._fold_any(b, d) if b is not None else None for b in parts]
+                if any(p is not None and not isinstance(b, int) for p, b in zip(parts, bounds)):
+                    return None
+                return value[slice(*bounds)]
+            index = self._fold_any(s, d)
+            return value[index] if isinstance(index, int) and isinstance(value, str) else None
+        except (IndexError, ValueError):
+            return None
+
+    def _fold_call(self, node: ast.Call, d: int) -> str | bytes | int | None:
+        func = node.func
+        if node.keywords:
+            return None
+        if isinstance(func, ast.Attribute) and func.attr == "join" and len(node.args) == 1:
+            return self._fold_join(func.value, node.args[0], d)
+        args = [self._fold_any(a, d) for a in node.args]
+        if any(a is None for a in args):
+            return None
+        if isinstance(func, ast.Name):
+            kind, _ = self._lookup(func.id)
+            if kind != "free":
+                return None
+            if func.id == "chr" and len(args) == 1 and isinstance(args[0], int):
+                return chr(args[0]) if 0 <= args[0] < 0x110000 else None
+            if func.id == "str" and len(args) == 1 and isinstance(args[0], str):
+                return args[0]
+            if func.id == "bytes" and not args:
+                return b""
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        dotted = self._dotted(func)
+        if dotted in ("codecs.decode", "codecs.encode") and len(args) == 2:
+            data, codec = args
+            if isinstance(codec, str) and codec.lower().replace("_", "") in ("rot13", "rot-13"):
+                return codecs.decode(data, "rot13") if isinstance(data, str) else None
+            return None
+        if dotted in DECODERS:
+            if len(args) != 1 or not isinstance(args[0], str | bytes):
+                return None
+            return _decode_base(dotted, args[0])
+        target = self._fold_any(func.value, d)
+        if not isinstance(target, str | bytes):
+            return None
+        method = func.attr
+        try:
+            if method == "decode" and isinstance(target, bytes):
+                return target.decode(*[a for a in args if isinstance(a, str)][:1] or ["utf-8"])
+            if method == "encode" and isinstance(target, str):
+                return target.encode()
+            if method in ("lower", "upper", "strip", "lstrip", "rstrip", "title", "capitalize",
+                          "casefold", "swapcase", "replace", "format", "removeprefix",
+                          "removesuffix", "zfill", "center", "ljust", "rjust"):  # fmt: skip
+                return _capped(getattr(target, method)(*args))
+        except (ValueError, TypeError, UnicodeError, IndexError, KeyError, AttributeError):
+            return None
+        return None
+
+    def _fold_join(self, separator: ast.expr, items: ast.expr, d: int) -> str | bytes | None:
+        sep = self._fold_any(separator, d)
+        if not isinstance(sep, str | bytes) or not isinstance(items, ast.List | ast.Tuple):
+            return None
+        pieces = [self._fold_any(i, d) for i in items.elts]
+        if not all(isinstance(p, type(sep)) for p in pieces):
+            return None
+        joined = _capped(sep.join(pieces))  # type: ignore[arg-type]  # all of sep's type
+        return joined if isinstance(joined, str | bytes) else None
 
     # -- where code runs
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
@@ -171,13 +486,32 @@ class _Scan(ast.NodeVisitor):
             self._definition(node)
             for decorator in node.decorator_list:
                 self.visit(decorator)
-            self.visit(node.args)
+        self.visit(node.args)
+        body = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
+        self._enter("function", body, node.args)
         self.depth += 1
-        for child in node.body if isinstance(node.body, list) else [node.body]:
+        for child in body:
             self.visit(child)
         self.depth -= 1
+        self._leave()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for part in [*node.decorator_list, *node.bases, *node.keywords]:
+            self.visit(part)
+        self._enter("class", node.body, None)
+        for child in node.body:
+            self.visit(child)
+        self._leave()
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for parent in ast.walk(node):
+            for child in ast.iter_child_nodes(parent):
+                self._parents[id(child)] = parent
+        self._enter("module", node.body, None)
+        self.generic_visit(node)
+        self._leave()
 
     def visit_If(self, node: ast.If) -> None:
         if self.depth == 0 and _is_main_guard(node):
@@ -195,11 +529,13 @@ class _Scan(ast.NodeVisitor):
         if name == "load_tests" and self.depth == 0:
             self._hit(node, "load_tests", "defines unittest's load_tests (it chooses the tests)")
         for decorator in node.decorator_list:
-            if self._name(decorator).endswith("hookimpl"):
+            if self._callee(decorator).endswith("hookimpl"):
                 self._hit(decorator, "hookimpl", "registers a pytest hook implementation")
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = self._name(node)
+        if self._built(node):
+            return  # a string computed from constants ("".join, chr, codecs.decode)
+        name = self._callee(node)
         if self.depth == 0 and name in EXITS | AT_IMPORT:
             self._hit(node, name, f"calls {name} when the module is imported")
         elif name in ANYWHERE:
@@ -208,37 +544,131 @@ class _Scan(ast.NodeVisitor):
             self._hit(node, name, f"calls {name} on code the scan cannot read")
         elif name == "socket.socket" and any(k.arg == "fileno" for k in node.keywords):
             self._hit(node, "socket.fileno", "opens a socket on a descriptor it did not make")
-        elif name == "setattr" and node.args and self._name(node.args[0]) in PATCHED:
-            self._hit(node, self._name(node.args[0]), f"changes {self._name(node.args[0])}")
-        elif name == "setattr" and node.args and _shared(self._name(node.args[0])):
-            what = self._name(node.args[0])
-            self._hit(node, f"patch:{what}", f"changes {what}, which every module shares")
+        elif name in ATTRIBUTE_FUNCTIONS and len(node.args) >= 2:
+            self._attribute_call(node, name)
+        elif (
+            _dunder_lookup(node)
+            and self._fold(node.args[-1]) is None
+            and any(
+                self._module_like(n)
+                for n in [node.func.value, *node.args[:-1]]  # type: ignore[attr-defined]
+            )
+        ):
+            self._hit(node, "dynamic-attribute", "looks up an attribute of a module by a name "
+                      "the scan cannot read")  # fmt: skip
+        elif name in ("operator.attrgetter", "operator.methodcaller") and node.args:
+            if self._fold(node.args[0]) is None:
+                self._hit(node, "dynamic-attribute", f"calls {name} with a name the scan "
+                          "cannot read")  # fmt: skip
+        elif name == "vars" and node.args and self._module_like(node.args[0]):
+            self._hit(node, "module-dict", "reads a module's namespace by name (vars)")
         elif name.rsplit(".", 1)[0] in PATCHED and name.rsplit(".", 1)[-1] in (
             "update", "setdefault", "pop", "__setitem__", "__delitem__", "insert", "append",
             "clear", "popitem",
         ):  # fmt: skip
             self._hit(node, name.rsplit(".", 1)[0], f"changes {name.rsplit('.', 1)[0]}")
+        if not self.test_file:
+            self._environment_call(node, name)
         self.generic_visit(node)
 
+    def _attribute_call(self, node: ast.Call, name: str) -> None:
+        target, key = node.args[0], node.args[1]
+        folded = self._fold(key)
+        owner = self._dotted(target)
+        if folded is None:
+            if self._module_like(target):
+                self._hit(node, "dynamic-attribute", f"{name} on {owner or 'a module'} by a "
+                          "name the scan cannot read")  # fmt: skip
+            return
+        if folded in REACHING:
+            self._hit(node, f"reach:{folded}", f"{name} of {folded}")
+        if name == "setattr" and owner in PATCHED:
+            self._hit(node, owner, f"changes {owner}")
+        elif name == "setattr" and self._shared(owner):
+            self._hit(node, f"patch:{owner}", f"changes {owner}, which every module shares")
+        elif name in ("setattr", "delattr") and folded in REPLACED:
+            self._hit(node, f"replace:{folded}", f"replaces {folded}")
+
+    def _environment_call(self, node: ast.Call, name: str) -> None:
+        if name in ENV_READS and node.args:
+            self._environment_key(node, node.args[0])
+        elif name in ENV_WHOLE:
+            self._hit(node, "environ:all", "reads the name of every environment variable")
+        elif (
+            name in LISTING
+            and node.args
+            and self._dotted(node.args[0]) in ("os.environ", "os.environb")
+        ):
+            self._hit(node, "environ:all", "reads the name of every environment variable")
+
+    def _environment_key(self, node: ast.AST, key: ast.AST) -> None:
+        folded = self._fold(key)
+        if folded is None:
+            self._hit(node, "environ:dynamic", "reads an environment variable by a name the "
+                      "scan cannot read")  # fmt: skip
+        elif _runner_variable(folded):
+            self._hit(node, f"environ:{folded}", f"reads {folded} (a way to tell it runs under "
+                      "test)")  # fmt: skip
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self._built(node):
+            return  # a string cut from a constant ("tixe_"[::-1])
+        if not self.test_file and isinstance(node.ctx, ast.Load):
+            if self._dotted(node.value) in ("os.environ", "os.environb"):
+                self._environment_key(node, node.slice)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if not self.test_file:
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, ast.In | ast.NotIn) and self._dotted(right) in (
+                    "os.environ",
+                    "os.environb",
+                ):
+                    self._environment_key(node, node.left)
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        if not self.test_file and self._dotted(node.iter) in ("os.environ", "os.environb"):
+            self._hit(node.iter, "environ:all", "reads the name of every environment variable")
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_comprehension = visit_For
+
     def visit_Raise(self, node: ast.Raise) -> None:
-        exc = self._name(node.exc) if node.exc is not None else ""
+        exc = self._callee(node.exc) if node.exc is not None else ""
         if self.depth == 0 and exc.rsplit(".", 1)[-1] in ("SystemExit", "KeyboardInterrupt"):
             self._hit(node, "SystemExit", f"raises {exc} when the module is imported")
         self.generic_visit(node)
 
+    def _shared(self, dotted: str) -> bool:
+        """A name in a module every part of the process shares: the standard library's, or
+        the test runner's (``json.dumps``, ``os.write``, ``pytest.TestReport``,
+        ``unittest.TestCase``), reached from an import."""
+        top = dotted.split(".", 1)[0]
+        return bool(dotted) and (top in sys.stdlib_module_names or top in RUNNER_MODULES)
+
     def _targets(self, node: ast.AST, targets: list[ast.expr]) -> None:
         for target in targets:
             base = target.value if isinstance(target, ast.Subscript) else target
-            dotted = self._name(base)
-            owner = self._name(base.value) if isinstance(base, ast.Attribute) else ""
+            # A name assigned is rebound, whatever it aliased: only attributes and items change
+            # (and the module ``builtins`` itself, or ``__builtins__``, where the name is one).
+            if isinstance(target, ast.Name):
+                kind, _ = self._lookup(target.id)
+                dotted = target.id if kind == "module" or target.id == "__builtins__" else ""
+            else:
+                dotted = self._dotted(base)
+            owner = self._dotted(base.value) if isinstance(base, ast.Attribute) else ""
             if dotted in PATCHED or owner in PATCHED or dotted == "__builtins__":
                 self._hit(node, owner if owner in PATCHED else dotted, f"changes {dotted}")
-            elif isinstance(target, ast.Attribute) and _shared(owner):
+            elif isinstance(target, ast.Attribute) and self._shared(owner):
                 self._hit(node, f"patch:{dotted}", f"replaces {dotted}, which every module shares")
             if isinstance(target, ast.Name) and target.id in COLLECTION_NAMES:
                 self._hit(node, target.id, f"sets {target.id} (it changes what is collected)")
             if isinstance(target, ast.Attribute) and target.attr == "__test__":
                 self._hit(node, "__test__", "sets __test__ (it hides a test from collection)")
+            elif isinstance(target, ast.Attribute) and target.attr in REPLACED:
+                self._hit(node, f"replace:{target.attr}", f"replaces {target.attr}")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self._targets(node, node.targets)
@@ -264,38 +694,138 @@ class _Scan(ast.NodeVisitor):
                 what = f"reference:{word}"
                 self._hit(node, what, f"refers to {word} (code under test has no need to)")
                 return True
-        if name == "ctypes" or name.startswith("ctypes."):
-            self._hit(node, "ctypes", "imports ctypes (it can change the interpreter's memory)")
-            return True
         return False
+
+    def _introspection(self, node: ast.AST, module: str) -> None:
+        top = module.split(".", 1)[0]
+        if top == "ctypes" or (not self.test_file and top in INTROSPECTION):
+            self._hit(node, top, f"imports {top} (it reaches into the interpreter, its frames "
+                      "or its memory)")  # fmt: skip
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._reference(node, alias.name)
+            self._introspection(node, alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self._reference(node, node.module or "")
+        if not node.level:
+            self._introspection(node, node.module or "")
         for alias in node.names:
             self._reference(node, alias.name)
 
     def visit_Name(self, node: ast.Name) -> None:
-        self._reference(node, node.id)
+        if node.id == "__builtins__":
+            self._hit(node, "reach:__builtins__", "reaches __builtins__ (every module's builtins)")
+        else:
+            self._reference(node, node.id)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._reference(node, node.attr)
-        if not self.test_file and self._name(node) == "sys.modules":
+        dotted = self._dotted(node)
+        if dotted == "sys.modules" and not self._own_module(node):
             self._hit(node, "reference:sys.modules", "looks at which modules are loaded (a way to "
-                      "tell it runs under test)")  # fmt: skip
+                      "tell it runs under test, or to reach another module)")  # fmt: skip
+        elif node.attr in REACHING:
+            self._hit(node, f"reach:{node.attr}", f"reaches {node.attr} (another module's "
+                      "namespace or a running frame)")  # fmt: skip
+        elif node.attr == "__dict__" and self._module_like(node.value):
+            self._hit(node, "module-dict", "reads a module's namespace by name (__dict__)")
         self.generic_visit(node)
 
+    def _own_module(self, node: ast.Attribute) -> bool:
+        """``sys.modules[__name__]``: the module's own entry, which reaches nothing else."""
+        parent = self._parents.get(id(node))
+        return (
+            isinstance(parent, ast.Subscript)
+            and parent.value is node
+            and isinstance(parent.slice, ast.Name)
+            and parent.slice.id == "__name__"
+            and isinstance(parent.ctx, ast.Load)
+        )
+
     def visit_Constant(self, node: ast.Constant) -> None:
-        if not isinstance(node.value, str) or self._reference(node, node.value):
+        if isinstance(node.value, str):
+            self._judge_string(node, node.value)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant):
+            return  # a docstring, or any other value no code can use
+        self.generic_visit(node)
+
+    def _judge_string(self, node: ast.AST, value: str) -> None:
+        if "://" in value:
+            return  # an address (a project's documentation): to use it, code must cut it
+        if self._reference(node, value):
             return
-        if "/proc/self/fd" in node.value or "/dev/fd" in node.value:
+        if "/proc/self/fd" in value or "/dev/fd" in value:
             self._hit(node, "/proc/self/fd", "names the process's descriptors")
-        upper = node.value.upper()
+        upper = value.upper()
         if not self.test_file and ("PYTEST" in upper or "UNITTEST" in upper):
             self._hit(node, "reference:pytest", "asks whether it runs under a test runner")
+
+    def _built(self, node: ast.expr) -> bool:
+        """A string built from pieces: judged as the string it spells (True: it folded)."""
+        value = self._fold(node)
+        if value is None:
+            return False
+        self._judge_string(node, value)
+        if SUSPICIOUS_BUILT.match(value) or any(w in value for w in BUILT_WORDS):
+            self._hit(node, "built-name", f"builds the name {value[:60]!r} from pieces")
+        return True
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if not self._built(node):
+            self.generic_visit(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        if not self._built(node):
+            self.generic_visit(node)
+
+
+def _dunder_lookup(node: ast.Call) -> bool:
+    """``x.__getattribute__(name)`` and its kin: ``getattr`` by another name."""
+    return (
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__")
+        and bool(node.args)
+    )
+
+
+def _binop(op: ast.operator, left: object, right: object) -> str | bytes | int | None:
+    try:
+        if isinstance(op, ast.Add) and type(left) is type(right) and left is not None:
+            return _capped(left + right)  # type: ignore[operator]
+        if isinstance(op, ast.Mult) and isinstance(left, str | bytes) and isinstance(right, int):
+            return _capped(left * min(right, FOLD_CHARS)) if right >= 0 else None
+        if isinstance(op, ast.Mod) and isinstance(left, str) and isinstance(right, str | int):
+            return _capped(left % right)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _capped(value: object) -> str | bytes | int | None:
+    if isinstance(value, str | bytes):
+        return value if len(value) <= FOLD_CHARS else None
+    return value if isinstance(value, int) else None
+
+
+def _decode_base(how: str, data: str | bytes) -> bytes | None:
+    try:
+        if how == "bytes.fromhex":
+            return bytes.fromhex(data if isinstance(data, str) else data.decode("ascii"))
+        if how == "binascii.unhexlify":
+            return binascii.unhexlify(data)
+        decoder = getattr(base64, how.split(".", 1)[1])
+        return decoder(data)  # type: ignore[no-any-return]
+    except (ValueError, TypeError, binascii.Error):
+        return None
+
+
+def _runner_variable(name: str) -> bool:
+    upper = name.upper()
+    return upper in RUNNER_ENV or upper.startswith(RUNNER_ENV_PREFIXES)
 
 
 def scan_python(path: str, source: bytes, added: set[int]) -> list[Finding]:
@@ -306,9 +836,14 @@ def scan_python(path: str, source: bytes, added: set[int]) -> list[Finding]:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
         return []
+    except (RecursionError, MemoryError):
+        return [Finding(path, 0, "unread", "not scanned: nested too deeply to read", path)]
     text = source.decode("utf-8", "replace")
-    scan = _Scan(path, text.splitlines(), added, _aliases(tree))
-    scan.visit(tree)
+    scan = _Scan(path, text.splitlines(), added)
+    try:
+        scan.visit(tree)
+    except RecursionError:
+        return [Finding(path, 0, "unread", "not scanned: nested too deeply to read", path)]
     # One finding per line and construct is enough to quote.
     return list({(f.line, f.construct): f for f in scan.found}.values())
 
