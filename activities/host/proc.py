@@ -2,8 +2,11 @@
 
 Why a module of its own: the agent and the gates share every hard part. The
 child runs in its own session so that a timeout or a cancellation kills the
-whole process group, grandchildren included; its output goes to a log file
-under the run folder (an agent may print megabytes; only a tail is returned);
+whole process group, grandchildren included; its output goes through a pipe to a
+log file under the run folder that the worker writes (an agent may print
+megabytes; only a tail is returned): the child holds no descriptor of the log, so
+what it printed cannot be rewritten or cut afterwards (a gate's verdict reads the
+runner's own output there);
 and while it runs, the activity heartbeats from a background task so a dead
 worker is noticed in seconds and a cancellation reaches us at all.
 
@@ -23,7 +26,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -33,6 +36,11 @@ from loop.contracts import OUTPUT_TAIL_CHARS
 T = TypeVar("T")
 HEARTBEAT_EVERY_S = 1.0
 KILL_GRACE_S = 2.0
+LOG_BYTES = 256 << 20
+"""A log keeps this much of a run's output; the rest is read and counted, not kept."""
+DRAIN_S = 1.0
+"""How long output may still arrive after the process is gone (a grandchild that has
+left its group holds the pipe; the sandbox kills it)."""
 
 
 def watch_children_by_pidfd() -> bool:
@@ -207,6 +215,53 @@ async def _terminate(proc: Proc) -> None:
         await proc.wait()
 
 
+class _Copier:
+    """The worker's end of a run's output pipe: what arrives goes to the log, up to
+    ``LOG_BYTES``; past that, a line says how much more there was."""
+
+    def __init__(self, read_fd: int, log: BinaryIO) -> None:
+        self.fd = read_fd
+        self.log = log
+        self.kept = 0
+        self.dropped = 0
+        self.done = asyncio.get_running_loop().create_future()
+        os.set_blocking(read_fd, False)
+        asyncio.get_running_loop().add_reader(read_fd, self._read)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._stop()
+                return
+            room = LOG_BYTES - self.kept
+            if room > 0:
+                self.log.write(data[:room])
+                self.kept += min(room, len(data))
+            self.dropped += max(0, len(data) - max(room, 0))
+
+    def _stop(self) -> None:
+        if not self.done.done():
+            asyncio.get_running_loop().remove_reader(self.fd)
+            self.done.set_result(None)
+
+    async def finish(self) -> None:
+        """Read to the end, or for ``DRAIN_S`` at most; then close the read end."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.done), DRAIN_S)
+        self._read()
+        self._stop()
+        os.close(self.fd)
+        if self.dropped:
+            self.log.write(f"\n[output cut: {self.dropped} more bytes not kept]\n".encode())
+        self.log.flush()
+
+
 async def run_process(
     argv: list[str],
     *,
@@ -232,28 +287,37 @@ async def run_process(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     with log_path.open("wb") as log:
+        read_end, write_end = os.pipe()
+        copier = _Copier(read_end, log)
         try:
             proc: Proc
             if spawn is not None:
-                proc = await spawn(cwd, env, log.fileno())
+                proc = await spawn(cwd, env, write_end)
             else:
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=str(cwd),
                     env=dict(env),
                     stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=write_end,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
                     pass_fds=pass_fds,
                 )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+            os.close(write_end)
+            await copier.finish()
             code = 127 if isinstance(e, FileNotFoundError) else 126
             message = f"cannot start {argv[0]!r}: {e.strerror or e}"
             log.write(message.encode())
             return ProcResult(
                 exit_code=code, output_tail=message, log_path=str(log_path), not_started=message
             )
+        except BaseException:
+            os.close(write_end)
+            await asyncio.shield(copier.finish())
+            raise
+        os.close(write_end)
         if pid_file is not None:
             pid_file.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid)}))
         timed_out = False
@@ -286,6 +350,7 @@ async def run_process(
                 kill_group(proc.pid)
             if pid_file is not None:
                 pid_file.unlink(missing_ok=True)
+            await asyncio.shield(copier.finish())
     return ProcResult(
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
