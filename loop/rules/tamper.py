@@ -64,9 +64,12 @@ ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
 RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py"})
 PATCHED = {"sys.modules", "sys.meta_path", "sys.path_hooks", "sys.excepthook", "builtins"}
 """Objects whose change reaches every module of the process."""
-RUNNERS = ("pytest", "_pytest", "pluggy", "unittest", "loopwork_report", "LOOP_REPORT")
-"""Names source code has no business with; test files may name pytest and unittest."""
-TEST_FILE_RUNNERS = ("_pytest", "pluggy", "loopwork_report", "LOOP_REPORT")
+RUNNERS = ("pytest", "_pytest", "pluggy", "unittest", "loopwork_report", "LOOP_REPORT",
+           "LOOP_WITNESS", "pluginmanager")  # fmt: skip
+"""Names source code has no business with; test files may name pytest and unittest (not
+the runner's plugin manager, the way to every plugin's hooks)."""
+TEST_FILE_RUNNERS = ("_pytest", "pluggy", "loopwork_report", "LOOP_REPORT", "LOOP_WITNESS",
+                     "pluginmanager")  # fmt: skip
 SAFE_HOOKS = {
     "pytest_generate_tests", "pytest_addoption", "pytest_make_parametrize_id",
     "pytest_assertrepr_compare",
@@ -411,10 +414,12 @@ class _Scan(ast.NodeVisitor):
         s = node.slice
         try:
             if isinstance(s, ast.Slice):
-                parts = (s.lower, s.upper, s.step)
-                bounds = [self._fold_any(b, d) if b is not None else None for b in parts]
-                if any(p is not None and not isinstance(b, int) for p, b in zip(parts, bounds)):
-                    return None
+                bounds: list[int | None] = []
+                for part in (s.lower, s.upper, s.step):
+                    bound = self._fold_any(part, d) if part is not None else None
+                    if part is not None and not isinstance(bound, int):
+                        return None
+                    bounds.append(bound if isinstance(bound, int) else None)
                 return value[slice(*bounds)]
             index = self._fold_any(s, d)
             return value[index] if isinstance(index, int) and isinstance(value, str) else None
@@ -487,7 +492,7 @@ class _Scan(ast.NodeVisitor):
             for decorator in node.decorator_list:
                 self.visit(decorator)
         self.visit(node.args)
-        body = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
+        body: list[ast.stmt] = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
         self._enter("function", body, node.args)
         self.depth += 1
         for child in body:
