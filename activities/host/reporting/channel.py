@@ -37,7 +37,8 @@ NO_KEY = b"no-key"
 """What a second test process writes when the key is taken (see ``loopwork_report``)."""
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
-_WORST = {"error": 5, "failed": 5, "xpassed": 3, "xfailed": 2, "skipped": 1, "passed": 0}
+_WORST = {"error": 5, "failed": 5, "missing": 4, "xpassed": 3, "xfailed": 2, "skipped": 1,
+          "passed": 0}  # fmt: skip
 """The same test reported twice (a rerun plugin) keeps its worst outcome."""
 
 
@@ -48,7 +49,7 @@ class Channel:
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.key = secrets.token_bytes(32)
-        self._ours.send(f"0:{self.key.hex()}".encode("ascii"))
+        self._ours.send(b"0:" + self.key)
         self._ours.setblocking(False)
         self._messages: list[tuple[bytes, int]] = []
         self._bytes = 0
@@ -165,6 +166,8 @@ class Assembler:
                 self._started = True
                 report.sessions += 1
                 report.runner = str(record.get("runner", ""))
+                report.root = str(record.get("root", ""))[:4096]
+                report.cwd = str(record.get("cwd", ""))[:4096]
         elif kind == "end":
             report.finished += 1
         elif kind == "collected":
@@ -206,4 +209,6 @@ def _case(record: dict[str, Any], outcome: str) -> CaseResult:
         file=str(record.get("f", ""))[:1_000],
         message=str(record.get("m", ""))[-TEXT_CHARS:],
         output=str(record.get("out", ""))[-TEXT_CHARS:],
+        exception=str(record.get("x", ""))[:200],
+        raised_at=str(record.get("at", ""))[:1_000],
     )

@@ -3,29 +3,35 @@
 This file runs in the process whose code is under test, on whatever Python the
 gate's command starts, so it uses the standard library only and no syntax newer
 than Python 3.8. It is found through ``PYTHONPATH`` in a folder the worker shows
-read-only; ``sitecustomize`` imports it at interpreter start-up, before any code of
-the repository can run, and ``-p loopwork_report`` registers it with pytest.
+read-only; ``sitecustomize`` calls ``install`` at interpreter start-up, before any
+code of the repository can run, and ``-p loopwork`` registers it with pytest.
 
 The channel: ``LOOP_REPORT_FD`` names one end of a socket pair (``SOCK_SEQPACKET``,
 one message per write, never interleaved with another process's) whose other end
 the worker holds. Claiming it takes the variable out of the environment, so test
-subprocesses do not report, and reads one session key the worker put there; every
-message then carries a keyed BLAKE2 MAC under that key and a sequence number. Code
-under test that writes to the descriptor blind cannot make a message the worker
-accepts; one that would has to read this module's memory, which the worker's diff
-scan flags (docs/architecture.md, "Verdicts"). Records go in batches (a message
-every ``BATCH`` tests or ``BATCH_CHARS`` characters): a run cut short loses its last
-batch, which only makes its report incomplete, as it already is.
+subprocesses do not report, and reads one session key the worker put there; the key
+goes at once into a keyed BLAKE2 state (C memory no Python object shows) and every
+message carries that MAC and a sequence number. Nothing of the channel is a module
+global: ``install`` keeps it in the closures of the hooks it makes, so no lookup of a
+module's names finds it; reaching it takes a walk through ``__closure__`` or the
+runner's plugin manager, which the worker's diff scan flags (docs/architecture.md,
+"Verdicts"). The worker also reads the runner's own output and exit status and checks
+them against these records. Records go in batches (a message every ``BATCH`` tests or
+``BATCH_CHARS`` characters): a run cut short loses its last batch, which only makes its
+report incomplete, as it already is.
 
-Only ``os``, ``sys`` and ``json`` are imported: every Python process of a gate pays
-for this module's import when it reports, and the socket, hmac and hashlib modules
-would double that.
+Only ``os``, ``sys`` and ``json`` are imported at start-up: every Python process of a
+gate pays for this module's import when it reports.
 
-Records: ``start``, ``collected`` (chunks of ``[id, file]``), ``deselected``,
-``collect_error``, ``test`` (one per test: id, outcome, file, message, output),
-and ``end`` when the session finished. A run that ends without ``end`` (an
-``os._exit`` at import, a crash, a killed process) is reported as incomplete by
-the worker, never as a pass.
+Records: ``start`` (the runner, its version, its rootdir), ``collected`` (chunks of
+``[id, file]``), ``deselected``, ``collect_error``, ``test`` (one per test: id,
+outcome, file, message, output, the exception's type and the file of its innermost
+frame), and ``end`` when the session finished. A run that ends without ``end`` (an
+``os._exit`` at import, a crash, a killed process) is reported as incomplete by the
+worker, never as a pass.
+
+``LOOP_REPORT_ONLY`` (a file of test ids, one a line) runs only those tests: the
+worker's rerun of tests that failed once.
 """
 
 import json
@@ -33,6 +39,7 @@ import os
 import sys
 
 FD_VARIABLE = "LOOP_REPORT_FD"
+ONLY_VARIABLE = "LOOP_REPORT_ONLY"
 MESSAGE_CHARS = 2000
 OUTPUT_CHARS = 1000
 CHUNK = 200
@@ -43,6 +50,7 @@ BATCH_CHARS = 48_000
 TEST_COMMANDS = ("pytest", "py.test", "unittest")
 NO_KEY = b"no-key"
 """What a second test process says when the one key is taken (one gate, one session)."""
+KEY_BYTES = 32
 
 
 def _blake2b():
@@ -58,50 +66,32 @@ def _blake2b():
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _write, _read, _dup, _close = os.write, os.read, os.dup, os.close
 _set_blocking, _pop = os.set_blocking, os.environ.pop
-_mac = _blake2b()
-_channel = None
+_claimed = []
+"""Whether this process has tried to claim the channel (one try per process)."""
 
 
-class _Channel:
-    def __init__(self, fd, session, key):
-        self.fd = fd
-        self.session = session
-        self.key = key
-        self.seq = 0
-        self.bound = False
-        self.pending = []
-        self.chars = 0
-
-    def send(self, record):
-        self.pending.append(record)
-        self.chars += len(record.get("m", "")) + len(record.get("out", "")) + 200
-        if len(self.pending) >= BATCH or self.chars >= BATCH_CHARS or record["t"] != "test":
-            self.flush()
-
-    def flush(self):
-        if not self.pending:
-            return
-        message = {"s": self.session, "n": self.seq, "r": self.pending}
-        self.seq += 1
-        self.pending, self.chars = [], 0
-        body = _encode(message).encode("utf-8", "replace")
-        mac = _mac(body, key=self.key, digest_size=32).hexdigest().encode("ascii")
-        try:
-            _write(self.fd, mac + b" " + body)
-        except OSError:
-            pass  # the worker stopped listening: the report stays incomplete, as it should
+def install(argv):
+    """Claim the channel when ``argv`` is a test process, and make its hooks: pytest's as
+    this module's ``pytest_configure``, unittest's around ``TestProgram.runTests``."""
+    if _claimed or not is_test_process(argv):
+        return
+    send = _claim()
+    if send is None:
+        return
+    only = _only()
+    globals()["pytest_configure"] = _pytest_configure(send, only)
+    if "unittest" in argv:
+        _watch_unittest(send, only)
 
 
-def claim():
-    """This process's channel, taken once (None when the worker gave none).
+def _claim():
+    """This process's sender, taken once (None when the worker gave none, or another
+    process has the key).
 
     The worker puts one key in the channel; the first test process takes it. Another
     one finds none, says so, and reports nothing (the worker then tells the person to
     give each test run a gate of its own)."""
-    global _channel
-    if _channel is not None:
-        return _channel or None
-    _channel = False
+    _claimed.append(True)
     fd = _pop(FD_VARIABLE, "")
     if not fd.isdigit():
         return None
@@ -110,15 +100,62 @@ def claim():
         _close(int(fd))
         _set_blocking(own, False)  # the key is there before the process starts, or taken
         try:
-            session, _, key = _read(own, 256).decode("ascii").partition(":")
+            first = _read(own, 256)
         except BlockingIOError:
             _write(own, NO_KEY)
             return None
         _set_blocking(own, True)
-        _channel = _Channel(own, int(session), bytes.fromhex(key))
+        session, _, key = first.partition(b":")
+        if len(key) != KEY_BYTES:
+            return None
+        mac = _blake2b()(key=key, digest_size=32)
+        del first, key
+        return _sender(own, int(session), mac)
     except (OSError, ValueError):
         return None
-    return _channel
+
+
+def _sender(fd, session, mac):
+    """``send(record)``, batching records into signed, numbered messages (any record but a
+    test's sends at once). Its state is this closure's: no object outside it holds the
+    descriptor."""
+    state = {"seq": 0, "chars": 0}
+    pending = []
+
+    def flush():
+        if not pending:
+            return
+        message = {"s": session, "n": state["seq"], "r": list(pending)}
+        state["seq"] += 1
+        del pending[:]
+        state["chars"] = 0
+        body = _encode(message).encode("utf-8", "replace")
+        signer = mac.copy()
+        signer.update(body)
+        try:
+            _write(fd, signer.hexdigest().encode("ascii") + b" " + body)
+        except OSError:
+            pass  # the worker stopped listening: the report stays incomplete, as it should
+
+    def send(record):
+        pending.append(record)
+        state["chars"] += len(record.get("m", "")) + len(record.get("out", "")) + 200
+        if len(pending) >= BATCH or state["chars"] >= BATCH_CHARS or record["t"] != "test":
+            flush()
+
+    return send
+
+
+def _only():
+    """The ids this run is limited to (None: every test the command selects)."""
+    path = _pop(ONLY_VARIABLE, "")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return {line.rstrip("\n") for line in f if line.strip()}
+    except OSError:
+        return set()
 
 
 def is_test_process(argv):
@@ -149,77 +186,120 @@ def _chunks(items):
         yield items[i : i + CHUNK]
 
 
+def _raised(exc_type, tb):
+    """The exception's qualified type and the file of its innermost frame in the checkout
+    (the code that raised it, below any library's): what tells an assertion from an error
+    of the environment or of code the attempt added."""
+    name = ""
+    if exc_type is not None:
+        module = getattr(exc_type, "__module__", "") or ""
+        qualname = getattr(exc_type, "__qualname__", "") or getattr(exc_type, "__name__", "")
+        name = qualname if module in ("builtins", "") else module + "." + qualname
+    where = ""
+    while tb is not None:
+        path = _relative(tb.tb_frame.f_code.co_filename)
+        inside = path and not path.startswith(("..", "/", "<"))
+        if inside and "site-packages" not in path and "dist-packages" not in path:
+            where = path  # the innermost frame of the checkout (not the runner's, not a library's)
+        tb = tb.tb_next
+    return name, where
+
+
 # ------------------------------------------------------------------ pytest
 
 
-def pytest_configure(config):
-    channel = claim()
-    if channel is None or channel.bound:
-        return
-    channel.bound = True
+def _pytest_configure(send, only):
+    def pytest_configure(config):
+        import pytest
+
+        root = getattr(config, "rootpath", None) or getattr(config, "rootdir", "")
+        send({"t": "start", "runner": "pytest", "version": pytest.__version__,
+              "root": str(root), "cwd": os.getcwd()})  # fmt: skip
+        plugin = _Session()
+        for name, hook in _pytest_hooks(send, only).items():
+            setattr(plugin, name, hook)
+        config.pluginmanager.register(plugin, "loopwork-report-session")
+
+    return pytest_configure
+
+
+class _Session:
+    """The session's plugin: its hooks are closures set on the instance (pluggy needs an
+    object it can hash, which a ``SimpleNamespace`` is not)."""
+
+
+def _pytest_hooks(send, only):
+    """The session's hooks, as closures over ``send``."""
     import pytest
 
-    channel.send({"t": "start", "runner": "pytest", "version": pytest.__version__})
-    reporter = _PytestReporter(channel)
+    phases = {}
+    raised = {}
 
     def makereport(item, call):
         # What each phase raised, noted before any other wrapper runs (tryfirst, and
         # registered after every conftest) and again once the report is made (unittest
         # cases get their exception there): a report that says "passed" while its phase
         # raised was rewritten on the way.
-        raised = call.excinfo is not None
+        info = call.excinfo
         yield
-        if raised or call.excinfo is not None:
-            reporter.exceptions.setdefault(item.nodeid, []).append(call.when)
+        info = info or call.excinfo
+        if info is not None:
+            exc, where = _raised(info.type, info.tb)
+            raised.setdefault(item.nodeid, []).append((call.when, exc, where))
 
-    hook = pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    reporter.pytest_runtest_makereport = hook(makereport)
-    config.pluginmanager.register(reporter, "loopwork-report-session")
+    def pytest_collectreport(report):
+        if report.failed:
+            send({"t": "collect_error", "id": report.nodeid or "<session>",
+                  "f": _file_of(report.nodeid), "m": _tail(report.longreprtext, MESSAGE_CHARS)})  # fmt: skip
+
+    def pytest_collection_modifyitems(config, items):
+        if only is None:
+            return
+        kept = [item for item in items if item.nodeid in only]
+        others = [item for item in items if item.nodeid not in only]
+        if others:
+            config.hook.pytest_deselected(items=others)
+        items[:] = kept
+
+    def pytest_deselected(items):
+        for chunk in _chunks([item.nodeid for item in items]):
+            send({"t": "deselected", "ids": chunk})
+
+    def pytest_collection_finish(session):
+        items = [[item.nodeid, _file_of(item.nodeid)] for item in session.items]
+        for chunk in _chunks(items):
+            send({"t": "collected", "items": chunk})
+
+    def pytest_runtest_logreport(report):
+        phases.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(nodeid, location):
+        reports = phases.pop(nodeid, [])
+        if reports:
+            send(_pytest_record(nodeid, reports, raised.pop(nodeid, [])))
+
+    def pytest_sessionfinish(session, exitstatus):
+        for nodeid, reports in list(phases.items()):
+            send(_pytest_record(nodeid, reports, raised.pop(nodeid, [])))
+        phases.clear()
+        send({"t": "end", "exit": int(exitstatus)})
+
+    return {
+        "pytest_runtest_makereport": pytest.hookimpl(hookwrapper=True, tryfirst=True)(makereport),
+        "pytest_collectreport": pytest_collectreport,
+        "pytest_collection_modifyitems": pytest.hookimpl(trylast=True)(
+            pytest_collection_modifyitems
+        ),
+        "pytest_deselected": pytest_deselected,
+        "pytest_collection_finish": pytest_collection_finish,
+        "pytest_runtest_logreport": pytest_runtest_logreport,
+        "pytest_runtest_logfinish": pytest_runtest_logfinish,
+        "pytest_sessionfinish": pytest_sessionfinish,
+    }
 
 
 def _file_of(nodeid):
     return nodeid.split("::", 1)[0]
-
-
-class _PytestReporter:
-    def __init__(self, channel):
-        self.channel = channel
-        self.phases = {}
-        self.exceptions = {}
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            self.channel.send(
-                {
-                    "t": "collect_error",
-                    "id": report.nodeid or "<session>",
-                    "f": _file_of(report.nodeid),
-                    "m": _tail(report.longreprtext, MESSAGE_CHARS),
-                }
-            )
-
-    def pytest_deselected(self, items):
-        for chunk in _chunks([item.nodeid for item in items]):
-            self.channel.send({"t": "deselected", "ids": chunk})
-
-    def pytest_collection_finish(self, session):
-        items = [[item.nodeid, _file_of(item.nodeid)] for item in session.items]
-        for chunk in _chunks(items):
-            self.channel.send({"t": "collected", "items": chunk})
-
-    def pytest_runtest_logreport(self, report):
-        self.phases.setdefault(report.nodeid, []).append(report)
-
-    def pytest_runtest_logfinish(self, nodeid, location):
-        reports = self.phases.pop(nodeid, [])
-        if reports:
-            self.channel.send(_pytest_record(nodeid, reports, self.exceptions.pop(nodeid, [])))
-
-    def pytest_sessionfinish(self, session, exitstatus):
-        for nodeid, reports in list(self.phases.items()):
-            self.channel.send(_pytest_record(nodeid, reports, self.exceptions.pop(nodeid, [])))
-        self.phases.clear()
-        self.channel.send({"t": "end", "exit": int(exitstatus)})
 
 
 _RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "xpassed": 3, "failed": 5, "error": 5}
@@ -245,9 +325,10 @@ def _pytest_record(nodeid, reports, raised=()):
     """One record per test: its worst phase (a failed subtest fails the test); a phase
     that raised is never a pass, whatever its report says."""
     outcome, message, output = "passed", "", ""
+    phases_raised = {when for when, _, _ in raised}
     for r in reports:
         phase = _phase(r)
-        if phase == "passed" and r.when in raised:
+        if phase == "passed" and r.when in phases_raised:
             phase = "failed" if r.when == "call" else "error"
             message = "the test raised, but its report was changed to say passed"
         if _RANK[phase] > _RANK[outcome]:
@@ -259,6 +340,9 @@ def _pytest_record(nodeid, reports, raised=()):
             else:
                 message = r.longreprtext
         output += (getattr(r, "capstdout", "") or "") + (getattr(r, "capstderr", "") or "")
+    exc, where = "", ""
+    if outcome in ("failed", "error", "xfailed") and raised:
+        _, exc, where = raised[0]
     return {
         "t": "test",
         "id": nodeid,
@@ -266,24 +350,26 @@ def _pytest_record(nodeid, reports, raised=()):
         "f": _file_of(nodeid),
         "m": _tail(message, MESSAGE_CHARS),
         "out": _tail(output, OUTPUT_CHARS),
+        "x": exc,
+        "at": where,
     }
 
 
 # ------------------------------------------------------------------ unittest
 
 
-def watch_unittest():
+def _watch_unittest(send, only):
     """Report the run of ``python -m unittest``: its ``TestProgram`` runs a wrapped suite."""
     import unittest
 
     program = sys.modules["unittest.main"].TestProgram  # ``unittest.main`` is the class
     original = program.runTests
+    bound = []
 
     def runTests(self):
-        channel = claim()
-        if channel is not None and not channel.bound and self.test is not None:
-            channel.bound = True
-            self.test = _reporting_suite(unittest, self.test, channel)
+        if not bound and self.test is not None:
+            bound.append(True)
+            self.test = _reporting_suite(unittest, self.test, send, only)
         return original(self)
 
     program.runTests = runTests
@@ -305,16 +391,17 @@ def _unittest_file(test):
     return _relative(getattr(module, "__file__", "") or "")
 
 
-def _reporting_suite(unittest, inner, channel):
+def _reporting_suite(unittest, inner, send, only):
     class Reporting(unittest.TestSuite):
         def run(self, result, debug=False):
-            channel.send({"t": "start", "runner": "unittest", "version": sys.version.split()[0]})
-            items = []
+            send({"t": "start", "runner": "unittest", "version": sys.version.split()[0],
+                  "root": os.getcwd(), "cwd": os.getcwd()})  # fmt: skip
+            items, skipped = [], []
             for test in _leaves(inner):
                 if type(test).__name__ == "_FailedTest":
                     error = getattr(test, "_exception", "")
                     module = getattr(test, "_testMethodName", "")
-                    channel.send(
+                    send(
                         {
                             "t": "collect_error",
                             "id": test.id(),
@@ -322,22 +409,29 @@ def _reporting_suite(unittest, inner, channel):
                             "m": _tail(str(error), MESSAGE_CHARS),
                         }
                     )
+                elif only is not None and test.id() not in only:
+                    skipped.append(test.id())
                 else:
                     items.append([test.id(), _unittest_file(test)])
             for chunk in _chunks(items):
-                channel.send({"t": "collected", "items": chunk})
-            undo = _instrument(result, channel)
+                send({"t": "collected", "items": chunk})
+            for chunk in _chunks(skipped):
+                send({"t": "deselected", "ids": chunk})
+            undo = _instrument(result, send, only)
             try:
                 outcome = unittest.TestSuite.run(self, result, debug)
             finally:
                 undo()
-            channel.send({"t": "end", "exit": 0 if result.wasSuccessful() else 1})
+            send({"t": "end", "exit": 0 if result.wasSuccessful() else 1})
             return outcome
 
+    if only is not None:
+        kept = [t for t in _leaves(inner) if t.id() in only or type(t).__name__ == "_FailedTest"]
+        return Reporting(kept)
     return Reporting([inner])
 
 
-def _instrument(result, channel):
+def _instrument(result, send, only):
     """Wrap the result's ``add*`` methods on the instance; returns the undo."""
     state = {}
 
@@ -352,18 +446,23 @@ def _instrument(result, channel):
 
         return "".join(traceback.format_exception(*err))
 
-    def mark(test, outcome, message=""):
+    def mark(test, outcome, message="", err=None):
         key = test.id()
         current = state.get(key)
         if current is not None and current[0] in ("failed", "error") and outcome == "passed":
             return  # a failed subtest makes the whole test fail
-        state[key] = (outcome, message, _unittest_file(test))
+        exc, where = _raised(err[0], err[2]) if err else ("", "")
+        if current is not None and current[0] in ("failed", "error") and current[3]:
+            exc, where = current[3], current[4]  # the first failure says what failed
+        state[key] = (outcome, message, _unittest_file(test), exc, where)
         if not hasattr(test, "_testMethodName"):
             emit(key)  # an error outside any test (setUpClass, a module fixture)
 
     def emit(key):
-        outcome, message, path = state.pop(key, ("error", "no outcome recorded", ""))
-        channel.send(
+        outcome, message, path, exc, where = state.pop(
+            key, ("error", "no outcome recorded", "", "", "")
+        )
+        send(
             {
                 "t": "test",
                 "id": key,
@@ -371,6 +470,8 @@ def _instrument(result, channel):
                 "f": path,
                 "m": _tail(message, MESSAGE_CHARS),
                 "out": "",
+                "x": exc,
+                "at": where,
             }
         )
 
@@ -386,16 +487,16 @@ def _instrument(result, channel):
         setattr(result, name, wrapped)
 
     wrap("addSuccess", lambda test: mark(test, "passed"))
-    wrap("addFailure", lambda test, err: mark(test, "failed", text(err, test)))
-    wrap("addError", lambda test, err: mark(test, "error", text(err, test)))
+    wrap("addFailure", lambda test, err: mark(test, "failed", text(err, test), err))
+    wrap("addError", lambda test, err: mark(test, "error", text(err, test), err))
     wrap("addSkip", lambda test, reason: mark(test, "skipped", str(reason)))
-    wrap("addExpectedFailure", lambda test, err: mark(test, "xfailed", text(err, test)))
+    wrap("addExpectedFailure", lambda test, err: mark(test, "xfailed", text(err, test), err))
     wrap("addUnexpectedSuccess", lambda test: mark(test, "xpassed"))
 
     def subtest(test, sub, err=None):
         if err is not None:
             failed = issubclass(err[0], test.failureException)
-            mark(test, "failed" if failed else "error", text(err, sub))
+            mark(test, "failed" if failed else "error", text(err, sub), err)
 
     wrap("addSubTest", subtest)
 

@@ -17,11 +17,7 @@ def _start():
         return
     import loopwork_report
 
-    argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
-    if loopwork_report.is_test_process(argv):
-        loopwork_report.claim()
-        if "unittest" in argv:
-            loopwork_report.watch_unittest()
+    loopwork_report.install(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
 
 
 def _chain():
