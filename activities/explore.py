@@ -159,7 +159,9 @@ class ExploreActivities:
         )
         results = []
         for gate in runnable:
-            result = run_gate.at_base(gate, await judging.at_base(gate))
+            ran = await judging.at_base(gate)
+            aside = await judging.aside(gate) if ran.report is not None else {}
+            result = run_gate.at_base(gate, ran, aside)
             if _cannot_start(gate, result, tree):
                 raise permanent(
                     f"gate {gate.name} cannot run at base: `{gate.run}` exits "

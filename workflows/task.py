@@ -250,6 +250,11 @@ class TaskWorkflow(TaskRecord):
                     ws=self.ws,
                 )
             self._explored(explored)
+            unsure = [g for g in explored.reproducer.gates if g.uncertain]
+            if unsure:
+                # Nothing an attempt did could be judged: a person answers before any is spent.
+                asks = "; ".join(f"{g.name}: {g.evidence.detail}" for g in unsure)
+                return _Stop(TaskState.NEEDS_HUMAN, f"at base, {asks}")
 
         while True:
             if self.last_verdict is not None and self.last_verdict.passed:

@@ -29,9 +29,11 @@ from pathlib import Path
 
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
+from activities.host.git import git
 from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
 from loop.hardened.files import open_untrusted
-from loop.rules.tamper import Finding
+from loop.rules import baseline
+from loop.rules.tamper import Finding, is_test_path
 
 BASE_REUSE_S = 6 * 3600
 """How long another task's run at base stands for this one's."""
@@ -62,6 +64,7 @@ class Judging:
     _overlay: dict[str, Ran] = field(default_factory=dict)
     _findings: list[Finding] | None = None
     _changed: list[str] | None = None
+    _base_code: set[str] | None = None
 
     @property
     def commit(self) -> str:
@@ -114,11 +117,48 @@ class Judging:
             ran = _copied(shared, kept) if _fresh(shared) else None
             if ran is None:
                 ran = await self.elsewhere(gate, self.ws.base_commit, "base")
+                if ran.report is not None and ran.report.complete:
+                    # Twice: a test whose outcome differs between the two is flaky, and is
+                    # neither required nor counted (loop.rules.baseline).
+                    again = await self.elsewhere(gate, self.ws.base_commit, "base-again")
+                    ran = ran.model_copy(update={"again": again.report})
                 _share(ran, shared)
             kept.parent.mkdir(parents=True, exist_ok=True)
             kept.write_text(ran.model_dump_json())
         self._base[gate.name] = ran
         return ran
+
+    async def base_code(self) -> set[str]:
+        """The repository's Python files at base that are not tests: an error raised there
+        is base's code's, not the environment's or the test's."""
+        if self._base_code is None:
+            listed = await git(
+                ["ls-tree", "-r", "-z", "--name-only", self.ws.base_commit], self.ws.path
+            )
+            self._base_code = {
+                f for f in listed.split("\0") if f.endswith(".py") and not is_test_path(f)
+            }
+        return self._base_code
+
+    async def aside(self, gate: RunGate) -> dict[str, str]:
+        """Tests of ``gate`` whose outcome does not count: flaky or pre-existing at base."""
+        base = await self.at_base(gate)
+        code = await self.base_code()
+        return baseline.set_aside(gate, base.report, base.again, self.task.goal, code)
+
+    async def rerun(self, gate: RunGate, ids: list[str]) -> Ran:
+        """The gate's command again at the commit, limited to ``ids`` (tests that failed)."""
+        return await run_command(
+            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            self.task.sandbox, only=ids,
+        )  # fmt: skip
+
+    async def witness(self, gate: RunGate, plan: dict[str, object]) -> Ran:
+        """The second observation of ``plan``'s tests at the commit, outside the runner."""
+        return await run_command(
+            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            self.task.sandbox, witness=plan,
+        )  # fmt: skip
 
     async def overlay(self, gate: RunGate, commit: str) -> Ran:
         """The gate's run on ``commit``: base's code with the attempt's test files."""

@@ -25,7 +25,7 @@ from loop.contracts import (
     SuiteSummary,
 )
 from loop.redact import redact
-from loop.rules import verdicts
+from loop.rules import baseline, verdicts
 from loop.rules.failures import failure_lines
 from loop.rules.tamper import allowed
 
@@ -55,7 +55,12 @@ def _fail_to_pass(gate: RunGate) -> str:
     return f"these pass: {', '.join(gate.fail_to_pass)}"
 
 
-def summary(report: SuiteReport, failing: list[CaseResult], path: str) -> SuiteSummary:
+def summary(
+    report: SuiteReport,
+    failing: list[CaseResult],
+    path: str,
+    set_aside: list[CaseResult] | None = None,
+) -> SuiteSummary:
     def cut(case: CaseResult) -> CaseResult:
         return case.model_copy(
             update={
@@ -70,6 +75,7 @@ def summary(report: SuiteReport, failing: list[CaseResult], path: str) -> SuiteS
         failing=[cut(c) for c in failing[:FAILING_SHOWN]],
         more_failing=max(0, len(failing) - FAILING_SHOWN),
         report_path=path,
+        set_aside=[cut(c) for c in (set_aside or [])[:FAILING_SHOWN]],
     )
 
 
@@ -91,6 +97,7 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
     )
     base_report = base.report if base is not None else None
     expected = verdicts.expects_report(gate) or base_report is not None
+    questions: list[str] = []
     if proc.timed_out and now.report is None:
         passed, detail = False, f"timed out after {gate.timeout} s"
     elif gate.report == "exit" or (not expected and now.report is None):
@@ -98,12 +105,18 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
         why = "report: exit" if gate.report == "exit" else "its runner reports no tests"
         detail = f"exit code {proc.exit_code} (the exit code alone decides: {why})"
     else:
-        judged = verdicts.judge(
-            gate, now.report, base_report, proc.exit_code, protected_ids(judging, base_report)
-        )
+        protected = protected_ids(judging, base_report)
+        aside = await judging.aside(gate) if base_report is not None else {}
+        judged = verdicts.judge(gate, now.report, base_report, proc.exit_code, protected, aside)
+        judged = await _retried(gate, judging, now, base_report, protected, aside, judged)
         passed, detail = judged.passed, judged.detail
-        if now.report is not None:
-            evidence.tests = summary(now.report, judged.failing, now.path)
+        if now.report is None:
+            detail += reporter_hint(proc.output_tail)
+        else:
+            evidence.tests = summary(now.report, judged.failing, now.path, judged.set_aside)
+            questions = list(now.report.contradictions)
+            if passed:
+                questions += await _witnessed(gate, judging, now.report, judged, protected)
     evidence.detail = detail
     if not passed and not (evidence.tests and evidence.tests.failing):
         evidence.failure = failure_lines(proc.output_tail)
@@ -115,24 +128,114 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
         evidence=evidence,
     )
     suspicious = [f for f in await judging.findings() if not allowed(f, gate.allow_constructs)]
-    if suspicious:
+    if suspicious or questions:
         result.uncertain = True
         result.passed = False
-        result.evidence.quoted = [f.quote() for f in suspicious[:QUOTED]]
-        constructs = ", ".join(dict.fromkeys(f.construct for f in suspicious))
+        quoted = [f.quote() for f in suspicious[:QUOTED]] + questions[:QUOTED]
+        result.evidence.quoted = quoted
+        why = []
+        if suspicious:
+            constructs = ", ".join(dict.fromkeys(f.construct for f in suspicious))
+            why.append(f"the attempt adds what can end or steer the test process ({constructs})")
+        if questions:
+            why.append("the tests' outcomes disagree between two observations")
         result.evidence.detail = (
-            f"uncertain: the attempt adds what can end or steer the test process ({constructs});"
-            f" a person must look (or list them in allow_constructs); the tests: {detail}"
+            f"uncertain: {'; '.join(why)}; a person must look"
+            + (" (or list the constructs in allow_constructs)" if suspicious else "")
+            + f"; the tests: {detail}"
         )
     return result
 
 
-def at_base(gate: RunGate, ran: Ran) -> GateResult:
-    """The gate's run on base's code, as the reproducer shows it: what fails there."""
+RERUN_MAX = 20
+"""At most this many failing tests are run once more to tell a flaky one from a failure."""
+
+
+async def _retried(
+    gate: RunGate,
+    judging: Judging,
+    now: Ran,
+    base: SuiteReport | None,
+    protected: set[str],
+    aside: dict[str, str],
+    judged: verdicts.SuiteVerdict,
+) -> verdicts.SuiteVerdict:
+    """A verdict that failed only on a few tests' outcomes: those tests once more. One that
+    passes there is flaky: set aside, never counted as fixed (a task whose every test to
+    fix is flaky fixed nothing)."""
+    report = now.report
+    failing = [c.id for c in judged.failing if c.outcome in FAILURES and c.id in report.tests] if (
+        report is not None and report.complete and not report.contradictions
+    ) else []  # fmt: skip
+    if judged.passed or not failing or len(failing) > RERUN_MAX:
+        return judged
+    if len(failing) < len(judged.failing):
+        return judged  # a missing test or a collection error: no retry makes that pass
+    again = (await judging.rerun(gate, failing)).report
+    if again is None or not again.complete:
+        return judged
+    flaky = {i for i in failing if (c := again.tests.get(i)) is not None and c.outcome == "passed"}
+    if not flaky:
+        return judged
+    merged = dict(aside) | dict.fromkeys(flaky, "flaky: failed, then passed on a retry")
+    rejudged = verdicts.judge(gate, report, base, now.proc.exit_code, protected, merged)
+    had_to_fix = set(judged.fixed())
+    if rejudged.passed and had_to_fix and had_to_fix <= flaky:
+        names = ", ".join(sorted(had_to_fix)[:3])
+        rejudged.passed = False
+        rejudged.detail += (
+            f"; nothing the task had to fix was shown fixed: {names} failed, then passed on a "
+            "retry (flaky)"
+        )
+    return rejudged
+
+
+async def _witnessed(
+    gate: RunGate,
+    judging: Judging,
+    report: SuiteReport,
+    judged: verdicts.SuiteVerdict,
+    protected: set[str],
+) -> list[str]:
+    """The tests the verdict rests on (those it had to fix, those of protected files), run
+    again outside the runner: where the two observations disagree, what to quote."""
+    if report.runner not in ("pytest", "unittest"):
+        return []
+    ids = sorted((set(judged.fixed()) | protected) & set(report.tests))
+    if not ids:
+        return []
+    files: dict[str, list[str]] = {}
+    for case_id in ids:
+        files.setdefault(report.tests[case_id].file, []).append(case_id)
+    plan = {"runner": report.runner, "root": report.root, "files": sorted(files.items())}
+    seen = (await judging.witness(gate, plan)).report
+    changed = set(await judging.changed_files())
+    return verdicts.disagreements(report, seen, ids, changed)
+
+
+def reporter_hint(output: str) -> str:
+    """Why the reporter did not load, where the runner said so, with the fix."""
+    if 'importing plugin "loopwork"' in output or "No module named 'loopwork_report'" in output:
+        return (
+            "; Loopwork's reporter could not load in the test process: the command's own "
+            "environment hid it (a PYTHONPATH set where Loopwork cannot extend it, python -I "
+            "or -E): extend PYTHONPATH (PYTHONPATH=src:$PYTHONPATH) or use pytest's "
+            "pythonpath option"
+        )
+    return ""
+
+
+def at_base(gate: RunGate, ran: Ran, aside: dict[str, str] | None = None) -> GateResult:
+    """The gate's run on base's code, as the reproducer shows it: what fails there, and
+    what of that is set aside (``aside``: flaky, or pre-existing failures of the
+    environment). A gate whose every failure at base is the environment's is *uncertain*:
+    an attempt could show nothing fixed, so a person is asked before any is spent."""
     proc, report = ran.proc, ran.report
+    aside = aside or {}
     evidence = Evidence(
         exit_code=proc.exit_code, output_tail=proc.output_tail, duration_s=proc.duration_s
     )
+    uncertain = False
     if proc.timed_out:
         passed, evidence.detail = False, f"timed out after {gate.timeout} s"
     elif report is not None:
@@ -142,7 +245,25 @@ def at_base(gate: RunGate, ran: Ran) -> GateResult:
         evidence.detail = (
             f"{verdicts.counts_line(report)} ({report.runner}), exit code {proc.exit_code}"
         )
-        evidence.tests = summary(report, failing, ran.path)
+        set_aside = [
+            CaseResult(id=i, outcome=report.tests[i].outcome, message=why)
+            for i, why in sorted(aside.items())
+            if i in report.tests
+        ]
+        evidence.tests = summary(
+            report, [c for c in failing if c.id not in aside], ran.path, set_aside
+        )
+        if set_aside:
+            shown = ", ".join(f"{c.id} ({c.message})" for c in set_aside[:3])
+            more = f" … and {len(set_aside) - 3} more" if len(set_aside) > 3 else ""
+            evidence.detail += f"; set aside, not required: {shown}{more}"
+        if baseline.only_environment(gate, report, aside):
+            uncertain = True
+            evidence.detail += (
+                "; every test failing at base fails for its environment, not by an assertion: "
+                "no attempt could show one fixed. Name the bug's tests in fail_to_pass (or in "
+                "the goal), or give the gate what those tests need, then answer with feedback"
+            )
     else:
         passed, evidence.detail = proc.exit_code == 0, f"exit code {proc.exit_code}"
     return GateResult(
@@ -151,4 +272,5 @@ def at_base(gate: RunGate, ran: Ran) -> GateResult:
         passed=passed,
         requirement=requirement(gate, report is not None or verdicts.expects_report(gate)),
         evidence=evidence,
+        uncertain=uncertain,
     )

@@ -28,6 +28,11 @@ class CaseResult(_Record):
     """What it printed (the tail), where the runner captured it."""
     at_base: str = ""
     """Its outcome at base, where the verdict compares ("" : not known there)."""
+    exception: str = ""
+    """The type of what it raised (``AssertionError``, ``socket.gaierror``), where the
+    runner says."""
+    raised_at: str = ""
+    """The file of the innermost frame that raised it, relative to where the runner ran."""
 
 
 class SuiteReport(_Record):
@@ -52,6 +57,13 @@ class SuiteReport(_Record):
     """Files or modules that could not be collected (import errors, syntax errors)."""
     tests: dict[str, CaseResult] = Field(default_factory=dict)
     """Test id -> what it did."""
+    root: str = ""
+    """The folder the runner's test ids are relative to (pytest's rootdir)."""
+    cwd: str = ""
+    """Where the runner ran."""
+    contradictions: list[str] = Field(default_factory=list)
+    """Where the runner's own output disagrees with these records (found by the worker):
+    a question for a person, never a pass."""
 
     @property
     def complete(self) -> bool:
@@ -84,6 +96,9 @@ class SuiteSummary(_Record):
     ones only, messages cut."""
     more_failing: int = 0
     report_path: str = ""
+    set_aside: list[CaseResult] = Field(default_factory=list)
+    """Tests whose outcome did not count (pre-existing at base, flaky), the reason as the
+    message."""
 
 
 class Evidence(_Record):

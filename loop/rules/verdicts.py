@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from loop.contracts import FAILURES, CaseResult, Gate, RunGate, SuiteReport
 from loop.rules.commands import programs
+from loop.rules.test_changes import qualified
 
 MESSAGE_CHARS = 400
 
@@ -36,6 +37,14 @@ class SuiteVerdict:
     detail: str
     failing: list[CaseResult] = field(default_factory=list)
     """What made it fail, in order: required tests not passing, then other failures."""
+    required: dict[str, str] = field(default_factory=dict)
+    """Test id -> why it had to pass (``passed at base``, ``failed at base``, ...)."""
+    set_aside: list[CaseResult] = field(default_factory=list)
+    """Tests whose outcome did not count, each with the reason as its message."""
+
+    def fixed(self) -> list[str]:
+        """The tests the task had to make pass (not those that passed at base already)."""
+        return sorted(i for i, why in self.required.items() if why != "passed at base")
 
 
 def expects_report(gate: Gate) -> bool:
@@ -79,22 +88,51 @@ def _matches(globs: list[str], ids: set[str]) -> tuple[set[str], list[str]]:
 
 
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Failure|Exit|Interrupt)\b")
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s.*|:)?$")
+_NOT_RAISED = ("Traceback (most recent call last)", "During handling of", "The above exception")
+
+
+def _last_raised(message: str) -> str:
+    """The last line of a Python traceback that names what was raised (``socket.gaierror:
+    [Errno -3] ...``): unindented, after the frames."""
+    found = ""
+    after_traceback = False
+    for raw in message.splitlines():
+        if raw.startswith("Traceback (most recent call last)"):
+            after_traceback = True
+            continue
+        if not after_traceback or not raw.strip() or raw[0].isspace():
+            continue
+        if raw.startswith(_NOT_RAISED):
+            continue
+        if _EXCEPTION_LINE.match(raw.strip()):
+            found = raw.strip()
+    return found
 
 
 def headline(message: str, limit: int = 160) -> str:
     """The line of a failure message that says what failed: pytest's first ``E`` line,
     else the exception raised (the last such line of a traceback), else the first line
-    with text (a JUnit message)."""
+    with text (a JUnit message). Never "Traceback (most recent call last):" alone."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     pytest_lines = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
-    raised = [ln for ln in lines if _RAISED.match(ln)]
+    raised = _last_raised(message)
+    named = [ln for ln in lines if _RAISED.match(ln)]
     if pytest_lines:
         line = pytest_lines[0]
     elif raised:
-        line = raised[-1]
+        line = raised
+    elif named:
+        line = named[-1]
     else:
-        line = lines[0] if lines else ""
+        line = next((ln for ln in lines if not ln.startswith(_NOT_RAISED)), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def raised_type(message: str) -> str:
+    """The type of what a failure raised, read from its message ("" : not said there)."""
+    m = _EXCEPTION_LINE.match(headline(message, 400))
+    return m.group("type") if m is not None else ""
 
 
 def _short(case: CaseResult) -> str:
@@ -132,20 +170,23 @@ def judge(
     base: SuiteReport | None,
     exit_code: int | None,
     protected: set[str] | None = None,
+    aside: dict[str, str] | None = None,
 ) -> SuiteVerdict:
-    """The verdict of a run gate whose runner reports (see the module docstring)."""
+    """The verdict of a run gate whose runner reports (see the module docstring);
+    ``aside``: tests whose outcome does not count (``loop.rules.baseline``), id -> why."""
     cut = incomplete(now, base, exit_code)
     if cut or now is None:
         return SuiteVerdict(False, cut)
+    aside = aside or {}
     base_tests = base.tests if base is not None else {}
     required: dict[str, str] = {}
     for case_id, case in base_tests.items():
-        if case.outcome == "passed":
+        if case.outcome == "passed" and case_id not in aside:
             required[case_id] = "passed at base"
     base_failing = {i for i, c in base_tests.items() if c.outcome in FAILURES}
     problems: list[str] = []
     if gate.fail_to_pass == "auto":
-        required.update((i, "failed at base") for i in base_failing)
+        required.update((i, "failed at base") for i in base_failing if i not in aside)
         tolerated: set[str] = set()
     else:
         named, unmatched = _matches(gate.fail_to_pass, set(base_tests) | set(now.tests))
@@ -154,7 +195,8 @@ def judge(
             problems.append(f"fail_to_pass names no test: {', '.join(unmatched)}")
         tolerated = base_failing - set(required)
     for case_id in sorted(protected or ()):
-        required.setdefault(case_id, "in a protected file")
+        if case_id not in aside:
+            required.setdefault(case_id, "in a protected file")
 
     not_passing: list[CaseResult] = []
     for case_id in sorted(required):
@@ -167,20 +209,30 @@ def judge(
             )
         elif ran.outcome != "passed":
             not_passing.append(ran.model_copy(update={"at_base": at_base}))
+    ignored = tolerated | set(aside)
     failures = [
         c.model_copy(update={"at_base": base_tests[c.id].outcome if c.id in base_tests else ""})
         for c in sorted(now.tests.values(), key=lambda c: c.id)
-        if c.outcome in FAILURES and c.id not in required and c.id not in tolerated
+        if c.outcome in FAILURES and c.id not in required and c.id not in ignored
     ]
     base_errors = {c.id for c in base.collect_errors} if base is not None else set()
     errors = [
         c for c in now.collect_errors if gate.fail_to_pass == "auto" or c.id not in base_errors
     ]
-    known = [c for c in now.tests.values() if c.id in tolerated and c.outcome in FAILURES]
+    known = [c for c in now.tests.values() if c.id in ignored and c.outcome in FAILURES]
     if exit_code is None:
         problems.append("timed out")
     elif exit_code != 0 and not (known and not not_passing and not failures and not errors):
         problems.append(f"exit code {exit_code}")
+    set_aside = [
+        CaseResult(
+            id=i,
+            outcome=now.tests[i].outcome if i in now.tests else "missing",
+            message=why,
+            at_base=base_tests[i].outcome if i in base_tests else "",
+        )
+        for i, why in sorted(aside.items())
+    ]
 
     failing = not_passing + failures + errors
     summary = f"{counts_line(now)} ({now.runner})"
@@ -193,13 +245,59 @@ def judge(
         if errors:
             parts.append(f"{len(errors)} collection error(s): {_listed(errors)}")
         parts += problems
-        return SuiteVerdict(False, f"{summary}; " + "; ".join(parts), failing)
+        detail = f"{summary}; " + "; ".join(parts) + _aside_line(set_aside)
+        return SuiteVerdict(False, detail, failing, required, set_aside)
     kept = sum(1 for why in required.values() if why == "passed at base")
     fixed = sum(1 for why in required.values() if why != "passed at base")
     against = f"; against base: {kept} passing still pass, {fixed} required now pass"
-    if known:
-        against += f"; {len(known)} failing at base still fail (not named in fail_to_pass)"
-    return SuiteVerdict(True, summary + (against if base is not None else ""))
+    if [c for c in known if c.id in tolerated]:
+        against += f"; {len(tolerated & {c.id for c in known})} failing at base still fail (not "
+        against += "named in fail_to_pass)"
+    detail = summary + (against if base is not None else "") + _aside_line(set_aside)
+    return SuiteVerdict(True, detail, [], required, set_aside)
+
+
+def _aside_line(cases: list[CaseResult]) -> str:
+    if not cases:
+        return ""
+    shown = ", ".join(f"{c.id} ({c.message})" for c in cases[:3])
+    more = f" … and {len(cases) - 3} more" if len(cases) > 3 else ""
+    return f"; set aside, not counted: {shown}{more}"
+
+
+def disagreements(
+    report: SuiteReport, witness: SuiteReport | None, ids: list[str], changed: set[str]
+) -> list[str]:
+    """Where the second observation (the witness, outside the runner) does not see the
+    pass the runner reported, for each of ``ids``; ``changed``: the files the attempt
+    changed (a test there that the witness cannot run is not taken on the runner's word).
+    Empty: every test was seen passing twice, or could not be run again for a reason of
+    the witness's own in a file the attempt left alone."""
+    if witness is None or not witness.complete:
+        why = incomplete(witness, None, None) if witness is not None else "it reported nothing"
+        return [f"the second observation of {len(ids)} test(s) outside the runner did not "
+                f"finish: {why}"]  # fmt: skip
+    found: list[str] = []
+    for case_id in ids:
+        first = report.tests.get(case_id)
+        second = witness.tests.get(case_id)
+        if first is None or first.outcome != "passed":
+            continue
+        if second is None:
+            found.append(f"{case_id}: passed under the runner; the witness did not report it")
+        elif second.outcome == "missing":
+            if first.file in changed:
+                found.append(
+                    f"{case_id}: passed under the runner; the witness could not run it "
+                    f"({second.message}), and the attempt changed {first.file}"
+                )
+        elif second.outcome != "passed":
+            said = headline(second.message, 160)
+            found.append(
+                f"{case_id}: passed under the runner, {second.outcome} without it"
+                + (f": {said}" if said else "")
+            )
+    return found
 
 
 @dataclass
@@ -239,34 +337,88 @@ def lost_tests(base: SuiteReport, now: SuiteReport) -> Lost:
 
 @dataclass
 class Regression:
-    """What ``regression_test`` found: tests the attempt added or changed, and which of
-    them fail on base's code and pass at the commit."""
+    """What ``regression_test`` found: the tests the attempt added or whose body it
+    changed, which of them fail on base's code for the bug (and pass at the commit), and
+    why each of the others does not count."""
 
     candidates: list[str]
     proven: list[CaseResult]
+    refused: list[str] = field(default_factory=list)
+    """``id: why it does not count``."""
+    untouched: int = 0
+    """Tests of the attempt's test files that it neither added nor changed."""
 
 
-def regressions(now: SuiteReport, overlay: SuiteReport, files: set[str]) -> Regression:
-    """Tests in ``files`` (the attempt's test files) that pass at the commit, and among
-    them those that fail in ``overlay`` (base's code with the attempt's tests)."""
-    error_files = {c.file for c in overlay.collect_errors if c.file}
-    candidates = sorted(
-        c.id for c in now.tests.values() if c.outcome == "passed" and c.file in files
+ASSERTIONS = ("AssertionError", "Failed", "failureException")
+"""What a test raises when it fails by its assertion (pytest's ``fail``, ``raises``' DID NOT
+RAISE, unittest's ``fail*``)."""
+IMPORTS = ("ImportError", "ModuleNotFoundError")
+LOOKUPS = ("AttributeError", "NameError", "ImportError")
+
+
+def _short_type(case: CaseResult) -> str:
+    return (case.exception or raised_type(case.message)).rsplit(".", 1)[-1]
+
+
+def why_not_counted(case: CaseResult, added: set[str], base_code: set[str]) -> str:
+    """Why a test's failure on base's code does not show the bug ("" : it does): it must
+    fail by an assertion, or by an error raised from base's own code, and not because base
+    lacks what the attempt added."""
+    if case.outcome == "error":
+        return f"it errors in its setup on base's code ({headline(case.message, 100)})"
+    kind = _short_type(case)
+    said = headline(case.message, 100)
+    if kind in IMPORTS:
+        return f"it fails on base's code only because an import fails ({said})"
+    if kind in LOOKUPS:
+        lacking = sorted(n for n in added if re.search(rf"\b{re.escape(n)}\b", case.message))
+        if lacking:
+            names = ", ".join(lacking[:3])
+            return (
+                f"it fails on base's code only because base lacks {names}, which the attempt added"
+            )
+    if kind in ASSERTIONS or kind.endswith("Failed"):
+        return ""
+    if case.raised_at and case.raised_at in base_code:
+        return ""
+    where = case.raised_at or "the test itself"
+    return (
+        f"it fails on base's code by {kind or 'an error'} raised in {where}, not by an "
+        "assertion or an error of base's code"
     )
+
+
+def regressions(
+    now: SuiteReport,
+    overlay: SuiteReport,
+    changed: dict[str, set[str]],
+    added: set[str],
+    base_code: set[str],
+) -> Regression:
+    """Tests of ``changed`` (file -> the qualified names of the tests the attempt added or
+    whose body it changed there) that pass at the commit, and among them those that fail
+    in ``overlay`` (base's code with the attempt's tests) for the bug."""
+    error_files = {c.file: c for c in overlay.collect_errors if c.file}
+    passing = [c for c in now.tests.values() if c.outcome == "passed" and c.file in changed]
+    candidates = sorted(c.id for c in passing if qualified(c.id, c.file) in changed[c.file])
+    untouched = len(passing) - len(candidates)
     proven: list[CaseResult] = []
+    refused: list[str] = []
     for case_id in candidates:
         case = overlay.tests.get(case_id)
         file = now.tests[case_id].file
-        if case is not None and case.outcome in FAILURES:
-            proven.append(case.model_copy(update={"message": case.message[-MESSAGE_CHARS:]}))
-        elif case is None and file in error_files:
-            error = next(c for c in overlay.collect_errors if c.file == file)
-            proven.append(
-                CaseResult(
-                    id=case_id,
-                    outcome="error",
-                    file=file,
-                    message=f"cannot be collected on base's code: {error.message[-300:]}",
-                )
+        if case is None:
+            error = error_files.get(file)
+            why = (
+                f"it is not collected on base's code ({headline(error.message, 100)})"
+                if error is not None
+                else "it did not run on base's code"
             )
-    return Regression(candidates, proven)
+            refused.append(f"{case_id}: {why}")
+        elif case.outcome in FAILURES:
+            why = why_not_counted(case, added, base_code)
+            if why:
+                refused.append(f"{case_id}: {why}")
+            else:
+                proven.append(case.model_copy(update={"message": case.message[-MESSAGE_CHARS:]}))
+    return Regression(candidates, proven, refused, untouched)

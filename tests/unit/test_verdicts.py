@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loop.contracts import CaseResult, RunGate, SuiteReport
 from loop.rules import verdicts
 
@@ -141,18 +143,51 @@ def test_lost_tests_by_the_runners_collection() -> None:
     assert verdicts.lost_tests(base, base).ok
 
 
-def test_regressions_are_tests_of_the_attempts_files_that_fail_on_base() -> None:
-    now = report({"tests/t.py::old": "passed", "tests/n.py::new": "passed", "x.py::y": "passed"})
+def test_regressions_are_tests_the_attempt_added_or_changed_that_fail_on_base() -> None:
+    now = report({"tests/t.py::old": "passed", "tests/n.py::new": "passed", "x.py::y": "passed",
+                  "tests/n.py::kept": "passed"})  # fmt: skip
     overlay = report(
-        {"tests/t.py::old": "passed", "tests/n.py::new": "failed", "x.py::y": "failed"}
+        {"tests/t.py::old": "passed", "tests/n.py::new": "failed", "x.py::y": "failed",
+         "tests/n.py::kept": "failed"}  # fmt: skip
     )
-    found = verdicts.regressions(now, overlay, {"tests/t.py", "tests/n.py"})
+    overlay.tests["tests/n.py::new"].exception = "AssertionError"
+    touched = {"tests/t.py": {"old"}, "tests/n.py": {"new"}}
+    found = verdicts.regressions(now, overlay, touched, set(), set())
     assert found.candidates == ["tests/n.py::new", "tests/t.py::old"]
     assert [c.id for c in found.proven] == ["tests/n.py::new"]
+    assert found.untouched == 1  # tests/n.py::kept fails at base, but the attempt left it alone
     broken = CaseResult(id="tests/n.py", outcome="error", file="tests/n.py", message="ImportError")
     uncollectable = SuiteReport(sessions=1, finished=1, collect_errors=[broken])
-    proven = verdicts.regressions(now, uncollectable, {"tests/n.py"}).proven
-    assert proven[0].message.startswith("cannot be collected on base's code")
+    refused = verdicts.regressions(now, uncollectable, {"tests/n.py": {"new"}}, set(), set())
+    assert not refused.proven
+    assert refused.refused == ["tests/n.py::new: it is not collected on base's code (ImportError)"]
+
+
+@pytest.mark.parametrize(
+    ("exception", "message", "raised_at", "counted"),
+    [
+        ("AssertionError", "E   assert 'a, b' == 'a-b'", "tests/t.py", True),
+        ("_pytest.outcomes.Failed", "E   Failed: DID NOT RAISE", "tests/t.py", True),
+        ("ValueError", "E   ValueError: bad", "src/slug.py", True),  # base's own code raised
+        ("ModuleNotFoundError", "E   ModuleNotFoundError: No module named 'src.helper'",
+         "tests/t.py", False),
+        ("ImportError", "E   ImportError: cannot import name 'helper' from 'src.slug'",
+         "tests/t.py", False),
+        ("AttributeError", "E   AttributeError: module 'src.slug' has no attribute 'helper'",
+         "tests/t.py", False),
+        ("TypeError", "E   TypeError: slug() got an unexpected keyword argument 'sep'",
+         "tests/t.py", False),
+    ],
+)  # fmt: skip
+def test_a_failure_at_base_counts_only_by_assertion_or_an_error_of_bases_code(
+    exception: str, message: str, raised_at: str, counted: bool
+) -> None:
+    case = CaseResult(id="tests/t.py::test_x", outcome="failed", file="tests/t.py",
+                      message=message, exception=exception, raised_at=raised_at)  # fmt: skip
+    why = verdicts.why_not_counted(case, {"helper"}, {"src/slug.py"})
+    assert (why == "") is counted, why
+    errored = case.model_copy(update={"outcome": "error"})
+    assert verdicts.why_not_counted(errored, set(), {"src/slug.py"}).startswith("it errors")
 
 
 def test_expects_report_for_the_runners_loopwork_reports() -> None:
@@ -171,3 +206,34 @@ def test_headline_is_the_assertion() -> None:
     unittest_text = "Traceback ...\n  File x\nAssertionError: 'a' != 'b'\n- a\n+ b\n"
     assert verdicts.headline(unittest_text) == "AssertionError: 'a' != 'b'"
     assert verdicts.headline("") == ""
+
+
+def test_the_second_observation_must_see_each_pass_again() -> None:
+    now = report({"tests/t.py::a": "passed", "tests/t.py::b": "passed", "tests/u.py::c": "passed"})
+    seen = report({"tests/t.py::a": "passed", "tests/t.py::b": "failed", "tests/u.py::c": "passed"})
+    seen.tests["tests/t.py::b"].message = "E   assert slug('a, b') == 'a-b'"
+    seen.tests["tests/u.py::c"].outcome = "missing"
+    seen.tests["tests/u.py::c"].message = "it needs the fixture caplog"
+    ids = ["tests/t.py::a", "tests/t.py::b", "tests/u.py::c"]
+    assert verdicts.disagreements(now, seen, ids, set()) == [
+        "tests/t.py::b: passed under the runner, failed without it: assert slug('a, b') == 'a-b'"
+    ]
+    changed = verdicts.disagreements(now, seen, ids, {"tests/u.py"})
+    assert changed[-1].startswith("tests/u.py::c: passed under the runner; the witness could not")
+    cut = report({"tests/t.py::a": "passed"}, finished=False)
+    assert verdicts.disagreements(now, cut, ids, set())[0].startswith(
+        "the second observation of 3 test(s) outside the runner did not finish"
+    )
+    assert "reported nothing" in verdicts.disagreements(now, None, ids, set())[0]
+
+
+def test_set_aside_tests_neither_block_nor_count_as_fixed() -> None:
+    base = report({"t.py::a": "passed", "t.py::net": "failed", "t.py::bug": "failed"})
+    now = report({"t.py::a": "passed", "t.py::net": "failed", "t.py::bug": "passed"})
+    aside = {"t.py::net": "pre-existing at base (network): ConnectionRefusedError"}
+    judged = verdicts.judge(GATE, now, base, 1, aside=aside)
+    assert judged.passed, judged.detail
+    assert judged.fixed() == ["t.py::bug"]
+    assert "set aside, not counted: t.py::net (pre-existing at base (network)" in judged.detail
+    assert [c.id for c in judged.set_aside] == ["t.py::net"]
+    assert not verdicts.judge(GATE, now, base, 1).passed  # without it, the network test blocks

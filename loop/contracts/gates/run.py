@@ -55,6 +55,10 @@ class RunGate(GateSpec):
     allow_constructs: list[str] = Field(default_factory=list)
     """Constructs the attempt may add although they can end or steer a test process
     (``sys.exit``, ``atexit.register``, ...): the diff scan does not ask a person about these."""
+    flaky: list[str] = Field(default_factory=list)
+    """Test ids or globs known to be flaky: their outcome neither blocks the gate nor counts
+    as fixed. Tests found flaky (an outcome that differs between the two runs at base, or a
+    failure that passes on one retry) are treated the same way and named in the evidence."""
 
     def seconds(self) -> int:
         return self.timeout
