@@ -116,7 +116,10 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
             evidence.tests = summary(now.report, judged.failing, now.path, judged.set_aside)
             questions = list(now.report.contradictions)
             if passed:
-                questions += await _witnessed(gate, judging, now.report, judged, protected)
+                seen, disagree = await _witnessed(gate, judging, now.report, judged, protected)
+                questions += disagree
+                if seen and not disagree:
+                    detail += f"; {seen} seen passing again outside the runner"
     evidence.detail = detail
     if not passed and not (evidence.tests and evidence.tests.failing):
         evidence.failure = failure_lines(proc.output_tail)
@@ -196,21 +199,24 @@ async def _witnessed(
     report: SuiteReport,
     judged: verdicts.SuiteVerdict,
     protected: set[str],
-) -> list[str]:
+) -> tuple[int, list[str]]:
     """The tests the verdict rests on (those it had to fix, those of protected files), run
-    again outside the runner: where the two observations disagree, what to quote."""
+    again outside the runner: how many were seen passing, and where the two observations
+    disagree, what to quote."""
     if report.runner not in ("pytest", "unittest"):
-        return []
+        return 0, []
     ids = sorted((set(judged.fixed()) | protected) & set(report.tests))
     if not ids:
-        return []
+        return 0, []
     files: dict[str, list[str]] = {}
     for case_id in ids:
         files.setdefault(report.tests[case_id].file, []).append(case_id)
     plan = {"runner": report.runner, "root": report.root, "files": sorted(files.items())}
     seen = (await judging.witness(gate, plan)).report
     changed = set(await judging.changed_files())
-    return verdicts.disagreements(report, seen, ids, changed)
+    passing = sum(1 for i in ids if seen is not None and i in seen.tests
+                  and seen.tests[i].outcome == "passed")  # fmt: skip
+    return passing, verdicts.disagreements(report, seen, ids, changed)
 
 
 def reporter_hint(output: str) -> str:

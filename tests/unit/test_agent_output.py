@@ -163,3 +163,12 @@ def test_extending_adds_to_a_limit_and_keeps_no_limit() -> None:
     assert budget.extended(None, 50) is None
     left = budget.status(BudgetFigures(tokens=100), BudgetFigures(tokens=100)).left
     assert left.tokens == 0  # clamped, never negative
+
+
+def test_programs_of_a_shell_line_skip_here_document_bodies() -> None:
+    heredoc = "python - <<'EOF'\nimport index\nfrom pathlib import Path\nEOF\nls -l"
+    assert programs(["sh", "-c", heredoc]) == ["sh", "python", "ls"]
+    tabs = 'cat <<-"END" > f\n\tindex here\n\tEND\nmake test'
+    assert programs(["bash", "-c", tabs]) == ["bash", "cat", "make"]
+    here_string = 'grep x <<< "index"; echo hi'
+    assert programs(["bash", "-c", here_string]) == ["bash", "grep"]

@@ -45,7 +45,8 @@ def test_errors_of_the_environment_are_pre_existing_and_assertions_are_required(
 
 def test_a_test_the_goal_names_stays_required() -> None:
     first = report(NETWORK, BUG)
-    aside = baseline.set_aside(GATE, first, None, "make test_fetch pass without the network", set())
+    goal = "make test_fetch pass without the network"
+    aside = baseline.set_aside(GATE, first, None, goal, set())
     assert "t.py::test_fetch" not in aside
 
 
@@ -59,7 +60,8 @@ def test_an_outcome_that_changes_between_the_two_base_runs_is_flaky() -> None:
 
 def test_the_gate_names_known_flaky_tests() -> None:
     gate = RunGate(name="tests", run="pytest", flaky=["t.py::test_c*"])
-    aside = baseline.set_aside(gate, report(case("t.py::test_coin", "passed"), BUG), None, "", set())
+    first = report(case("t.py::test_coin", "passed"), BUG)
+    aside = baseline.set_aside(gate, first, None, "", set())
     assert aside == {"t.py::test_coin": "named flaky in the gate"}
 
 

@@ -235,7 +235,8 @@ def test_no_false_alarm_on_what_the_demo_and_eval_agents_write() -> None:
          {"reach:__closure__", "reach:cell_contents"}),
         ("leak = type.__subclasses__(object)\n", {"reach:__subclasses__"}),
         ("b = __builtins__\n", {"reach:__builtins__"}),
-        ('def f(x):\n    return getattr(x, "__glob" + "als__")\n', {"reach:__globals__", "built-name"}),
+        ('def f(x):\n    return getattr(x, "__glob" + "als__")\n',
+         {"reach:__globals__", "built-name"}),
         ("import sys\nm = sys.__getattribute__(input())\n", {"dynamic-attribute"}),
         # Variants of ending the process by a built name.
         ('import os\ngetattr(os, chr(95) + "exit")(0)\n', {"os._exit", "built-name"}),

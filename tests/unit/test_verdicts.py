@@ -147,8 +147,12 @@ def test_regressions_are_tests_the_attempt_added_or_changed_that_fail_on_base() 
     now = report({"tests/t.py::old": "passed", "tests/n.py::new": "passed", "x.py::y": "passed",
                   "tests/n.py::kept": "passed"})  # fmt: skip
     overlay = report(
-        {"tests/t.py::old": "passed", "tests/n.py::new": "failed", "x.py::y": "failed",
-         "tests/n.py::kept": "failed"}  # fmt: skip
+        {
+            "tests/t.py::old": "passed",
+            "tests/n.py::new": "failed",
+            "x.py::y": "failed",
+            "tests/n.py::kept": "failed",
+        }
     )
     overlay.tests["tests/n.py::new"].exception = "AssertionError"
     touched = {"tests/t.py": {"old"}, "tests/n.py": {"new"}}

@@ -249,8 +249,9 @@ def _pytest_hooks(send, only):
 
     def pytest_collectreport(report):
         if report.failed:
+            message = _tail(report.longreprtext, MESSAGE_CHARS)
             send({"t": "collect_error", "id": report.nodeid or "<session>",
-                  "f": _file_of(report.nodeid), "m": _tail(report.longreprtext, MESSAGE_CHARS)})  # fmt: skip
+                  "f": _file_of(report.nodeid), "m": message})  # fmt: skip
 
     def pytest_collection_modifyitems(config, items):
         if only is None:
