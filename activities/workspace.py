@@ -105,6 +105,18 @@ def read_marker(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _set_aside(run_dir: Path, label: str) -> Path:
+    """An earlier run's folder, kept as ``<id>.prev-<label>`` beside it (``-2``, ... when
+    that name is taken)."""
+    target = run_dir.with_name(f"{run_dir.name}.prev-{label}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = run_dir.with_name(f"{run_dir.name}.prev-{label}-{n}")
+    os.replace(run_dir, target)
+    return target
+
+
 def _write_marker(run_dir: Path, owner: str, ws: Workspace) -> None:
     """Written atomically: a torn marker would make a retry look like a rerun. ``owner``
     is the run and the host it moved from: a task back on a host it left is not a retry."""
@@ -185,6 +197,12 @@ class WorkspaceActivities:
         base_ref, base_commit, base_is_branch = base
         path = self.settings.worktrees.resolve() / inp.task_id
         run_dir = self.settings.runs.resolve() / inp.task_id
+        earlier = read_marker(run_dir).get("run_id")
+        if earlier and earlier != inp.run_id:
+            # Another run's folder (a --rerun): nothing of it may stand for this run's
+            # (an attempt's start commit, a kept verdict), so it is moved aside whole.
+            tip = await rev(str(path), "HEAD") if exists(path) else None
+            await asyncio.to_thread(_set_aside, run_dir, (tip or str(earlier))[:12])
         run_dir.mkdir(parents=True, exist_ok=True)
         ws = Workspace(
             task_id=inp.task_id,

@@ -343,3 +343,39 @@ async def test_the_claim_is_the_output_file_else_a_known_clis_final_message(
     assert made is not None
     wanted = "written to the output file" if writes else "said as its final message"
     assert made.claim == wanted
+
+
+SECOND_RUN = """
+import pathlib
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.upper()\\n")
+    out.write_text("second run, first try")
+else:
+    pathlib.Path("slugify.py").write_text(COMPLETE + "\\n# the second run's fix\\n")
+    out.write_text("second run, fixed")
+"""
+
+
+async def test_a_rerun_judges_only_its_own_commits(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """Two attempts, twice, with another agent the second time: the rerun's attempt 2
+    starts from the rerun's attempt 1, and nothing of the first run's folder is read."""
+    spec = task(demo_repo, write_agent(tmp_path, PASS_ON_SECOND))
+    async with build_worker(client, settings):
+        first = await result_of(await start(client, settings, spec))
+        again = dict(spec, agent={"command": write_agent(tmp_path, SECOND_RUN)})
+        second = await result_of(await start(client, settings, again, rerun=True))
+    assert first.state == second.state == TaskState.DONE_WITH_EVIDENCE, second.reason
+    made = [a.make for a in second.attempts]
+    assert made[0] is not None and made[1] is not None
+    earlier = {a.make.commit for a in first.attempts if a.make is not None}
+    assert made[1].start_commit == made[0].commit, "attempt 2 starts where attempt 1 ended"
+    assert not ({m.commit for m in made} | {m.start_commit for m in made}) & earlier
+    kept = list(settings.runs.glob(f"{spec['id']}.prev-*"))
+    assert len(kept) == 1 and (kept[0] / "attempt-2" / "start_commit").is_file()
+    run = settings.runs / spec["id"]
+    assert (run / "attempt-2" / "start_commit").read_text().strip() == made[0].commit
+    clone = settings.worktrees / spec["id"]
+    judged = git(clone, "show", f"{second.attempts[1].verdict.artifact}:slugify.py")
+    assert "the second run's fix" in judged

@@ -73,10 +73,13 @@ def model_task(repo: Path, model: ScriptedModel, **overrides: object) -> TaskSpe
     return TaskSpec.model_validate(data)
 
 
-async def start(client: Client, settings: Settings, spec: dict | TaskSpec) -> WorkflowHandle:
-    """Start the task on the settings' queue; it must be a new one."""
+async def start(
+    client: Client, settings: Settings, spec: dict | TaskSpec, *, rerun: bool = False
+) -> WorkflowHandle:
+    """Start the task on the settings' queue; it must be a new one (``rerun``: a new run
+    of an id that has ended)."""
     spec = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
-    handle, started = await start_task(client, spec, settings.task_queue)
+    handle, started = await start_task(client, spec, settings.task_queue, rerun=rerun)
     assert started, f"{spec.id} was already running"
     return handle
 
