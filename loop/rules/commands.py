@@ -36,7 +36,7 @@ def programs(argv: list[str]) -> list[str]:
     if not (len(argv) >= 3 and argv[1] == "-c" and os.path.basename(argv[0]) in SHELLS):
         return found
     # A newline separates commands as ';' does.
-    lexer = shlex.shlex(argv[2], posix=True, punctuation_chars="();<>|&\n")
+    lexer = shlex.shlex(without_heredocs(argv[2]), posix=True, punctuation_chars="();<>|&\n")
     lexer.whitespace_split = True
     lexer.whitespace = " \t\r"
     try:
@@ -64,3 +64,22 @@ def programs(argv: list[str]) -> list[str]:
             if token not in _BUILTINS and not any(c in token for c in "$`*?[]{}<>~"):
                 found.append(token)
     return list(dict.fromkeys(found))
+
+
+_HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+def without_heredocs(line: str) -> str:
+    """A shell line without its here-documents' bodies: their lines are data (a script fed
+    to ``python -``, a file's content), never commands."""
+    kept: list[str] = []
+    pending: list[tuple[str, bool]] = []
+    for one in line.split("\n"):
+        if pending:
+            delimiter, tabs = pending[0]
+            if (one.lstrip("\t") if tabs else one) == delimiter:
+                pending.pop(0)
+            continue
+        kept.append(one)
+        pending += [(m.group(3), m.group(1) == "-") for m in _HEREDOC.finditer(one)]
+    return "\n".join(kept)
