@@ -91,6 +91,12 @@ def print_result(out: Console, r: TaskResult) -> None:
     headline = Text(f"{r.task_id}: {r.state}", style="bold")
     headline.append(f" — {for_terminal(r.reason)}", style="")
     out.print(headline)
+    print_gates(out, r)
+
+
+def print_gates(out: Console, r: TaskResult) -> None:
+    """Each attempt's gates and their evidence, and what went wrong with its agent: the
+    same table whether the task ended, waits for a person, or is still running."""
     table = Table("attempt", "gate", "result", "evidence")
     for a in r.attempts:
         if a.verdict is None:

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from loop.cli import console
-from loop.cli.render import budget_table, event_line, print_result, status_line
+from loop.cli.render import budget_table, event_line, print_gates, print_result, status_line
 from loop.client import ui_url
 from loop.contracts import (
     QUERY_STATUS,
@@ -118,6 +118,9 @@ def start(
             until_waiting=not keep_waiting,
         )
         if waiting:
+            so_far = await handle.query(QUERY_TRACE, result_type=TaskResult)
+            if so_far.attempts:
+                print_gates(console.out, so_far)
             _print_status(await handle.query(QUERY_STATUS, result_type=TaskStatus))
             return console.WAITING
         print_result(console.out, result)

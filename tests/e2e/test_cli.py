@@ -436,6 +436,10 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert st.reason and st.reason in inbox.out and "extend_budget" not in inbox.out
     assert f"[{task_id}] AWAITING_APPROVAL" in ran.out
     assert f"answer with: loop approve {task_id}  |  loop reject {task_id}" in ran.out
+    # The gate table, as for a task that ended: what the person is asked to approve.
+    table = ran.out[: ran.out.index("answer with:")]
+    assert "attempt" in table and "gate" in table and "evidence" in table, ran.out
+    assert "tests" in table and "pass" in table, ran.out
     assert "Traceback" not in ran.err
     assert approved.code == 0, approved
     assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
