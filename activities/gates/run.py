@@ -32,6 +32,7 @@ from loop.rules.tamper import allowed
 KIND = RunGate.KIND
 
 FAILING_SHOWN = 10
+FIXED_SHOWN = 200
 MESSAGE_CHARS = 600
 OUTPUT_CHARS = 300
 QUOTED = 12
@@ -60,6 +61,7 @@ def summary(
     failing: list[CaseResult],
     path: str,
     set_aside: list[CaseResult] | None = None,
+    fixed: list[str] | None = None,
 ) -> SuiteSummary:
     def cut(case: CaseResult) -> CaseResult:
         return case.model_copy(
@@ -76,6 +78,7 @@ def summary(
         more_failing=max(0, len(failing) - FAILING_SHOWN),
         report_path=path,
         set_aside=[cut(c) for c in (set_aside or [])[:FAILING_SHOWN]],
+        fixed=(fixed or [])[:FIXED_SHOWN],
     )
 
 
@@ -113,7 +116,9 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
         if now.report is None:
             detail += reporter_hint(proc.output_tail)
         else:
-            evidence.tests = summary(now.report, judged.failing, now.path, judged.set_aside)
+            evidence.tests = summary(
+                now.report, judged.failing, now.path, judged.set_aside, judged.fixed()
+            )
             questions = list(now.report.contradictions)
             if passed:
                 seen, disagree = await _witnessed(gate, judging, now.report, judged, protected)

@@ -99,6 +99,9 @@ class SuiteSummary(_Record):
     set_aside: list[CaseResult] = Field(default_factory=list)
     """Tests whose outcome did not count (pre-existing at base, flaky), the reason as the
     message."""
+    fixed: list[str] = Field(default_factory=list)
+    """The ids the verdict required to pass that did not pass at base (SWE-bench's
+    FAIL_TO_PASS), the first ones."""
 
 
 class Evidence(_Record):
