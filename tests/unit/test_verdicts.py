@@ -241,3 +241,20 @@ def test_set_aside_tests_neither_block_nor_count_as_fixed() -> None:
     assert "set aside, not counted: t.py::net (pre-existing at base (network)" in judged.detail
     assert [c.id for c in judged.set_aside] == ["t.py::net"]
     assert not verdicts.judge(GATE, now, base, 1).passed  # without it, the network test blocks
+
+
+def test_a_tracebacks_headline_is_what_it_raised_never_traceback_alone() -> None:
+    network = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/test_net.py", line 4, in test_fetch\n'
+        "    socket.create_connection(('pypi.org', 443))\n"
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"
+    )
+    assert verdicts.headline(network) == (
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution"
+    )
+    assert verdicts.raised_type(network) == "socket.gaierror"
+    chained = network + "\nDuring handling of the above exception, another exception occurred:\n\n"
+    chained += "Traceback (most recent call last):\n  File x\nurllib.error.URLError: <urlopen>\n"
+    assert verdicts.headline(chained) == "urllib.error.URLError: <urlopen>"
+    assert verdicts.headline("Traceback (most recent call last):\n") == ""
