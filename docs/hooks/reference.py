@@ -565,6 +565,17 @@ ENVIRONMENT_SET = {
     "LOOP_REPORT_DIR": (
         "A `run` gate's command: an empty folder for its JUnit XML (`report: {junit: …}`)."
     ),
+    "LOOP_REPORT_ONLY": (
+        "A `run` gate's test process, rerunning tests that failed: a file of the test ids "
+        "to run; the reporter deselects the rest."
+    ),
+    "LOOP_WITNESS_FD": (
+        "The witness run's test process: the descriptor of its report channel (taken "
+        "before any code of the repository runs)."
+    ),
+    "LOOP_WITNESS_PLAN": (
+        "The witness run's test process: the file naming the tests to run again, by file."
+    ),
     "LOOP_EGRESS_DIR": "The egress proxy's process: the folder of its tickets and log.",
 }
 """What a variable Loopwork sets for a process it starts means."""
@@ -828,6 +839,13 @@ LOOP_HOME = {
         (
             "reporter/<hash>/",
             "the test reporter put on a `run` gate's `PYTHONPATH`, shown read-only to sandboxes",
+        )
+    ],
+    "witness": [
+        (
+            "witness/<hash>/",
+            "the second observation's runner, put on the witness run's `PYTHONPATH`, shown "
+            "read-only to sandboxes",
         )
     ],
     "demo": [("demo/", "`loop demo`'s repository and scripted agent")],

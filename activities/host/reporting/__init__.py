@@ -58,7 +58,7 @@ def site_dir(home: Path, source: Path = SITE) -> Path:
     sandbox shows it read-only wherever LOOP_HOME is."""
     sources = sorted(source.glob("*.py"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
-    folder = home / ("reporter" if source == SITE else source.name) / digest
+    folder = home / "reporter" / digest if source == SITE else home / "witness" / digest
     if not (folder / "sitecustomize.py").exists():
         if source == SITE:
             meta = folder / "loopwork_report-0.dist-info"
