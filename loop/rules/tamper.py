@@ -17,9 +17,9 @@ an attribute of a module looked up by a name that does not fold (``getattr(os,
 name)``), a module's namespace by name (``sys.__dict__``, ``vars(sys)``), the ways from
 an object to another module's globals or to a running frame (``__globals__``,
 ``tb_frame.f_back``), ``sys.modules`` by any path, and, in code that is not a test,
-the introspection modules and environment reads by a name it cannot read or a name
-of the runner's. Names resolve by scope: a local variable called ``token`` or
-``builtins`` is not the module of that name.
+what ``inspect`` and ``gc`` have beyond describing, ``ctypes``, and environment reads
+by a name it cannot read or a name of the runner's. Names resolve by scope: a local
+variable called ``token`` or ``builtins`` is not the module of that name.
 
 Pure: the activity gives each changed file's new text and its added line numbers.
 """
@@ -86,9 +86,26 @@ TOP_SHADOWS = ("_pytest", "pluggy", "pytest", "unittest", "py")
 REPORT_WORDS = ("LOOP_REPORT", "loopwork_report", "<testsuite", "<testcase")
 """In any other file: a reference to Loopwork's reporter or a hand-made JUnit report."""
 SOURCE_SUFFIXES = (".py", ".pyi")
-INTROSPECTION = ("ctypes", "_ctypes", "cffi", "gc", "inspect", "_testcapi")
-"""Modules that reach into the interpreter, its frames or its memory: code under test
-(not its tests) has no need of them."""
+INTROSPECTION = ("ctypes", "_ctypes", "cffi", "_testcapi")
+"""Modules that reach into the interpreter's memory: code under test (not its tests) has
+no need of them."""
+OBSERVING = {
+    "inspect": {
+        "signature", "Signature", "Parameter", "BoundArguments", "isclass", "isfunction",
+        "ismethod", "ismodule", "isroutine", "isbuiltin", "iscoroutinefunction",
+        "isgeneratorfunction", "isasyncgenfunction", "iscoroutine", "isawaitable",
+        "isgenerator", "isabstract", "isdatadescriptor", "ismethoddescriptor", "getdoc",
+        "cleandoc", "getfile", "getsourcefile", "getsource", "getsourcelines", "unwrap",
+        "getmro", "getfullargspec", "get_annotations", "CO_VARARGS", "CO_VARKEYWORDS",
+        "markcoroutinefunction", "ClassFoundException", "Attribute",
+    },
+    "gc": {"collect", "disable", "enable", "isenabled", "get_count", "get_threshold",
+           "set_threshold", "freeze", "unfreeze", "get_freeze_count", "is_tracked",
+           "is_finalized", "get_stats", "callbacks", "garbage", "DEBUG_STATS"},
+}  # fmt: skip
+"""The parts of ``inspect`` and ``gc`` that only describe (a signature, a docstring, the
+collector's switches): everything else of theirs reaches frames or other objects, and is
+a finding in code that is not a test."""
 REACHING = {
     "__globals__", "__closure__", "cell_contents", "__builtins__", "__subclasses__",
     "f_back", "f_globals", "f_locals", "f_builtins", "tb_frame", "gi_frame", "cr_frame",
@@ -701,6 +718,14 @@ class _Scan(ast.NodeVisitor):
                 return True
         return False
 
+    def _observing(self, node: ast.AST, dotted: str) -> None:
+        """``inspect.stack``, ``gc.get_objects``: beyond what only describes (``OBSERVING``)."""
+        module, _, name = dotted.partition(".")
+        if self.test_file or module not in OBSERVING or not name:
+            return
+        if name.split(".", 1)[0] not in OBSERVING[module]:
+            self._hit(node, dotted, f"uses {dotted} (it reaches frames or other objects)")
+
     def _introspection(self, node: ast.AST, module: str) -> None:
         top = module.split(".", 1)[0]
         if top == "ctypes" or (not self.test_file and top in INTROSPECTION):
@@ -718,6 +743,8 @@ class _Scan(ast.NodeVisitor):
             self._introspection(node, node.module or "")
         for alias in node.names:
             self._reference(node, alias.name)
+            if not node.level and node.module:
+                self._observing(node, f"{node.module}.{alias.name}")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "__builtins__":
@@ -728,6 +755,7 @@ class _Scan(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._reference(node, node.attr)
         dotted = self._dotted(node)
+        self._observing(node, dotted)
         if dotted == "sys.modules" and not self._own_module(node):
             self._hit(node, "reference:sys.modules", "looks at which modules are loaded (a way to "
                       "tell it runs under test, or to reach another module)")  # fmt: skip
