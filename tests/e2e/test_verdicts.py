@@ -400,3 +400,80 @@ async def test_a_runner_that_is_not_python_is_judged_by_its_junit_report(
     forged_tests = gate(forged, "tests")
     assert forged_tests.uncertain
     assert any("names a test report" in q for q in forged_tests.evidence.quoted)
+
+
+class Coin:
+    """An HTTP coin whose tosses follow ``pattern`` (H: 200 heads, T: 503 tails), in turn."""
+
+    def __init__(self, pattern: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Thread
+
+        self.pattern, self.tosses = pattern, 0
+        coin = self
+
+        class Toss(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                side = coin.pattern[coin.tosses % len(coin.pattern)]
+                coin.tosses += 1
+                self.send_response(200 if side == "H" else 503)
+                self.end_headers()
+                self.wfile.write(b"heads" if side == "H" else b"tails")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Toss)
+        Thread(target=self.server.serve_forever, daemon=True).start()
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def test_file(self) -> str:
+        return (
+            "import urllib.request\n\n\ndef test_toss():\n"
+            f"    with urllib.request.urlopen('http://{self.address}/', timeout=5) as r:\n"
+            "        assert r.read() == b'heads'\n"
+        )
+
+
+async def test_a_test_that_fails_once_and_passes_on_a_retry_is_flaky_not_failed(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """Heads at both runs at base, tails at the attempt, heads on the retry: the true fix
+    is DONE, the coin set aside as flaky; it is never counted as fixed."""
+    coin = Coin("HHTH")
+    try:
+        repo = slug_repo(tmp_path)
+        (repo / "tests" / "test_coin.py").write_text(coin.test_file())
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "a coin")
+        spec = pytest_task(repo, write_agent(tmp_path, writes({"src/slug.py": FIXED})), "basic")
+        spec["sandbox"] = {"mode": "basic", "gate_network": "proxy",
+                           "allow_hosts": [coin.address]}  # fmt: skip
+        result = (await run_all(client, settings, {"flaky": spec}))["flaky"]
+    finally:
+        coin.server.shutdown()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    tests = gate(result, "tests")
+    assert tests.evidence.tests is not None
+    aside = {c.id: c.message for c in tests.evidence.tests.set_aside}
+    assert aside == {"tests/test_coin.py::test_toss": "flaky: failed, then passed on a retry"}
+    assert "tests/test_coin.py::test_toss" not in tests.evidence.tests.fixed
+    assert coin.tosses == 4, coin.tosses  # twice at base, once at the attempt, the retry
+
+
+async def test_a_base_that_fails_only_for_its_environment_asks_before_any_attempt(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    repo = slug_repo(tmp_path)
+    (repo / "tests" / "test_slug.py").write_text(
+        TESTS.split("def test_c")[0]
+        + "def test_c():\n    import socket\n    socket.create_connection(('pypi.org', 443), 3)\n"
+    )
+    git(repo, "commit", "-q", "-am", "a test that needs the network")
+    spec = pytest_task(repo, write_agent(tmp_path, writes({"src/slug.py": FIXED})), "basic")
+    result = (await run_all(client, settings, {"offline": spec}))["offline"]
+    assert result.state == TaskState.NEEDS_HUMAN, result.reason
+    assert result.attempts == [], "no attempt spent"
+    assert result.reason.startswith("at base, tests: "), result.reason
+    assert "every test failing at base fails for its environment" in result.reason
+    assert "fail_to_pass" in result.reason
