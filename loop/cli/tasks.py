@@ -9,6 +9,7 @@ takes the answer and says what it did, or refuses it with the reason, which is o
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -45,11 +46,13 @@ from loop.rules.answers import answer_with, waiting_words
 from loop.settings import Settings
 from loop.tasks import (
     answer,
+    approvable,
     checked_id,
     find,
     follow,
     has_worker,
     local_user,
+    new_answer_id,
     signed,
     start_task,
     task_state,
@@ -252,24 +255,39 @@ def inbox(
 
 def _answer(task_id: str, what: str, payload: BaseModel) -> None:
     """Send an answer as the local user, signed with the answer key where there is one,
-    and print what it did; the task's refusal is one ``error:`` line and exit 2."""
+    and print what it did; the task's refusal is one ``error:`` line and exit 2. An
+    approval that names no commit names the one the task waits with, and says so."""
 
     key = Settings.from_env().answer_key
 
     async def main() -> None:
         client = await console.client()
-        reply = await answer(client, task_id, what, payload, local_user(), key)
-        console.out.print(f"{task_id}: {reply.did}", markup=False)
+        sent = payload.model_copy(update={"answer_id": new_answer_id("cli")})
+        if isinstance(sent, ApproveSignal) and not sent.commit:
+            st = await approvable(client, task_id)
+            if st is not None and st.commit:
+                sent = sent.model_copy(update={"commit": st.commit})
+        reply = await answer(client, task_id, what, sent, local_user(), key)
+        named = sent.commit if isinstance(sent, ApproveSignal) else ""
+        said = f"{task_id}: {reply.did}" + (f" (commit {named})" if named else "")
+        console.out.print(said, markup=False)
 
     console.run(main)
+
+
+COMMIT_HELP = (
+    "the commit approved (7+ hex digits): another than the one waiting is refused; "
+    "default: the one the task waits with"
+)
 
 
 def approve(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="why it may be merged")] = "",
+    commit: Annotated[str, typer.Option(help=COMMIT_HELP)] = "",
 ) -> None:
     """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
-    _answer(task_id, "approve", ApproveSignal(note=note))
+    _answer(task_id, "approve", ApproveSignal(note=note, commit=commit))
 
 
 def reject(
@@ -314,6 +332,7 @@ def sign(
     answer: Annotated[str, typer.Argument(help="approve, reject, feedback or extend")],
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="approve: why it may be merged")] = "",
+    commit: Annotated[str, typer.Option(help="approve: the commit approved (7+ hex digits)")] = "",
     reason: Annotated[str, typer.Option(help="reject: why")] = "",
     text: Annotated[str, typer.Option(help="feedback: the text")] = "",
     attempts: Annotated[int, typer.Option(min=0, help="extend: more attempts")] = 0,
@@ -324,8 +343,8 @@ def sign(
     """Print an answer's signed payload, for `temporal workflow update execute --input`
     (or `workflow signal`; the key: LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key;
     good for 10 minutes, once)."""
-    payloads = {
-        "approve": lambda: ApproveSignal(note=note),
+    payloads: dict[str, Callable[[], BaseModel]] = {
+        "approve": lambda: ApproveSignal(note=note, commit=commit),
         "reject": lambda: RejectSignal(reason=reason),
         "feedback": lambda: FeedbackSignal(text=text or " "),
         "extend": lambda: ExtendBudgetSignal(
@@ -343,7 +362,8 @@ def sign(
             "one in LOOP_HOME/answer.key)"
         )
     try:
-        payload = signed(payloads[answer](), checked_id(task_id), answer, local_user(), key)
+        made = payloads[answer]().model_copy(update={"answer_id": new_answer_id("cli")})
+        payload = signed(made, checked_id(task_id), answer, local_user(), key)
     except LoopError as e:
         console.fail(str(e))
     console.print_json(payload.model_dump(mode="json"))
