@@ -907,7 +907,10 @@ class TaskWorkflow(TaskRecord):
             self._ignored(name)
 
     def _bound_refusal(self, name: str, payload: Answer) -> str:
-        """``_unbound``, in runs that record it (runs from before took any approval)."""
+        """``_unbound``, in runs that record it (runs from before took any approval); an
+        approval naming no commit asks for no patch (``_unbound`` has nothing to say)."""
+        if not isinstance(payload, ApproveSignal) or not payload.commit:
+            return ""
         if name != SIGNAL_APPROVE or not patches.patched(BOUND_ANSWERS):
             return ""
         return self._unbound(name, payload)
@@ -965,7 +968,7 @@ class TaskWorkflow(TaskRecord):
                 self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
             if payload.cost_usd:
                 self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
-        added = payload.model_dump_json(exclude={"by", "at", "signature"})
+        added = payload.model_dump_json(exclude={"by", "at", "signature", "answer_id"})
         self._decide(Decision("extend", "", by), f"extend_budget: {added}{by}")
         more = answers.extension(payload)
         return (
