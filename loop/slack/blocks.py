@@ -85,13 +85,10 @@ def waiting(
         }
         for a in BUTTONS.get(waiting_for, ())
     ]
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": _mrkdwn(_summary(task_id, state, reason, goal))}
-    ]
-    if commit:
-        blocks.append(
-            {"type": "context", "elements": [_mrkdwn(f"Approve approves commit `{commit[:40]}`")]}
-        )
+    summary = _summary(task_id, state, reason, goal)
+    if commit:  # git's hex, what the approve button approves
+        summary = f"{summary[: SECTION_CHARS - 70]}\nApprove approves commit `{commit[:40]}`"
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": _mrkdwn(summary)}]
     if buttons:
         blocks.append({"type": "actions", "block_id": "loop_answers", "elements": buttons})
     return text, blocks

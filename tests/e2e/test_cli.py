@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -438,7 +439,11 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert f"answer with: loop approve {task_id}  |  loop reject {task_id}" in ran.out
     assert "Traceback" not in ran.err
     assert approved.code == 0, approved
-    assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
+    # The CLI names the commit the task waited with, and says which.
+    assert re.fullmatch(
+        rf"{task_id}: approved; merging loop/{task_id} into main \(commit [0-9a-f]{{40}}\)",
+        approved.out.strip(),
+    ), approved.out
     expect_code(again, 2)
     assert_one_error_line(again, task_id, "approve")
     assert result.state == TaskState.DONE_WITH_EVIDENCE
