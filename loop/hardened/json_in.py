@@ -5,8 +5,8 @@ within bounds.
 become five million dicts (hundreds of megabytes), and ten thousand ``[`` end in a
 ``RecursionError`` that no ``except ValueError`` catches. ``loads`` measures the text
 first, without building anything: its strings are cut out (one regular expression),
-what is left is counted (objects, arrays, ``,`` and ``:``, an upper bound on the values
-it holds) and its nesting measured (a running sum, all in C). Past ``max_depth`` or
+what is left is counted (objects, arrays, ``,`` and ``:``: about as many as the values
+it would build) and its nesting measured (a running sum, all in C). Past ``max_depth`` or
 ``max_items`` it raises ``Refused``, a ``ValueError`` with one line saying which bound,
 before ``json.loads`` is called; the measuring costs about two copies of the text.
 """
@@ -41,10 +41,11 @@ class Refused(ValueError):
 
 
 def check(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> None:
-    """``Refused`` when ``data`` holds more than ``max_items`` items (objects, arrays,
-    ``,`` and ``:`` outside strings: more than the values and keys it holds) or nests
-    deeper than ``max_depth``. Text that is not JSON is measured all the same
-    (``json.loads`` refuses it after)."""
+    """``Refused`` when ``data`` holds more than ``max_items`` items or nests deeper than
+    ``max_depth``. Its items are its objects, arrays, ``,`` and ``:`` outside strings:
+    as many as the values and keys it holds but the first, and one more for each empty
+    object or array, so a bound on them is a bound on what ``json.loads`` builds. Text
+    that is not JSON is measured all the same (``json.loads`` refuses it after)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     shape = STRING.sub(b"", raw).translate(None, NOT_STRUCTURE)
     closers = shape.count(b"]") + shape.count(b"}")
