@@ -210,9 +210,7 @@ def create_app(
         assert caller.who is not None
         # The page's forms name their answer: the same form sent twice is one answer.
         nonce = form.get("answer_id", "")
-        answer_id = (
-            f"page:{nonce}:{what}" if NONCE.fullmatch(nonce) else new_answer_id("page")
-        )
+        answer_id = f"page:{nonce}:{what}" if NONCE.fullmatch(nonce) else new_answer_id("page")
         try:
             payload = payload_for(what, form, caller.who, answer_id)
             reply = await source.answer(task_id, what, payload)
