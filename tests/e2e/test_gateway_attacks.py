@@ -487,7 +487,7 @@ async def test_thirty_two_bodies_of_16_mib_are_refused_and_nothing_is_left_held(
     assert held == 0
     assert honest.status_code == 200 and len(up.requests) == 1
     assert any("holds more than 250,000 JSON values" in r for r in g.refused), g.refused[-3:]
-    assert any("at most 24 MiB at once" in r for r in g.refused), g.refused[-3:]
+    assert any("at most 16 MiB at once" in r for r in g.refused), g.refused[-3:]
 
 
 async def test_a_body_nested_past_the_bound_is_400_before_it_is_built() -> None:

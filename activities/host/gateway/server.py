@@ -59,7 +59,7 @@ GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
 MAX_BODY = 8 * 1024 * 1024
 """A request body past this is refused, 413 (a model call's context is far smaller; an
 image is a few MB at most)."""
-MAX_IN_FLIGHT = 24 * 1024 * 1024
+MAX_IN_FLIGHT = 16 * 1024 * 1024
 """Bytes of request bodies one run may hold at once over all its connections; a request
 past it is refused, 429 (a CLI tries again), never queued."""
 MAX_ITEMS = 250_000
