@@ -57,54 +57,11 @@ from temporalio.client import Client
 
 from loop.contracts import TaskSpec, TaskState
 from loop.tasks import start_task
+from tests.support.gateway import flooding_agent
 from tests.support.model_server import ScriptedModel, reply
 
 KEY = "sk-bench-flood-key"
 WAYS = ("declared", "chunked", "under", "deep")
-
-FLOOD = """
-import threading, urllib.error, urllib.request
-base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-own = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"]).parent
-head = b'{"model": "gpt-4o-mini", "messages": ['
-if WAY == "under":
-    body = head + b"{}," * ((MAX_BODY - 64) // 3) + b"{}]}"
-elif WAY == "deep":
-    body = head + b"[" * ((MAX_BODY - 64) // 2) + b"]" * ((MAX_BODY - 64) // 2) + b"]}"
-else:
-    body = head + b"{}," * ((16 << 20) // 3 - 20) + b"{}]}"
-
-def parts():
-    for i in range(0, len(body), 1 << 20):
-        yield body[i : i + (1 << 20)]
-
-def call(results, i):
-    for _ in range(20):  # a connection closed unanswered is tried again, as a client would
-        data = parts() if WAY == "chunked" else body
-        request = urllib.request.Request(base + "/chat/completions", data=data, headers={
-            "Authorization": "Bearer " + token, "Content-Type": "application/json"})
-        try:
-            results[i] = urllib.request.urlopen(request, timeout=120).status
-            return
-        except urllib.error.HTTPError as e:
-            results[i] = e.code
-            return
-        except OSError as e:
-            results[i] = type(e).__name__
-            time.sleep(0.2)
-
-rounds = []
-for _ in range(ROUNDS):
-    results = [None] * 32
-    threads = [threading.Thread(target=call, args=(results, i)) for i in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    rounds.append(results)
-    (own / "flood.json").write_text(json.dumps(rounds))
-pathlib.Path("slugify.py").write_text(FIX)  # the task itself then ends done
-"""
 
 CALLING = """
 import urllib.request
@@ -186,8 +143,6 @@ async def rounds_done(path: Path, at_least: int, within: float = 600) -> list[li
 
 
 async def main(args: argparse.Namespace) -> None:
-    from activities.host.gateway.server import MAX_BODY
-
     print_machine("Model gateway under a flood: the worker's RSS, another task meanwhile")
     queue = "flood"
     rows = []
@@ -216,7 +171,7 @@ async def main(args: argparse.Namespace) -> None:
                       f"{idle / 1024:.0f} MB idle after a task through the gateway\n")  # fmt: skip
                 for way in args.ways:
                     rows.append(await flood(client, queue, repo, home, model.url, worker.pid,
-                                            way, idle, args, MAX_BODY))  # fmt: skip
+                                            way, idle, args))  # fmt: skip
             finally:
                 stop_process(worker)
     print_table(
@@ -229,11 +184,11 @@ async def main(args: argparse.Namespace) -> None:
 
 async def flood(
     client: Client, queue: str, repo: Path, home: Path, url: str, pid: int, way: str,
-    idle: int, args: argparse.Namespace, max_body: int,
+    idle: int, args: argparse.Namespace,
 ) -> list[object]:  # fmt: skip
     """One way of flooding: its rounds, with another task started after the first."""
     folder = home.parent
-    body = f"WAY = {way!r}\nROUNDS = {args.rounds}\nMAX_BODY = {max_body}\n" + FLOOD
+    body = flooding_agent(way, args.rounds, FIX)
     attacker = spec_for(repo, folder, body, args.level, url, budget={"max_attempts": 1})
     peak = Peak(pid)
     attack, _ = await start_task(client, attacker, queue)

@@ -17,50 +17,14 @@ from temporalio.client import Client
 from loop.contracts import TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.support.agents import FIX_AT_ONCE, agent_file, write_agent
-from tests.support.gateway import KEY
+from tests.support.agents import COMPLETE_FIX, FIX_AT_ONCE, agent_file, write_agent
+from tests.support.gateway import KEY, flooding_agent
 from tests.support.host import LEVELS
 from tests.support.model_server import ScriptedModel
 from tests.support.tasks import result_of, task, wait_for
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(240)
-
-FLOODING_AGENT = """
-import threading, urllib.error, urllib.request
-base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-body = b'{"model": "gpt-4o-mini", "messages": [' + b"{}," * ((16 << 20) // 3 - 20) + b"{}]}"
-assert len(body) > 16_000_000
-
-def call(results, i):
-    # A call whose connection is closed unanswered (the gateway still closing this
-    # run's connections of the round before) is sent again, as any client would.
-    for _ in range(20):
-        request = urllib.request.Request(base + "/chat/completions", data=body, headers={
-            "Authorization": "Bearer " + token, "Content-Type": "application/json"})
-        try:
-            results[i] = urllib.request.urlopen(request, timeout=120).status
-            return
-        except urllib.error.HTTPError as e:
-            results[i] = e.code
-            return
-        except OSError as e:
-            results[i] = repr(e)
-            time.sleep(0.2)
-
-rounds = []
-while not (own / "stop").exists() and len(rounds) < 100:
-    results = [None] * 32
-    threads = [threading.Thread(target=call, args=(results, i)) for i in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    rounds.append(results)
-    (own / "flood.json").write_text(json.dumps(rounds))
-pathlib.Path("slugify.py").write_text(COMPLETE)
-out.write_text("done")
-"""
 
 
 async def rounds_done(path: Path, at_least: int, within: float = 120) -> list[list[object]]:
@@ -83,7 +47,8 @@ async def test_a_flood_of_16_mib_bodies_is_refused_and_another_task_finishes_mea
 ) -> None:  # fmt: skip
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedModel() as model:
-        spec = task(demo_repo, write_agent(tmp_path, FLOODING_AGENT), sandbox={"mode": level})
+        flooding_body = flooding_agent("declared", 100, COMPLETE_FIX)
+        spec = task(demo_repo, write_agent(tmp_path, flooding_body), sandbox={"mode": level})
         spec["agent"] |= {"model": "gpt-4o-mini", "timeout": 200,
                           "provider": {"api": "openai", "base_url": model.url}}  # fmt: skip
         flooding = TaskSpec.model_validate(spec)
