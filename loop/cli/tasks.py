@@ -166,6 +166,8 @@ def _print_status(st: TaskStatus) -> None:
     console.out.print(budget_table(st.budget))
     if st.waiting_for:
         console.out.print(f"waiting for {waiting_words(st.waiting_for)}: {st.reason}", markup=False)
+        if st.commit:
+            console.out.print(f"commit to approve: {st.commit}", markup=False)
         console.out.print(f"answer with: {answer_with(st.task_id, st.waiting_for)}", markup=False)
 
 
@@ -204,6 +206,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
+                    row["commit"] = st.commit
     if as_json:
         console.print_json(rows)
         return
@@ -218,6 +221,8 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 f"{for_terminal(r.get('reason', ''))}",
                 markup=False,
             )
+            if r.get("commit"):
+                console.out.print(f"    commit to approve: {r['commit']}", markup=False)
             console.out.print(f"    answer with: {r.get('answer', '')}", markup=False)
         return
     table = Table("task", "state", "attempts", "cost", "started", "repo", "reason")

@@ -97,6 +97,7 @@ async def test_an_approval_names_the_commit_it_approves(
     async with build_worker(client, settings):
         handle, _ = await start_task(client, TaskSpec.model_validate(spec), settings.task_queue)
         st = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        shown = await cli("status", task_id)
         other = "0123456789abcdef0123456789abcdef01234567"
         wrong = await cli("approve", task_id, "--commit", other[:9])
         garbage = await cli("approve", task_id, "--commit", f"{st.commit[:8]};true")
@@ -118,6 +119,7 @@ async def test_an_approval_names_the_commit_it_approves(
         approved = await cli("approve", task_id, "--commit", st.commit[:7].upper(), "--note", "ok")
         result = await result_of(handle)
     assert len(st.commit) == 40 and still.commit == st.commit
+    assert f"commit to approve: {st.commit}" in shown.out, shown.out
     refusal = f"task {task_id} waits for approval of commit {st.commit[:12]}, not"
     assert_one_error_line(wrong, refusal, other[:9])
     assert_one_error_line(garbage, "is not a commit (name at least 7 hex digits of one)")

@@ -435,6 +435,7 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert st.state == TaskState.AWAITING_APPROVAL  # still waiting: nothing was decided
     assert meta.current_details == f"AWAITING_APPROVAL: {st.reason}"
     assert st.reason and st.reason in inbox.out and "extend_budget" not in inbox.out
+    assert len(st.commit) == 40 and f"commit to approve: {st.commit}" in inbox.out
     assert f"[{task_id}] AWAITING_APPROVAL" in ran.out
     assert f"answer with: loop approve {task_id}  |  loop reject {task_id}" in ran.out
     assert "Traceback" not in ran.err
