@@ -845,12 +845,13 @@ class TaskWorkflow(TaskRecord):
     def _validate(self, name: str, payload: Answer) -> None:
         """An update's validator: refuse, with the reason, what can be known not to apply
         from the task's state alone (validators may not run activities or change state).
-        An answer taken before is let by: its handler says what it did then."""
+        An answer taken before, signed anew, is let by: its handler says what it did then."""
+        if payload.signature and payload.signature in self.seen_signatures:
+            why = f"task {self.spec.id}: {name} refused: replayed (that signature was used before)"
+            raise _refused(self._refusal(name) or why)
         if payload.answer_id and payload.answer_id in self.answered:
             return
         why = self._refusal(name) or self._unbound(name, payload)
-        if not why and payload.signature and payload.signature in self.seen_signatures:
-            why = f"task {self.spec.id}: {name} refused: replayed (that signature was used before)"
         if why:
             raise _refused(why)
 

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import (
     QUERY_TRACE,
     SIGNAL_APPROVE,
     SIGNAL_FEEDBACK,
+    AnswerReply,
     ApproveSignal,
     FeedbackSignal,
     TaskResult,
@@ -66,6 +67,14 @@ async def test_one_answer_arriving_twice_is_taken_once(
         await handle.signal(SIGNAL_FEEDBACK, signed(once, task_id, "feedback", "ann", key))
         other = once.model_copy(update={"answer_id": "cli:two"})
         third = await answer(client, task_id, "feedback", other, "ann", key)
+        # The very same payload again (its signature too): refused before history.
+        exact = signed(once.model_copy(update={"answer_id": "cli:3"}), task_id, "feedback",
+                       "ann", key)  # fmt: skip
+        await handle.execute_update(SIGNAL_FEEDBACK, exact, result_type=AnswerReply)
+        before = len(await answers_in_history(handle))
+        with pytest.raises(WorkflowUpdateFailedError) as replayed:
+            await handle.execute_update(SIGNAL_FEEDBACK, exact, result_type=AnswerReply)
+        after = len(await answers_in_history(handle))
         deadline = asyncio.get_running_loop().time() + 30
         while not [e for e in (await trace_of(handle)).events if e.kind == "signal-ignored"]:
             assert asyncio.get_running_loop().time() < deadline
@@ -75,8 +84,10 @@ async def test_one_answer_arriving_twice_is_taken_once(
     assert first.did == "your feedback goes into the next attempt"
     assert second.did == "already taken: your feedback goes into the next attempt"
     assert third.did == first.did
+    assert "replayed (that signature was used before)" in str(replayed.value.cause)
+    assert after == before, "the replay left nothing in the history"
     taken = [e.detail for e in result.events if e.kind == "signal"]
-    assert taken == ["feedback: keep hyphens (by ann)"] * 2, taken
+    assert taken == ["feedback: keep hyphens (by ann)"] * 3, taken
     ignored = [e.detail for e in result.events if e.kind == "signal-ignored"]
     assert ignored == ["feedback: answer cli:one was taken before"], ignored
 
