@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -28,6 +28,7 @@ from loop.contracts import (
     GitHubDeliveryResult,
     TaskResult,
     TaskState,
+    TaskStatus,
     delivery_workflow_id,
     workflow_id_for,
 )
@@ -104,6 +105,16 @@ def status_comment(hub: GitHubStandIn, number: int) -> str:
         c for c in hub.comments if c["number"] == number and c["body"].startswith("**Loopwork**")
     ]
     return str(found["body"])
+
+
+async def labeled(
+    client: Client, url: str, task_id: str, state: TaskState
+) -> tuple[WorkflowHandle, TaskStatus]:
+    """Issue 1 labeled ``loop`` on GitHub: its task started, and its status once in ``state``."""
+    _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+    await delivered(client, started)
+    handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+    return handle, await wait_for(handle, lambda st: st.state == state)
 
 
 async def said_on(hub: GitHubStandIn, number: int, text: str, within: float = 30) -> str:
@@ -231,10 +242,7 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     task_id = f"{name}-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        handle, _ = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
 
         sneaky = "/loop approve $(rm -rf ~) `id`"
         refused, d1 = await deliver(
@@ -286,10 +294,7 @@ async def test_a_replayed_signed_comment_changes_nothing_after_the_first(
     task_id = f"{name}-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        handle, _ = await labeled(client, url, task_id, TaskState.NEEDS_HUMAN)
         extend = comment_event(REPO, 1, "/loop extend attempts=1", "ann")
         first, key = await deliver(url, "issue_comment", extend, SECRET)
         await delivered(client, key)
@@ -336,10 +341,7 @@ async def test_an_approval_said_before_the_commit_waited_approves_nothing(
     old["comment"]["created_at"] = "2020-01-01T00:00:00Z"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        waiting = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        handle, waiting = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
         shown = await said_on(hub, 1, f"Commit to approve: `{waiting.commit}`")
         _, d1 = await deliver(url, "issue_comment", old, SECRET)
         stale = await delivered(client, d1)
@@ -382,10 +384,7 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        waiting = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        handle, waiting = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
         by_reader = review_event(REPO, 7, branch, 93, "approved", "LGTM", "mallory", waiting.commit)
         _, d1 = await deliver(url, "pull_request_review", by_reader, SECRET)
         ignored = await delivered(client, d1)
@@ -436,10 +435,7 @@ async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
     ]
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        handle, _ = await labeled(client, url, task_id, TaskState.NEEDS_HUMAN)
 
         branch = f"loop/{task_id}"
         outsider = review_event(
