@@ -92,3 +92,16 @@ def test_millions_of_objects_are_refused_before_any_is_built() -> None:
         tracemalloc.stop()
     assert refused.value.too_big
     assert peak < 3 * len(body), f"{peak >> 20} MiB allocated for {len(body) >> 20} MiB of text"
+
+
+@pytest.mark.timeout(20)
+def test_strings_left_open_or_escaped_quotes_cost_one_pass() -> None:
+    """A string left open runs to the end of the text, so cutting strings out never
+    starts again from each later quote: ``"\\"\\"…`` (quadratic before: 40,000 pairs took
+    20 s) and a trailing backslash are one pass; millions of ``""`` are refused by their
+    quotes before any is matched."""
+    for text in (b'["' + b'\\"' * 2_000_000, b'["' + b'\\"' * 2_000_000 + b"\\"):
+        with pytest.raises(ValueError, match="Unterminated string"):
+            json_in.loads(text)
+    with pytest.raises(json_in.Refused, match="holds more than 100,000 JSON values"):
+        json_in.loads(b"[" + b'"",' * 2_000_000 + b'""]')
