@@ -281,8 +281,8 @@ def _answer(task_id: str, what: str, payload: BaseModel) -> None:
 
 
 COMMIT_HELP = (
-    "the commit approved (7+ hex digits): another than the one waiting is refused; "
-    "default: the one the task waits with"
+    "the commit approved (7+ hex digits); refused unless it is the one waiting "
+    "(default: the one the task waits with)"
 )
 
 
