@@ -12,10 +12,10 @@ Temporal's retry policy is the only one: a rate-limited answer waits until the r
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from activities import github_issues
@@ -59,7 +59,7 @@ from loop.errors import BadInput, UnknownTask, permanent
 from loop.hardened.text import for_github
 from loop.rules import status
 from loop.settings import Settings
-from loop.tasks import answer, find, payload_for, task_state
+from loop.tasks import answer, approvable, find, payload_for, task_state
 
 ROLES = ("admin", "maintain", "write", "triage", "read")
 PER_PAGE = 100
@@ -233,21 +233,45 @@ class GitHubHookActivities:
 
     @activity.defn(name=HOOK_ANSWER.name)
     async def hook_answer(self, inp: HookAnswerInput) -> HookAnswerResult:
-        """The CLI's answer, from ``inp.by``; a refusal (the state does not take it, a
-        malformed figure) is the result, not a failure: the person hears it on GitHub."""
+        """The CLI's answer, from ``inp.by``, as answer ``inp.answer_id``; a refusal (the
+        state does not take it, a malformed figure, an approval of another commit) is the
+        result, not a failure: the person hears it where they answered."""
+        client = activity.client()
+        fields = dict(inp.fields)
         try:
-            payload = payload_for(inp.answer, inp.fields, inp.by)
+            if inp.answer == "approve" and not fields.get("commit"):
+                fields["commit"] = await waiting_commit(client, inp)
+            payload = payload_for(inp.answer, fields, inp.by, inp.answer_id)
             reply = await answer(
-                activity.client(),
-                inp.task_id,
-                inp.answer,
-                payload,
-                inp.by,
-                self.settings.answer_key,
+                client, inp.task_id, inp.answer, payload, inp.by, self.settings.answer_key
             )
         except (BadInput, UnknownTask) as e:
             return HookAnswerResult(refused=str(e))
         return HookAnswerResult(did=reply.did)
+
+
+async def waiting_commit(client: Client, inp: HookAnswerInput) -> str:
+    """The commit an approval that names none (a ``/loop approve`` comment) approves: the
+    one waiting, if it was waiting when the person said it (``inp.said_at``); an older
+    comment, redelivered after the task moved on to another commit, approves nothing.
+    "" when no commit waits (the task then says why the approval does not apply)."""
+    st = await approvable(client, inp.task_id)
+    if st is None or not st.commit:
+        return ""
+    if inp.said_at and st.waiting_since and _when(inp.said_at) < _when(st.waiting_since):
+        raise BadInput(
+            f"this approval was said at {inp.said_at}, before commit {st.commit[:12]} "
+            f"waited for one (since {st.waiting_since}); approve it again to approve it"
+        )
+    return st.commit
+
+
+def _when(iso: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        raise BadInput(f"{iso[:40]!r} is not a time") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def status_marker(task_id: str) -> str:

@@ -46,7 +46,7 @@ class SlackActivities:
         if self.settings.slack_token_file is None or not channel:
             return SlackMessage()
         text, shown = blocks.waiting(
-            inp.task_id, str(inp.state), inp.reason, inp.goal, inp.waiting_for
+            inp.task_id, str(inp.state), inp.reason, inp.goal, inp.waiting_for, inp.commit
         )
         try:
             said = await api.call(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -209,20 +210,24 @@ async def answer(
         raise
 
 
-def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
-    """The signal's payload from a form; ``BadInput`` with one line when it is incomplete."""
+def payload_for(answer: str, form: dict[str, str], by: str, answer_id: str = "") -> Any:
+    """The signal's payload from a form (an approval's ``commit`` among its fields), as
+    answer ``answer_id``; ``BadInput`` with one line when it is incomplete."""
     if answer == "approve":
-        return ApproveSignal(note=form.get("note", "").strip(), by=by)
+        commit = form.get("commit", "").strip()
+        return ApproveSignal(
+            note=form.get("note", "").strip(), by=by, commit=commit, answer_id=answer_id
+        )
     if answer == "reject":
         reason = form.get("reason", "").strip()
         if not reason:
             raise BadInput("say why it is rejected (the reason is recorded in the trace)")
-        return RejectSignal(reason=reason, by=by)
+        return RejectSignal(reason=reason, by=by, answer_id=answer_id)
     if answer == "feedback":
         text = form.get("text", "").strip()
         if not text:
             raise BadInput("feedback text is empty; say what the agent should do differently")
-        return FeedbackSignal(text=text, by=by)
+        return FeedbackSignal(text=text, by=by, answer_id=answer_id)
     if answer == "extend":
         fields = {"attempts": int, "seconds": int, "tokens": int, "cost_usd": float}
         values: dict[str, Any] = {}
@@ -234,14 +239,30 @@ def payload_for(answer: str, form: dict[str, str], by: str) -> Any:
                 raise BadInput(f"{name}: {raw!r} is not a number") from None
             if values[name] < 0:
                 raise BadInput(f"{name}: must not be negative")
-        payload = ExtendBudgetSignal(**values, by=by)
-        if payload.model_copy(update={"by": ""}) == ExtendBudgetSignal():
+        payload = ExtendBudgetSignal(**values, by=by, answer_id=answer_id)
+        if payload.model_copy(update={"by": "", "answer_id": ""}) == ExtendBudgetSignal():
             raise BadInput("nothing to add; give attempts, seconds, tokens or cost")
         return payload
     if answer == "pull_request_closed":
         merged = form.get("merged") == "true"
-        return PullRequestClosedSignal(merged=merged, who=form.get("who", ""), by=by)
+        return PullRequestClosedSignal(
+            merged=merged, who=form.get("who", ""), by=by, answer_id=answer_id
+        )
     raise BadInput(f"unknown answer {answer!r}")
+
+
+def new_answer_id(path: str) -> str:
+    """A fresh id for an answer a person gives now through ``path`` (``cli``, ``page``)."""
+    return f"{path}:{uuid.uuid4().hex}"
+
+
+async def approvable(client: Client, task_id: str) -> TaskStatus | None:
+    """The task's status as an approval reads it (the commit waiting, since when); None
+    when it has ended (the answer is then refused with the reason)."""
+    handle, desc = await find(client, task_id)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    return await live_status(handle)
 
 
 def _refused(e: WorkflowUpdateFailedError) -> str:

@@ -1,7 +1,8 @@
 """GitHubDeliveryWorkflow: one GitHub webhook delivery, acted on durably.
 
-``loop ui`` checks a delivery's signature and starts this workflow with the delivery id
-in its workflow id, then answers GitHub at once; whatever takes time (asking GitHub
+``loop ui`` checks a delivery's signature and starts this workflow with what the
+delivery is about (its key, from the signed body) in its workflow id, then answers
+GitHub at once; whatever takes time (asking GitHub
 who the commenter is, starting or answering a task) happens here, retried by Temporal.
 
 - ``issues`` opened, labeled or reopened: the issue becomes triage's item (discovery's
@@ -12,7 +13,9 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
 - ``issue_comment`` beginning with ``/loop``: done only for someone the API says may
   write to the repository; anyone else gets one reply saying why, and nothing happens.
   ``run`` starts the item's task whatever its labels, ``retry`` also past the
-  cool-down or a task that ended; answers go through the CLI's code path; the outcome
+  cool-down or a task that ended; answers go through the CLI's code path, with the
+  delivery's key as the answer's id (a task takes it once); ``/loop approve`` approves
+  the commit waiting only if it was waiting when the comment was made; the outcome
   is one reply on the issue. On a task's pull request (its branch ``loop/<id>``, asked
   of the API) an answer goes to that task, with the same check and one reply there.
 - ``pull_request_review`` submitted on a task's pull request (its branch ``loop/<id>``)
@@ -21,7 +24,7 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
   (read from the API: the payload has none of them), and one reply saying what the
   task did with it. An approving review is not an approval (a person merging is),
   unless the source says ``approve_on_review``: then a writer's approving review is the
-  CLI's ``approve`` for a task awaiting approval.
+  CLI's ``approve`` of the commit reviewed, for a task awaiting approval of that commit.
 - ``check_suite`` / ``check_run`` / ``workflow_run`` completed: on a task's branch,
   recorded (its ``github_checks`` gate polls); on the base branch, where the source names
   ``ci_checks``, one CI-regression task per commit (``<source>-ci-<sha12>``) when the API
@@ -221,10 +224,16 @@ class GitHubDeliveryWorkflow:
 
     async def _answer(self, verb: str, fields: dict[str, str], *, reply: bool = True) -> str:
         """The CLI's answer from the sender, and one reply with what the task did."""
+        d = self.d
         done: HookAnswerResult = await workflow.execute_activity(
             HOOK_ANSWER.name,
             HookAnswerInput(
-                task_id=self.task_id, answer=verb, fields=fields, by=f"github:{self.d.sender}"
+                task_id=self.task_id,
+                answer=verb,
+                fields=fields,
+                by=f"github:{d.sender}",
+                answer_id=f"github:{d.key}" if d.key else "",
+                said_at=d.said_at,
             ),
             result_type=HOOK_ANSWER.output,
             start_to_close_timeout=ANSWER_TIME,
@@ -306,7 +315,7 @@ class GitHubDeliveryWorkflow:
             return f"ignored: {self.d.sender} may not write to {self.source.repo}"
         if approval:
             note = f"approving review on GitHub by {self.d.sender}"
-            return await self._answer("approve", {"note": note})
+            return await self._answer("approve", {"note": note, "commit": self.d.commit})
         found: ReviewCommentsResult = await workflow.execute_activity(
             REVIEW_COMMENTS.name,
             ReviewCommentsInput(

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         SA_HOST,
         SA_REPO,
         SA_STATE,
+        WAITING_APPROVAL,
         BudgetFigures,
         BudgetStatus,
         Feedback,
@@ -106,6 +107,9 @@ class TaskRecord:
         self.notifications: list[asyncio.Task[Any]] = []
         self.seen_signatures: list[str] = []
         """Signatures of the answers taken so far: each is good once."""
+        self.answered: dict[str, str] = {}
+        """What each answer taken so far did, by its ``answer_id``: one answer is taken
+        once, however often (and by whichever path) it arrives."""
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
         self.answering = 0
@@ -138,6 +142,15 @@ class TaskRecord:
             )
         return answers.refusal(self.spec.id, name, self.state, self.waiting_for)
 
+    def awaiting_commit(self) -> str:
+        """The commit an approval approves now ("" unless the task waits for one)."""
+        return self.result.commit if self.waiting_for == WAITING_APPROVAL else ""
+
+    def waiting_since(self) -> str:
+        """When the wait for a person began ("" when the task waits for none)."""
+        waits = self.result.human_escalation
+        return waits[-1].at if self.waiting_for and waits else ""
+
     def _with_trouble(self, reason: str) -> str:
         """An escalation's reason, with what went wrong with the agent's last run, if
         anything did: a person reads the cause, not only "no new evidence"."""
@@ -161,6 +174,8 @@ class TaskRecord:
             else "",
             retried=sum(ev.kind == "retried" for ev in self.result.events),
             host=self.ws.host if self.ws is not None else "",
+            commit=self.awaiting_commit(),
+            waiting_since=self.waiting_since(),
         )
 
     @workflow.query(name=QUERY_TRACE)

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         SlackAnswerInput,
         SlackAnswerResult,
         SlackCloseInput,
+        slack_answer_workflow_id,
     )
     from workflows.steps import STEP_RETRY
 
@@ -54,9 +55,17 @@ SLACK_TIME = timedelta(seconds=30)
 class SlackAnswerWorkflow:
     @workflow.run
     async def run(self, inp: SlackAnswerInput) -> SlackAnswerResult:
+        # The interaction is the answer: pressed or submitted twice, the task takes it once.
+        interaction = workflow.info().workflow_id.removeprefix(slack_answer_workflow_id(""))
         done: HookAnswerResult = await workflow.execute_activity(
             HOOK_ANSWER.name,
-            HookAnswerInput(task_id=inp.task_id, answer=inp.answer, fields=inp.fields, by=inp.by),
+            HookAnswerInput(
+                task_id=inp.task_id,
+                answer=inp.answer,
+                fields=inp.fields,
+                by=inp.by,
+                answer_id=f"slack:{interaction}",
+            ),
             result_type=HOOK_ANSWER.output,
             start_to_close_timeout=ANSWER_TIME,
             retry_policy=ANSWER_RETRY,

@@ -120,6 +120,9 @@ A = TypeVar(
 )
 Take = Callable[[A, str], str]
 """Takes an answer that applies, credited as ``by``; returns what it did, in a few words."""
+BOUND_ANSWERS = "bound-answers"
+"""The patch under which an answer is taken once by its ``answer_id`` and an approval
+must name the commit waiting (before it, each answer was taken as it came)."""
 
 
 @dataclass
@@ -196,6 +199,7 @@ class TaskWorkflow(TaskRecord):
             self.waiting_for,
             verdict.gates if verdict is not None else [],
             self.pull_request_url,
+            self.awaiting_commit(),
         )
 
     async def _process(self) -> None:
@@ -747,6 +751,7 @@ class TaskWorkflow(TaskRecord):
                 attempt=len(self.result.attempts),
                 repo=self.spec.repo,
                 channel=self.spec.slack_channel,
+                commit=self.awaiting_commit(),
             )
         )
         failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)
@@ -844,38 +849,83 @@ class TaskWorkflow(TaskRecord):
 
     def _validate(self, name: str, payload: Answer) -> None:
         """An update's validator: refuse, with the reason, what can be known not to apply
-        from the task's state alone (validators may not run activities or change state)."""
-        why = self._refusal(name)
-        if not why and payload.signature and payload.signature in self.seen_signatures:
+        from the task's state alone (validators may not run activities or change state).
+        An answer taken before, signed anew, is let by: its handler says what it did then."""
+        if payload.signature and payload.signature in self.seen_signatures:
             why = f"task {self.spec.id}: {name} refused: replayed (that signature was used before)"
+            raise _refused(self._refusal(name) or why)
+        if payload.answer_id and payload.answer_id in self.answered:
+            return
+        why = self._refusal(name) or self._unbound(name, payload)
         if why:
             raise _refused(why)
 
+    def _unbound(self, name: str, payload: Answer) -> str:
+        """Why an approval does not approve the commit waiting ("" when it does, and for
+        any other answer)."""
+        if name != SIGNAL_APPROVE or not isinstance(payload, ApproveSignal):
+            return ""
+        return answers.unapproved(self.spec.id, payload.commit, self.awaiting_commit())
+
+    def _taken_before(self, payload: Answer) -> str | None:
+        """What the answer did when it was taken before (None: it was not). Runs from
+        before answers had ids take each as it comes, as they did."""
+        if not payload.answer_id or not patches.patched(BOUND_ANSWERS):
+            return None
+        return self.answered.get(payload.answer_id)
+
     async def _answer(self, name: str, payload: A, take: Take[A]) -> AnswerReply:
-        """An update's handler: the signature is checked, then whether the answer still
-        applies (the task may have moved on meanwhile, or another answer come first)."""
+        """An update's handler: the signature is checked, then whether the answer was
+        taken before (it is not taken again: its sender hears what it did), then whether
+        it still applies (the task may have moved on meanwhile, or another answer come
+        first) and, for an approval, whether it names the commit waiting."""
         self.answering += 1
         try:
             checked = await self._checked(name, payload)
             if checked.refused:
                 raise _refused(f"task {self.spec.id}: {name} refused: {checked.refused}")
-            why = self._refusal(name)
+            earlier = self._taken_before(payload)
+            if earlier is not None:
+                return AnswerReply(did=f"already taken: {earlier}", signed=checked.signed)
+            why = self._refusal(name) or self._bound_refusal(name, payload)
             if why:
                 self._event("answer-refused", f"{name}: {why}")
                 raise _refused(why)
-            return AnswerReply(did=take(payload, checked.by), signed=checked.signed)
+            return AnswerReply(did=self._take(payload, take, checked), signed=checked.signed)
         finally:
             self.answering -= 1
 
     async def _signalled(self, name: str, payload: A, take: Take[A]) -> None:
-        """A signal's handler: an answer that does not apply is a trace event, no more."""
+        """A signal's handler: an answer that does not apply, or was taken before, is a
+        trace event, no more."""
         checked = await self._checked(name, payload)
         if checked.refused:
             return
-        if answers.applies(name, self.state, self.waiting_for):
-            take(payload, checked.by)
+        if self._taken_before(payload) is not None:
+            self._event("signal-ignored", f"{name}: answer {payload.answer_id} was taken before")
+        elif answers.applies(name, self.state, self.waiting_for):
+            why = self._bound_refusal(name, payload)
+            if why:
+                self._event("answer-refused", f"{name}: {why}")
+            else:
+                self._take(payload, take, checked)
         else:
             self._ignored(name)
+
+    def _bound_refusal(self, name: str, payload: Answer) -> str:
+        """``_unbound``, in runs that record it (runs from before took any approval); an
+        approval naming no commit asks for no patch (``_unbound`` has nothing to say)."""
+        if not isinstance(payload, ApproveSignal) or not payload.commit:
+            return ""
+        if name != SIGNAL_APPROVE or not patches.patched(BOUND_ANSWERS):
+            return ""
+        return self._unbound(name, payload)
+
+    def _take(self, payload: A, take: Take[A], checked: _Checked) -> str:
+        did = take(payload, checked.by)
+        if payload.answer_id:
+            self.answered[payload.answer_id] = did
+        return did
 
     def _approve(self, payload: ApproveSignal, by: str) -> str:
         if self.state == TaskState.NEEDS_HUMAN:
@@ -924,7 +974,7 @@ class TaskWorkflow(TaskRecord):
                 self.max_tokens = (self.max_tokens or self.result.tokens) + payload.tokens
             if payload.cost_usd:
                 self.max_cost = (self.max_cost or self.result.cost_usd) + payload.cost_usd
-        added = payload.model_dump_json(exclude={"by", "at", "signature"})
+        added = payload.model_dump_json(exclude={"by", "at", "signature", "answer_id"})
         self._decide(Decision("extend", "", by), f"extend_budget: {added}{by}")
         more = answers.extension(payload)
         return (

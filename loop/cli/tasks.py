@@ -9,6 +9,7 @@ takes the answer and says what it did, or refuses it with the reason, which is o
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -45,11 +46,13 @@ from loop.rules.answers import answer_with, waiting_words
 from loop.settings import Settings
 from loop.tasks import (
     answer,
+    approvable,
     checked_id,
     find,
     follow,
     has_worker,
     local_user,
+    new_answer_id,
     signed,
     start_task,
     task_state,
@@ -166,6 +169,8 @@ def _print_status(st: TaskStatus) -> None:
     console.out.print(budget_table(st.budget))
     if st.waiting_for:
         console.out.print(f"waiting for {waiting_words(st.waiting_for)}: {st.reason}", markup=False)
+        if st.commit:
+            console.out.print(f"commit to approve: {st.commit}", markup=False)
         console.out.print(f"answer with: {answer_with(st.task_id, st.waiting_for)}", markup=False)
 
 
@@ -204,6 +209,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
+                    row["commit"] = st.commit
     if as_json:
         console.print_json(rows)
         return
@@ -218,6 +224,8 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                 f"{for_terminal(r.get('reason', ''))}",
                 markup=False,
             )
+            if r.get("commit"):
+                console.out.print(f"    commit to approve: {r['commit']}", markup=False)
             console.out.print(f"    answer with: {r.get('answer', '')}", markup=False)
         return
     table = Table("task", "state", "attempts", "cost", "started", "repo", "reason")
@@ -255,24 +263,39 @@ def inbox(
 
 def _answer(task_id: str, what: str, payload: BaseModel) -> None:
     """Send an answer as the local user, signed with the answer key where there is one,
-    and print what it did; the task's refusal is one ``error:`` line and exit 2."""
+    and print what it did; the task's refusal is one ``error:`` line and exit 2. An
+    approval that names no commit names the one the task waits with, and says so."""
 
     key = Settings.from_env().answer_key
 
     async def main() -> None:
         client = await console.client()
-        reply = await answer(client, task_id, what, payload, local_user(), key)
-        console.out.print(f"{task_id}: {reply.did}", markup=False)
+        sent = payload.model_copy(update={"answer_id": new_answer_id("cli")})
+        if isinstance(sent, ApproveSignal) and not sent.commit:
+            st = await approvable(client, task_id)
+            if st is not None and st.commit:
+                sent = sent.model_copy(update={"commit": st.commit})
+        reply = await answer(client, task_id, what, sent, local_user(), key)
+        named = sent.commit if isinstance(sent, ApproveSignal) else ""
+        said = f"{task_id}: {reply.did}" + (f" (commit {named})" if named else "")
+        console.out.print(said, markup=False)
 
     console.run(main)
+
+
+COMMIT_HELP = (
+    "the commit approved (7+ hex digits); refused unless it is the one waiting "
+    "(default: the one the task waits with)"
+)
 
 
 def approve(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="why it may be merged")] = "",
+    commit: Annotated[str, typer.Option(help=COMMIT_HELP)] = "",
 ) -> None:
     """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
-    _answer(task_id, "approve", ApproveSignal(note=note))
+    _answer(task_id, "approve", ApproveSignal(note=note, commit=commit))
 
 
 def reject(
@@ -317,6 +340,7 @@ def sign(
     answer: Annotated[str, typer.Argument(help="approve, reject, feedback or extend")],
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="approve: why it may be merged")] = "",
+    commit: Annotated[str, typer.Option(help="approve: the commit approved (7+ hex digits)")] = "",
     reason: Annotated[str, typer.Option(help="reject: why")] = "",
     text: Annotated[str, typer.Option(help="feedback: the text")] = "",
     attempts: Annotated[int, typer.Option(min=0, help="extend: more attempts")] = 0,
@@ -327,8 +351,8 @@ def sign(
     """Print an answer's signed payload, for `temporal workflow update execute --input`
     (or `workflow signal`; the key: LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key;
     good for 10 minutes, once)."""
-    payloads = {
-        "approve": lambda: ApproveSignal(note=note),
+    payloads: dict[str, Callable[[], BaseModel]] = {
+        "approve": lambda: ApproveSignal(note=note, commit=commit),
         "reject": lambda: RejectSignal(reason=reason),
         "feedback": lambda: FeedbackSignal(text=text or " "),
         "extend": lambda: ExtendBudgetSignal(
@@ -346,7 +370,8 @@ def sign(
             "one in LOOP_HOME/answer.key)"
         )
     try:
-        payload = signed(payloads[answer](), checked_id(task_id), answer, local_user(), key)
+        made = payloads[answer]().model_copy(update={"answer_id": new_answer_id("cli")})
+        payload = signed(made, checked_id(task_id), answer, local_user(), key)
     except LoopError as e:
         console.fail(str(e))
     console.print_json(payload.model_dump(mode="json"))

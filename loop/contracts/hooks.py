@@ -2,8 +2,10 @@
 that act on it.
 
 ``POST /hooks/github`` checks the signature and starts one ``GitHubDeliveryWorkflow``
-per ``X-GitHub-Delivery`` (its workflow id holds the delivery id, so a redelivered or
-replayed delivery is refused by the server rather than handled twice). The payload is
+per thing a delivery is about, keyed by its signed body (``loop.rules.hooks.delivery_key``:
+the comment's or review's id and the action), never by the unsigned ``X-GitHub-Delivery``:
+a redelivered or replayed delivery, under any delivery id, is refused by the server
+rather than handled twice. The payload is
 cut down to what the workflow reads: GitHub's text in it (titles, bodies, comments) is
 data, never configuration or a command beyond the parsed ``/loop`` verb.
 """
@@ -22,9 +24,10 @@ DELIVERY_ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
 """GitHub's delivery ids are GUIDs; anything else is refused before a workflow id is made."""
 
 
-def delivery_workflow_id(delivery: str) -> str:
-    """The one workflow a delivery may start: ``github-delivery-<X-GitHub-Delivery>``."""
-    return f"github-delivery-{delivery}"
+def delivery_workflow_id(key: str) -> str:
+    """The one workflow a delivery may start: ``github-delivery-<key>``, its key from its
+    body (runs from before were keyed by ``X-GitHub-Delivery``)."""
+    return f"github-delivery-{key}"
 
 
 def is_valid_delivery_id(delivery: str) -> bool:
@@ -76,6 +79,14 @@ class GitHubDelivery(_Record):
     """``CHECK_EVENTS``: the branch GitHub says the commit was pushed to."""
     conclusion: str = ""
     """``CHECK_EVENTS``: what the run or suite concluded (``failure``, ``success``…)."""
+    key: str = ""
+    """What the delivery is about, from its signed body (``delivery_key``): its workflow's
+    id, and the id of the answer it sends, so a task takes it once ("": a delivery from
+    before, keyed by ``delivery``)."""
+    commit: str = ""
+    """``pull_request_review``: the commit the review is of (``review.commit_id``)."""
+    said_at: str = ""
+    """``issue_comment``: when the comment was made (``comment.created_at``, ISO 8601)."""
 
 
 class GitHubDeliveryResult(_Record):
@@ -132,8 +143,15 @@ class HookAnswerInput(_Record):
     answer: str
     """``approve``, ``reject``, ``feedback`` or ``extend``."""
     fields: dict[str, str] = Field(default_factory=dict)
-    """The answer's fields as a form gives them (``reason``, ``text``, ``attempts``…)."""
+    """The answer's fields as a form gives them (``reason``, ``text``, ``attempts``,
+    ``commit``…)."""
     by: str
+    answer_id: str = ""
+    """The answer's id: the same answer sent again (a redelivery, a retried step, a
+    button pressed twice) has the same one, and the task takes it once ("": a new one)."""
+    said_at: str = ""
+    """When the person said it (a comment's time, ISO 8601): an ``approve`` naming no
+    commit approves the one waiting only if it was already waiting then."""
 
 
 class HookAnswerResult(_Record):
@@ -161,6 +179,8 @@ class TaskStatusView(_Record):
     gates: list[StatusGate] = Field(default_factory=list)
     more_gates: int = 0
     pull_request: str = ""
+    commit: str = ""
+    """The commit an approval would approve (while the task waits for one)."""
 
 
 class StatusCommentInput(_Record):

@@ -7,9 +7,9 @@ from loop.contracts.states import Phase, TaskState
 
 
 class _Answer(_Payload):
-    """What every answer carries besides its own fields: who signed it, when, and the
-    signature (``loop.hardened.answers``). ``by`` is credited in the trace only when the
-    signature holds."""
+    """What every answer carries besides its own fields: who signed it, when, the
+    signature (``loop.hardened.answers``) and which answer it is (``answer_id``, covered
+    by the signature). ``by`` is credited in the trace only when the signature holds."""
 
 
 class ApproveSignal(_Answer):
@@ -20,6 +20,13 @@ class ApproveSignal(_Answer):
     """When it was signed (ISO 8601, UTC)."""
     signature: str = ""
     """HMAC-SHA256 under the answer key over the workflow id, the answer and the fields."""
+    commit: str = ""
+    """The commit approved: the one the person was shown (full, or at least 7 characters
+    of it). One other than the commit waiting is refused; "" (a hand-typed signal)
+    approves the commit waiting when it arrives."""
+    answer_id: str = ""
+    """Which answer this is (``cli:…``, ``page:…``, ``slack:…``, ``github:…``): the task
+    takes one answer once, however often it arrives ("": not said, each is new)."""
 
 
 class RejectSignal(_Answer):
@@ -27,6 +34,7 @@ class RejectSignal(_Answer):
     by: str = ""
     at: str = ""
     signature: str = ""
+    answer_id: str = ""
 
 
 class FeedbackSignal(_Answer):
@@ -34,6 +42,7 @@ class FeedbackSignal(_Answer):
     by: str = ""
     at: str = ""
     signature: str = ""
+    answer_id: str = ""
 
 
 class ExtendBudgetSignal(_Answer):
@@ -44,6 +53,7 @@ class ExtendBudgetSignal(_Answer):
     by: str = ""
     at: str = ""
     signature: str = ""
+    answer_id: str = ""
 
 
 class PullRequestClosedSignal(_Answer):
@@ -56,6 +66,7 @@ class PullRequestClosedSignal(_Answer):
     by: str = ""
     at: str = ""
     signature: str = ""
+    answer_id: str = ""
 
 
 class CheckAnswerInput(_Record):
@@ -118,3 +129,7 @@ class TaskStatus(_Record):
     """Attempts whose make step had to run again (a worker died, or a try failed)."""
     host: str = ""
     """The host that holds the task's worktree ("" before it has one)."""
+    commit: str = ""
+    """While the task waits for approval: the commit an approval approves."""
+    waiting_since: str = ""
+    """While the task waits for a person: since when (ISO 8601)."""

@@ -41,6 +41,8 @@ class SlackPostInput(_Record):
     """The task's repository: ``LOOP_SLACK_CHANNEL`` may name a channel per repository."""
     channel: str = ""
     """The task's own channel (``slack_channel``, a source's); empty: the repository's."""
+    commit: str = ""
+    """While the task waits for approval: the commit its approve button approves."""
 
 
 class SlackMessage(_Record):

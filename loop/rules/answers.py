@@ -10,6 +10,8 @@ commands that give it.
 
 from __future__ import annotations
 
+import re
+
 from loop.contracts import (
     SIGNAL_APPROVE,
     SIGNAL_EXTEND_BUDGET,
@@ -51,6 +53,27 @@ def refusal(task_id: str, answer: str, state: TaskState, waiting_for: str) -> st
         return f"task {task_id} has ended {state}; {answer} does not apply"
     waiting = f", waiting for {waiting_words(waiting_for)}" if waiting_for else ""
     return f"task {task_id} is {state}{waiting}; {answer} does not apply now"
+
+
+MIN_COMMIT = 7
+"""Characters of a commit an approval may name it by (git's own short form)."""
+
+
+def unapproved(task_id: str, named: str, waiting: str) -> str:
+    """Why an approval naming commit ``named`` does not approve ``waiting``, the commit
+    the task waits with, in one line; "" when it does. Naming none (a hand-typed signal)
+    approves the one waiting."""
+    if not named:
+        return ""
+    wanted = named.strip().lower()
+    if not re.fullmatch(rf"[0-9a-f]{{{MIN_COMMIT},64}}", wanted):
+        return f"{named[:40]!r} is not a commit (name at least {MIN_COMMIT} hex digits of one)"
+    if waiting and waiting.startswith(wanted):
+        return ""
+    return (
+        f"task {task_id} waits for approval of commit {waiting[:12] or '(none)'}, not "
+        f"{wanted[:12]}; look at it again (loop status {task_id}) and approve what it shows"
+    )
 
 
 def extension(payload: ExtendBudgetSignal) -> str:

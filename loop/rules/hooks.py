@@ -8,10 +8,13 @@ does not begin with ``/loop`` is not addressed to Loopwork at all.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from loop.contracts import ReviewComment
+from loop.contracts import CHECK_EVENTS, ReviewComment
 
 PREFIX = "/loop"
 VERBS = ("run", "retry", "approve", "reject", "feedback", "extend")
@@ -110,3 +113,43 @@ def review_feedback(reviewer: str, state: str, body: str, comments: list[ReviewC
     if len(text) > MAX_FEEDBACK_CHARS:
         text = text[: MAX_FEEDBACK_CHARS - 20] + "\n[… cut]"
     return text
+
+
+SAID_ONCE = {"issue_comment": "comment", "pull_request_review": "review"}
+"""Events whose object is acted on once (a comment is created once, a review submitted
+once): its id and the action are the whole key."""
+RECURRING = {"issues": "issue", "pull_request": "pull_request"} | {e: e for e in CHECK_EVENTS}
+"""Events whose object may see the same action again (labeled twice, closed, reopened and
+closed; a check suite re-run): the key also holds when the object last changed."""
+
+
+def delivery_key(event: str, payload: dict[str, Any]) -> str:
+    """What a delivery is about, taken from its signed body (``X-GitHub-Delivery`` is not
+    signed, so a replay may name any delivery id it likes): the comment's or review's id
+    and the action; for an issue, a pull request or a CI run, its id, the action and a
+    digest of when it last changed (its ``updated_at``, the label, the run's attempt). The
+    same body sent again, under any delivery id, has the same key; GitHub's next event
+    on the same object has another. A body without an object id is keyed by its whole
+    content. Characters a workflow id may hold, at most 100."""
+    action = _word(str(payload.get("action") or ""))
+    name = SAID_ONCE.get(event) or RECURRING.get(event, "")
+    obj = payload.get(name) if name else None
+    oid = obj.get("id") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict) or not isinstance(oid, int) or isinstance(oid, bool):
+        return f"{_word(event)}-{action}-body-{_digest(payload)}"
+    key = f"{name}-{oid}-{action}"
+    if event in SAID_ONCE:
+        return key
+    label = payload.get("label")
+    changed = [obj.get(k) for k in ("updated_at", "completed_at", "run_attempt", "conclusion")]
+    changed.append(label.get("id") if isinstance(label, dict) else None)
+    return f"{key}-{_digest(changed)[:16]}"
+
+
+def _word(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "-", text.lower())[:30]
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]

@@ -33,6 +33,7 @@ def view(
     waiting_for: str,
     gates: list[GateResult],
     pull_request: str,
+    commit: str = "",
 ) -> TaskStatusView:
     return TaskStatusView(
         task_id=task_id,
@@ -51,6 +52,7 @@ def view(
         ],
         more_gates=max(0, len(gates) - MAX_GATES),
         pull_request=pull_request,
+        commit=commit,
     )
 
 
@@ -63,6 +65,9 @@ def comment(v: TaskStatusView, inert: Inert) -> str:
         lines += ["", inert(v.reason, MAX_SAID)]
     if v.waiting_for:
         lines += ["", f"Waits for {inert(waiting_words(v.waiting_for), MAX_SAID)}."]
+    if v.commit:
+        # What `/loop approve` approves: a comment made before this commit waited does not.
+        lines += ["", f"Commit to approve: `{v.commit[:40]}`"]  # git's hex
     if v.pull_request:
         lines += ["", f"Pull request: {inert(v.pull_request, MAX_SAID)}"]
     if v.gates:

@@ -39,7 +39,7 @@ def from_file(data: bytes) -> Reported:
     """``LOOP_USAGE_FILE``: ``{"tokens_in", "tokens_out", "cost_usd"}`` (or ``tokens``)."""
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # an agent's file: any text
         return Reported(error="LOOP_USAGE_FILE is not JSON")
     if not isinstance(doc, dict):
         return Reported(error="LOOP_USAGE_FILE is not a JSON object")

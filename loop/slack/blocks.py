@@ -55,25 +55,40 @@ def _summary(task_id: str, state: str, reason: str, goal: str) -> str:
     return (head + (f"\n>{for_slack(first)}" if first else ""))[:SECTION_CHARS]
 
 
+def button_value(task_id: str, commit: str) -> str:
+    """A button's value: the task, and for an approval the commit it approves (task ids
+    hold no space)."""
+    return f"{task_id} {commit}" if commit else task_id
+
+
+def button_answer(value: str) -> tuple[str, str]:
+    """(task id, commit) of a button's value ("" for a message posted before buttons named
+    the commit: it approves the one waiting, as long as the message lives)."""
+    task_id, _, commit = value.partition(" ")
+    return task_id, commit.strip()
+
+
 def waiting(
-    task_id: str, state: str, reason: str, goal: str, waiting_for: str
+    task_id: str, state: str, reason: str, goal: str, waiting_for: str, commit: str = ""
 ) -> tuple[str, list[dict[str, Any]]]:
-    """(fallback text, blocks) of the message a wait posts."""
+    """(fallback text, blocks) of the message a wait posts; ``commit``: the one its
+    approve button approves, shown in the message."""
     text = for_slack(f"Loopwork task {task_id} is {state}: {reason}")[:SECTION_CHARS]
     buttons = [
         {
             "type": "button",
             "action_id": action_id(a),
             "text": {"type": "plain_text", "text": LABELS[a]},
-            "value": task_id,
+            "value": button_value(task_id, commit if a == "approve" else ""),
             **({"style": "primary"} if a == "approve" else {}),
             **({"style": "danger"} if a == "reject" else {}),
         }
         for a in BUTTONS.get(waiting_for, ())
     ]
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": _mrkdwn(_summary(task_id, state, reason, goal))}
-    ]
+    summary = _summary(task_id, state, reason, goal)
+    if commit:  # git's hex, what the approve button approves
+        summary = f"{summary[: SECTION_CHARS - 70]}\nApprove approves commit `{commit[:40]}`"
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": _mrkdwn(summary)}]
     if buttons:
         blocks.append({"type": "actions", "block_id": "loop_answers", "elements": buttons})
     return text, blocks

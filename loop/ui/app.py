@@ -21,6 +21,8 @@ live parts from; it leaves one-time messages for the next real page load.
 from __future__ import annotations
 
 import asyncio
+import re
+import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ from temporalio.service import RPCError
 from loop.errors import BadInput, LoopError, Sealed, UnknownTask
 from loop.hardened.text import for_terminal, visible_html
 from loop.rules.answers import waiting_words
-from loop.tasks import ANSWERS, payload_for
+from loop.tasks import ANSWERS, new_answer_id, payload_for
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.config import UiConfig
@@ -61,6 +63,8 @@ from loop.ui.tasks_hook import PATH as TASKS_PATH
 from loop.ui.tasks_hook import TasksHook
 
 HERE = Path(__file__).parent
+NONCE = re.compile(r"[0-9a-f]{32}")
+"""A form's answer id, as the page makes them (``secrets.token_hex(16)``)."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -188,6 +192,7 @@ def create_app(
             escalations=views.escalations(result),
             events=views.events(result),
             decisions=views.decisions(st if page.open else None),
+            answer_nonce=secrets.token_hex(16),
             diff=diff,
             polling=page.open,
         )
@@ -203,8 +208,11 @@ def create_app(
                 "refused: the form's token is missing or stale; reload the page\n", 403
             )
         assert caller.who is not None
+        # The page's forms name their answer: the same form sent twice is one answer.
+        nonce = form.get("answer_id", "")
+        answer_id = f"page:{nonce}:{what}" if NONCE.fullmatch(nonce) else new_answer_id("page")
         try:
-            payload = payload_for(what, form, caller.who)
+            payload = payload_for(what, form, caller.who, answer_id)
             reply = await source.answer(task_id, what, payload)
         except BadInput as e:
             return _answered(request, caller, task_id, False, str(e))

@@ -9,8 +9,12 @@ in, not a browser).
 
 Nothing slow happens here: GitHub gives up after 10 s. A delivery that concerns a
 source of ``--sources`` starts one ``GitHubDeliveryWorkflow`` whose workflow id holds
-``X-GitHub-Delivery``, so a redelivery is refused by the server (``200``, already
-received) rather than handled twice; the workflow does the rest. Events and actions
+what the delivery is about, read from the signed body (``loop.rules.hooks.delivery_key``:
+the comment's or review's id and its action), never the unsigned ``X-GitHub-Delivery``:
+the same body sent again, under any delivery id, is refused by the server (``200``,
+already received) rather than handled twice; the workflow does the rest. The body is
+read in chunks up to ``MAX_BODY`` and its JSON parsed within bounds (``loop.ui.bodies``):
+too deep is ``400``. Events and actions
 Loopwork does not act on are answered ``200`` with what was ignored, so GitHub's
 delivery log reads as a record.
 """
@@ -19,14 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -44,6 +47,8 @@ from loop.contracts import (
     is_valid_delivery_id,
 )
 from loop.rules import hooks
+from loop.ui import bodies
+from loop.ui.bodies import said
 
 PATH = "/hooks/github"
 MAX_BODY = 5 << 20
@@ -77,27 +82,26 @@ class GitHubHook:
         self.task_queue = task_queue
 
     async def handle(self, request: Request) -> Response:
-        body = await _body(request)
+        body = await bodies.capped(request, MAX_BODY)
         if body is None:
-            return _said(413, f"refused: a delivery is at most {MAX_BODY} bytes")
+            return said(413, f"refused: a delivery is at most {MAX_BODY} bytes")
         if not signature_ok(self.secret, body, request.headers.get("x-hub-signature-256", "")):
-            return _said(401, "refused: X-Hub-Signature-256 is missing or wrong")
+            return said(401, "refused: X-Hub-Signature-256 is missing or wrong")
         event = request.headers.get("x-github-event", "")
         delivery = request.headers.get("x-github-delivery", "")
         if not is_valid_delivery_id(delivery):
-            return _said(400, "refused: X-GitHub-Delivery is missing or not a delivery id")
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            return _said(400, "refused: the body is not JSON (set content type application/json)")
+            return said(400, "refused: X-GitHub-Delivery is missing or not a delivery id")
+        payload, refusal = bodies.parsed(body)
+        if refusal is not None:
+            return refusal
         if not isinstance(payload, dict):
-            return _said(400, "refused: the body is not a JSON object")
+            return said(400, "refused: the body is not a JSON object")
         if event == "ping":
-            return _said(200, "pong")
+            return said(200, "pong")
         repo = str((payload.get("repository") or {}).get("full_name") or "")
         hooked = self.by_repo.get(repo.lower())
         if hooked is None:
-            return _said(200, f"ignored: no github source of --sources is for {repo or '?'}")
+            return said(200, f"ignored: no github source of --sources is for {repo or '?'}")
         why_not = _ignored(
             event,
             payload,
@@ -105,13 +109,14 @@ class GitHubHook:
             ci=bool(hooked.source.ci_checks),
         )
         if why_not:
-            return _said(200, f"ignored: {why_not}")
+            return said(200, f"ignored: {why_not}")
         d = _delivery(delivery, event, payload, hooked)
+        wid = delivery_workflow_id(d.key)
         try:
             await self.client.start_workflow(
                 GITHUB_DELIVERY_WORKFLOW,
                 d,
-                id=delivery_workflow_id(delivery),
+                id=wid,
                 task_queue=self.task_queue,
                 result_type=GitHubDeliveryResult,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -119,18 +124,20 @@ class GitHubHook:
                 static_summary=f"GitHub {event} {d.action} #{d.issue.get('number')} in {repo}",
             )
         except WorkflowAlreadyStartedError:
-            return _said(200, f"already received: delivery {delivery}")
+            # The same content under another delivery id is a replay, or GitHub's own
+            # redelivery: either way it was acted on once.
+            return said(200, f"already received: {d.key} (workflow {wid})")
         except RPCError as e:
             # GitHub shows the failure and a person can redeliver it once Temporal is back.
-            return _said(503, f"not taken: Temporal did not answer ({e.message or e.status})")
-        return _said(202, f"taken: workflow {delivery_workflow_id(delivery)}")
+            return said(503, f"not taken: Temporal did not answer ({e.message or e.status})")
+        return said(202, f"taken: workflow {wid}")
 
 
 def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked) -> GitHubDelivery:
     """What the workflow reads of a payload ``_ignored`` let by."""
     review = payload.get("review") or {}
     pr = payload.get("pull_request") or {}
-    said = payload.get("comment") if event == "issue_comment" else review
+    comment = payload.get("comment") if event == "issue_comment" else None
     ran = _ran(event, payload)
     return GitHubDelivery(
         delivery=delivery,
@@ -140,7 +147,7 @@ def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked
         source=hooked.source.name,
         issue=payload["issue"] if event in ("issues", "issue_comment") else pr,
         sender=str((payload.get("sender") or {}).get("login") or ""),
-        comment=str((said or {}).get("body") or ""),
+        comment=str((comment or review or {}).get("body") or ""),
         review_id=int(review.get("id") or 0),
         review_state=str(review.get("state") or "").lower(),
         head_ref=str((pr.get("head") or {}).get("ref") or ""),
@@ -148,6 +155,9 @@ def _delivery(delivery: str, event: str, payload: dict[str, Any], hooked: Hooked
         head_sha=str(ran.get("head_sha") or ""),
         head_branch=str(ran.get("head_branch") or ""),
         conclusion=str(ran.get("conclusion") or ""),
+        key=hooks.delivery_key(event, payload),
+        commit=str(review.get("commit_id") or "") if event == "pull_request_review" else "",
+        said_at=str((comment or {}).get("created_at") or ""),
     )
 
 
@@ -247,19 +257,3 @@ def _closed_ignored(action: str, payload: dict[str, Any]) -> str:
     if not ref.startswith(branch_for("")):
         return f"a pull request of {ref or '?'}, not of a task's branch"
     return ""
-
-
-async def _body(request: Request) -> bytes | None:
-    """The raw body (the signature is over its bytes), or None past ``MAX_BODY``."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _said(status: int, message: str) -> Response:
-    return JSONResponse({"message": message}, status_code=status)

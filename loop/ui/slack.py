@@ -25,10 +25,10 @@ buttons left as they were.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qsl
 
 from slack_sdk.signature import SignatureVerifier
 from starlette.requests import Request
@@ -46,13 +46,18 @@ from loop.contracts import (
     slack_answer_workflow_id,
 )
 from loop.errors import BadInput
+from loop.hardened import json_in
 from loop.hardened.text import for_slack
 from loop.slack import api, blocks
 from loop.tasks import payload_for
+from loop.ui import bodies
+from loop.ui.bodies import said
 
 PATH = "/hooks/slack"
 MAX_BODY = 1 << 20
 """Bytes read of a request; an interaction's payload is a few KB."""
+MAX_FIELDS = 20
+"""Form fields read of a request; Slack sends one, ``payload``."""
 START_TIMEOUT_S = 2.0
 """Starting the answer's workflow (the client's own retries of an unreachable server
 included) must leave time to answer Slack within its 3 s."""
@@ -79,24 +84,28 @@ class SlackHook:
         self.answerers = answerers
 
     async def handle(self, request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return _said(413, f"refused: a request is at most {MAX_BODY} bytes")
+        body = await bodies.capped(request, MAX_BODY)
+        if body is None:
+            return said(413, f"refused: a request is at most {MAX_BODY} bytes")
         if not self.verifier.is_valid(
             body,
             request.headers.get("x-slack-request-timestamp"),
             request.headers.get("x-slack-signature"),
         ):
-            return _said(
+            return said(
                 401, "refused: X-Slack-Signature is wrong or the request is older than 5 minutes"
             )
-        form = await request.form()
         try:
-            payload = json.loads(str(form.get("payload") or ""))
+            form = dict(parse_qsl(body.decode("utf-8", "replace"), max_num_fields=MAX_FIELDS))
         except ValueError:
-            return _said(400, "refused: no interaction payload (form field payload)")
+            form = {}
+        if not form.get("payload"):
+            return said(400, "refused: no interaction payload (form field payload)")
+        payload, refusal = bodies.parsed(form["payload"])
+        if refusal is not None:
+            return refusal
         if not isinstance(payload, dict):
-            return _said(400, "refused: the payload is not a JSON object")
+            return said(400, "refused: the payload is not a JSON object")
         kind = payload.get("type")
         if kind == "block_actions":
             return await self._pressed(payload)
@@ -118,7 +127,7 @@ class SlackHook:
         actions = p.get("actions") or [{}]
         pressed = actions[0] if isinstance(actions[0], dict) else {}
         what = blocks.answer_of(str(pressed.get("action_id") or ""))
-        task_id = str(pressed.get("value") or "")
+        task_id, commit = blocks.button_answer(str(pressed.get("value") or ""))
         container = p.get("container") or {}
         channel = str(container.get("channel_id") or (p.get("channel") or {}).get("id") or "")
         ts = str(container.get("message_ts") or (p.get("message") or {}).get("ts") or "")
@@ -144,6 +153,7 @@ class SlackHook:
         inp = SlackAnswerInput(
             task_id=task_id,
             answer=what,
+            fields={"commit": commit} if commit else {},
             by=blocks.by(user),
             message=SlackMessage(channel=channel, ts=ts),
         )
@@ -156,7 +166,7 @@ class SlackHook:
         view = p.get("view") or {}
         what = blocks.answer_of(str(view.get("callback_id") or ""))
         try:
-            meta = json.loads(str(view.get("private_metadata") or "{}"))
+            meta = json_in.loads(str(view.get("private_metadata") or "{}"))
         except ValueError:
             meta = {}
         if not what or not isinstance(meta, dict) or not meta.get("task_id"):
@@ -234,7 +244,3 @@ class SlackHook:
 def _errors(field: str, message: str) -> Response:
     """A modal's answer that keeps it open with ``message`` under ``field``."""
     return JSONResponse({"response_action": "errors", "errors": {field: message[:2000]}})
-
-
-def _said(status: int, message: str) -> Response:
-    return JSONResponse({"message": message}, status_code=status)

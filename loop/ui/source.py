@@ -364,10 +364,13 @@ class Source:
     # ------------------------------------------------------------------ the diff
 
     async def diff(self, page: TaskPage) -> Diff:
-        """The latest attempt's commit against the task's base, per file, highlighted."""
+        """The latest attempt's commit against the task's base, per file, highlighted; while
+        the task waits for approval, the commit an approval approves (the same tree)."""
         made = next((a.make for a in reversed(page.result.attempts) if a.make), None)
-        if made is None or not made.commit:
+        waiting = page.status.commit if page.open and page.status else ""
+        if not waiting and (made is None or not made.commit):
             return Diff(unavailable="no attempt has made a commit yet")
+        commit = waiting or (made.commit if made else "")
         marker = _read_json(self.runs / page.task_id / "workspace.json")
         base = str(marker.get("base_commit") or "")
         repo = str(marker.get("repo") or (page.spec.repo if page.spec else ""))
@@ -381,11 +384,11 @@ class Source:
                 unavailable=f"the base commit is not known here (no {self.runs}/"
                 f"{page.task_id}/workspace.json on this host)"
             )
-        key = f"{repo}\0{base}\0{made.commit}"
+        key = f"{repo}\0{base}\0{commit}"
         cached = self._diffs.get_or(key)
         if cached is not None:
             return cached
-        diff = await git_diff(repo, base, made.commit)
+        diff = await git_diff(repo, base, commit)
         if not diff.unavailable:
             self._diffs.put(key, diff)
         return diff

@@ -15,7 +15,6 @@ starts ``task-<source>-<id>`` at most once.
 from __future__ import annotations
 
 import hmac
-import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -34,6 +33,8 @@ from loop.contracts import (
     task_hook_workflow_id,
 )
 from loop.rules import triage
+from loop.ui import bodies
+from loop.ui.bodies import said
 
 PATH = "/hooks/tasks"
 MAX_BODY = 256 << 10
@@ -60,17 +61,16 @@ class TasksHook:
 
     async def handle(self, request: Request) -> Response:
         if not token_ok(self.token, request.headers.get("authorization", "")):
-            return _said(401, "refused: send Authorization: Bearer <LOOP_HOOKS_TOKEN_FILE's token>")
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return _said(413, f"refused: a body is at most {MAX_BODY} bytes")
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return _said(400, "refused: the body is not JSON")
+            return said(401, "refused: send Authorization: Bearer <LOOP_HOOKS_TOKEN_FILE's token>")
+        body = await bodies.capped(request, MAX_BODY)
+        if body is None:
+            return said(413, f"refused: a body is at most {MAX_BODY} bytes")
+        data, refusal = bodies.parsed(body)
+        if refusal is not None:
+            return refusal
         why = self.refused(data)
         if why:
-            return _said(400, f"refused: {why}")
+            return said(400, f"refused: {why}")
         fields = {k: v for k, v in data.items() if k not in ("source", "body")}
         hook = TaskHook(
             sources=self.tasked[data["source"]],
@@ -91,7 +91,7 @@ class TasksHook:
                 static_summary=f"POST /hooks/tasks: {task_id}",
             )
         except RPCError as e:
-            return _said(503, f"not taken: Temporal did not answer ({e.message or e.status})")
+            return said(503, f"not taken: Temporal did not answer ({e.message or e.status})")
         return JSONResponse(
             {"message": f"taken: workflow {wid}", "workflow_id": wid, "task_id": task_id},
             status_code=202,
@@ -120,7 +120,3 @@ class TasksHook:
         ):
             return "say what must be true when done: goal, or title and body"
         return ""
-
-
-def _said(status: int, message: str) -> Response:
-    return JSONResponse({"message": message}, status_code=status)

@@ -484,6 +484,8 @@ class Decisions:
     extend: bool = False
     hint: str = ""
     """The equivalent CLI commands."""
+    commit: str = ""
+    """The commit the approve form approves (the one the task waits with)."""
 
     @property
     def any(self) -> bool:
@@ -493,7 +495,8 @@ class Decisions:
     def key(self) -> str:
         """Which forms are shown: the page replaces them only when this changes."""
         names = ("approve", "reject", "feedback", "extend")
-        return ",".join(n for n in names if getattr(self, n)) or "none"
+        shown = ",".join(n for n in names if getattr(self, n)) or "none"
+        return f"{shown}@{self.commit}" if self.commit else shown
 
 
 def decisions(st: TaskStatus | None) -> Decisions:
@@ -502,6 +505,7 @@ def decisions(st: TaskStatus | None) -> Decisions:
     return Decisions(
         **{what: applies(name, st.state, st.waiting_for) for what, name in ANSWERS.items()},
         hint=answer_with(st.task_id, st.waiting_for),
+        commit=st.commit,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -434,6 +435,7 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert st.state == TaskState.AWAITING_APPROVAL  # still waiting: nothing was decided
     assert meta.current_details == f"AWAITING_APPROVAL: {st.reason}"
     assert st.reason and st.reason in inbox.out and "extend_budget" not in inbox.out
+    assert len(st.commit) == 40 and f"commit to approve: {st.commit}" in inbox.out
     assert f"[{task_id}] AWAITING_APPROVAL" in ran.out
     assert f"answer with: loop approve {task_id}  |  loop reject {task_id}" in ran.out
     # The gate table, as for a task that ended: what the person is asked to approve.
@@ -442,7 +444,11 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert "tests" in table and "pass" in table, ran.out
     assert "Traceback" not in ran.err
     assert approved.code == 0, approved
-    assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
+    # The CLI names the commit the task waited with, and says which.
+    assert re.fullmatch(
+        rf"{task_id}: approved; merging loop/{task_id} into main \(commit [0-9a-f]{{40}}\)",
+        approved.out.strip(),
+    ), approved.out
     expect_code(again, 2)
     assert_one_error_line(again, task_id, "approve")
     assert result.state == TaskState.DONE_WITH_EVIDENCE

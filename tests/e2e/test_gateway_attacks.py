@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from activities.host.gateway import Grant
 from tests.support.gateway import attached, bearer, grant, raw
 
 pytestmark = pytest.mark.timeout(60)
@@ -411,3 +412,90 @@ async def test_a_request_line_with_escapes_never_reaches_a_person() -> None:
                                        f"authorization: Bearer {g.token}\r\n\r\n")  # fmt: skip
     assert not answer.startswith(b"HTTP/1.1 2")
     assert not any("\x1b" in r or "\x07" in r for r in g.refused) and not up.requests
+
+
+# --- the worker's memory: bodies, connections, values --------------------------------
+
+FLOOD = b'{"model": "gpt-4o-mini", "messages": [' + b"{}," * ((16 << 20) // 3 - 20)
+FLOOD += b"{}]}"
+"""16 MiB of ``{},{},…``: five million dicts once parsed, the body of the attack."""
+
+
+async def flood_one(url: httpx.URL, token: str, body: bytes, *, chunked: bool) -> int:
+    """One connection sending ``body`` whole (``content-length``) or in 1 MiB chunks, as
+    fast as the gateway reads it; the status it gets back (0: none)."""
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    sized = b"transfer-encoding: chunked" if chunked else b"content-length: %d" % len(body)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                 b"authorization: Bearer %s\r\ncontent-type: application/json\r\n%s\r\n\r\n"
+                 % (token.encode(), sized))  # fmt: skip
+    try:
+        for i in range(0, len(body), 1 << 20):
+            part = body[i : i + (1 << 20)]
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            await writer.drain()
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 30)
+    except (ConnectionError, TimeoutError):
+        return 0
+    finally:
+        writer.close()
+    return int(line.split()[1]) if line.startswith(b"HTTP/1.1 ") else 0
+
+
+async def let_go(g: Grant) -> None:
+    """Until the gateway has closed every connection of ``g``'s run (it closes its side
+    just after the client has read its answer)."""
+    from activities.host.gateway import GATEWAY
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while GATEWAY._connections.get(g.token):
+        assert asyncio.get_running_loop().time() < deadline, "connections left open"
+        await asyncio.sleep(0.05)
+
+
+async def test_thirty_two_bodies_of_16_mib_are_refused_and_nothing_is_left_held() -> None:
+    """The attack: 32 connections, each 16 MiB of ``{},{},…``. Declared, each is refused
+    on its head (413); sent in chunks without a length, each is refused once it passes
+    ``MAX_BODY`` (413) or what the run may hold at once (429); just under ``MAX_BODY``,
+    for the values it would build (413) or the bytes in flight (429). Nothing reaches the
+    upstream, the run holds nothing after, and its next honest call is answered."""
+    from activities.host.gateway.server import MAX_BODY
+
+    under = FLOOD[: MAX_BODY - 4] + b"{}]}"
+    async with Upstream(whole(CHAT)) as up:
+        g = grant(up.url, model="gpt-4o-mini")
+        async with attached(g) as client:
+            url = httpx.URL(str(client.base_url))
+            rounds = []
+            for body, chunked in ((FLOOD, False), (FLOOD, True), (under, False)):
+                rounds.append(
+                    await asyncio.gather(
+                        *(flood_one(url, g.token, body, chunked=chunked) for _ in range(32))
+                    )
+                )
+                await let_go(g)  # the 32 connections closed on the gateway's side too
+            declared, chunked, just_under = rounds
+            held = g.in_flight
+            honest = await client.post("/v1/chat/completions", headers=bearer(g),
+                                       json={"model": "gpt-4o-mini", "messages": []})  # fmt: skip
+    assert declared == [413] * 32, declared
+    assert set(chunked) <= {413, 429} and 413 in chunked, chunked
+    assert set(just_under) <= {413, 429} and 413 in just_under, just_under
+    assert held == 0
+    assert honest.status_code == 200 and len(up.requests) == 1
+    assert any("holds more than 250,000 JSON values" in r for r in g.refused), g.refused[-3:]
+    assert any("at most 16 MiB at once" in r for r in g.refused), g.refused[-3:]
+
+
+async def test_a_body_nested_past_the_bound_is_400_before_it_is_built() -> None:
+    async with Upstream(whole(CHAT)) as up:
+        g = grant(up.url)
+        async with attached(g) as client:
+            body = b'{"model": "m", "x": ' + b"[" * 129 + b"]" * 129 + b"}"
+            answer = await client.post("/v1/chat/completions", content=body, headers=bearer(g))
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == "Loopwork: the body nests deeper than 128 levels"
+    assert not up.requests

@@ -10,13 +10,15 @@ tests/unit/test_github_spec.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -26,6 +28,7 @@ from loop.contracts import (
     GitHubDeliveryResult,
     TaskResult,
     TaskState,
+    TaskStatus,
     delivery_workflow_id,
     workflow_id_for,
 )
@@ -104,6 +107,29 @@ def status_comment(hub: GitHubStandIn, number: int) -> str:
     return str(found["body"])
 
 
+async def labeled(
+    client: Client, url: str, task_id: str, state: TaskState
+) -> tuple[WorkflowHandle, TaskStatus]:
+    """Issue 1 labeled ``loop`` on GitHub: its task started, and its status once in ``state``."""
+    _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+    await delivered(client, started)
+    handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+    return handle, await wait_for(handle, lambda st: st.state == state)
+
+
+async def said_on(hub: GitHubStandIn, number: int, text: str, within: float = 30) -> str:
+    """The status comment of issue ``number`` once it says ``text`` (it is edited as the
+    task goes)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        with contextlib.suppress(ValueError):
+            body = status_comment(hub, number)
+            if text in body:
+                return body
+        assert asyncio.get_running_loop().time() < deadline, f"{text!r} never said on #{number}"
+        await asyncio.sleep(0.2)
+
+
 async def exists(client: Client, workflow_id: str) -> bool:
     try:
         await client.get_workflow_handle(workflow_id).describe()
@@ -158,7 +184,7 @@ async def test_a_labeled_issue_starts_its_task_once_and_closing_it_cancels_it(
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
         first, delivery = await deliver(url, "issues", labeled, SECRET)
-        again, _ = await deliver(url, "issues", labeled, SECRET, delivery=delivery)
+        again, _ = await deliver(url, "issues", labeled, SECRET)  # another delivery id
         did = await delivered(client, delivery)
         opened, other = await deliver(
             url, "issues", issue_event("opened", REPO, 1, ["loop"]), SECRET
@@ -180,7 +206,8 @@ async def test_a_labeled_issue_starts_its_task_once_and_closing_it_cancels_it(
         runs = await runs_of(client, task_id)
 
     assert (first.status_code, again.status_code) == (202, 200)
-    assert again.json() == {"message": f"already received: delivery {delivery}"}
+    wid = delivery_workflow_id(delivery)
+    assert again.json() == {"message": f"already received: {delivery} (workflow {wid})"}
     assert did.did == [f"started {task_id}: new item"]
     assert parent == delivery_workflow_id(delivery)
     assert spec.goal.startswith("Fix slugify (#1)\n\nslugify(")
@@ -215,10 +242,7 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     task_id = f"{name}-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        handle, _ = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
 
         sneaky = "/loop approve $(rm -rf ~) `id`"
         refused, d1 = await deliver(
@@ -254,6 +278,93 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
     assert asked == ["mallory", "ann"], "chatter asks GitHub nothing"
 
 
+async def test_a_replayed_signed_comment_changes_nothing_after_the_first(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    """The signature covers the body, not ``X-GitHub-Delivery``: the same signed
+    ``/loop extend`` sent again under three new delivery ids is the same comment, refused
+    by the server (``already received``), and the task is extended once."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
+    task_id = f"{name}-1"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        handle, _ = await labeled(client, url, task_id, TaskState.NEEDS_HUMAN)
+        extend = comment_event(REPO, 1, "/loop extend attempts=1", "ann")
+        first, key = await deliver(url, "issue_comment", extend, SECRET)
+        await delivered(client, key)
+        replays = [(await deliver(url, "issue_comment", extend, SECRET))[0] for _ in range(3)]
+        parked = await wait_for(
+            handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 2
+        )
+        # A new comment, the same words: a new answer, taken.
+        again, other = await deliver(
+            url, "issue_comment", comment_event(REPO, 1, "/loop extend attempts=1", "ann"), SECRET
+        )
+        await delivered(client, other)
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == 3)
+        await handle.cancel()
+        result = await result_of(handle)
+
+    assert first.status_code == 202 and again.status_code == 202 and other != key
+    wid = delivery_workflow_id(key)
+    for replay in replays:
+        assert replay.status_code == 200, replay.text
+        assert replay.json() == {"message": f"already received: {key} (workflow {wid})"}
+    assert parked.budget.left.attempts == 0, parked.budget
+    extends = [e.detail for e in result.events if e.kind == "signal"]
+    one = 'extend_budget: {"attempts":1,"seconds":0,"tokens":0,"cost_usd":0.0} (by github:ann)'
+    assert extends == [one, one], extends
+    assert len(replies(hub)) == 2, "one reply per comment, none per replay"
+
+
+async def test_an_approval_said_before_the_commit_waited_approves_nothing(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    """A ``/loop approve`` made before the commit waiting was there (a failed delivery
+    redelivered later, or replayed) approves nothing; one made while it waits does, once,
+    however often it is sent again."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    name, file, secret = hooked(tmp_path, demo_repo, FIX_AT_ONCE, autonomy="assisted")
+    task_id = f"{name}-1"
+    old = comment_event(REPO, 1, "/loop approve looked fine last week", "ann")
+    old["comment"]["created_at"] = "2020-01-01T00:00:00Z"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        handle, waiting = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
+        shown = await said_on(hub, 1, f"Commit to approve: `{waiting.commit}`")
+        _, d1 = await deliver(url, "issue_comment", old, SECRET)
+        stale = await delivered(client, d1)
+        still = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        now = comment_event(REPO, 1, "/loop approve ship it", "ann")
+        _, d2 = await deliver(url, "issue_comment", now, SECRET)
+        taken = await delivered(client, d2)
+        replays = [(await deliver(url, "issue_comment", now, SECRET))[0] for _ in range(2)]
+        result = await result_of(handle)
+
+    assert waiting.waiting_since and len(waiting.commit) == 40
+    assert f"before commit {waiting.commit[:12]} waited for one" in stale.did[0], stale.did
+    assert still.state == TaskState.AWAITING_APPROVAL
+    assert f"{task_id}: approved" in taken.did[0], taken.did
+    assert [r.status_code for r in replays] == [200, 200]
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    signals = [e.detail for e in result.events if e.kind == "signal"]
+    assert signals == ["approve: ship it (by github:ann)"], signals
+    said = [c["body"] for c in replies(hub)]
+    assert len(said) == 2 and said[0].startswith("Loopwork: `approve` not sent: this approval")
+    assert shown.startswith(f"**Loopwork** · task `{task_id}` · **AWAITING_APPROVAL**")
+
+
 async def test_an_approving_review_approves_where_the_source_says_so(
     client: Client,
     env: WorkflowEnvironment,
@@ -263,7 +374,8 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     hub: GitHubStandIn,
 ):
     """``approve_on_review: true``: a writer's approving review on the task's branch is the
-    approval of the task awaiting it (a reader's is nothing), one reply on the PR."""
+    approval of the commit it reviewed, for the task awaiting approval of that commit (a
+    reader's is nothing, a review of another commit is refused), one reply on the PR."""
     answers.create_key(settings.home / answers.KEY_NAME)
     name, file, secret = hooked(
         tmp_path, demo_repo, FIX_AT_ONCE, {"approve_on_review": True}, autonomy="assisted"
@@ -272,15 +384,16 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
-        by_reader = review_event(REPO, 7, branch, 93, "approved", "LGTM", "mallory")
+        handle, waiting = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
+        by_reader = review_event(REPO, 7, branch, 93, "approved", "LGTM", "mallory", waiting.commit)
         _, d1 = await deliver(url, "pull_request_review", by_reader, SECRET)
         ignored = await delivered(client, d1)
+        # An approving review of an earlier head of the branch: not this commit's approval.
+        stale = review_event(REPO, 7, branch, 95, "approved", "LGTM", "ann", "0" * 40)
+        _, d0 = await deliver(url, "pull_request_review", stale, SECRET)
+        refused = await delivered(client, d0)
         still = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
-        by_writer = review_event(REPO, 7, branch, 94, "approved", "LGTM", "ann")
+        by_writer = review_event(REPO, 7, branch, 94, "approved", "LGTM", "ann", waiting.commit)
         taken, d2 = await deliver(url, "pull_request_review", by_writer, SECRET)
         approved = await delivered(client, d2)
         result = await result_of(handle)
@@ -291,6 +404,9 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     ).replay_workflow(history)
     assert replayed.replay_failure is None
     assert ignored.did == [f"ignored: mallory may not write to {REPO}"]
+    assert len(waiting.commit) == 40
+    assert refused.did[0].startswith("replied in comment "), refused.did
+    assert f"waits for approval of commit {waiting.commit[:12]}, not 000000000000" in refused.did[0]
     assert still.state == TaskState.AWAITING_APPROVAL
     assert taken.status_code == 202
     assert approved.did[0].startswith("replied in comment ")
@@ -298,8 +414,8 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     signals = [e.detail for e in result.events if e.kind == "signal"]
     assert signals == ["approve: approving review on GitHub by ann (by github:ann)"], signals
-    (reply,) = replies(hub)
-    assert reply["number"] == 7
+    stale_reply, reply = replies(hub)
+    assert reply["number"] == 7 and stale_reply["body"].startswith("Loopwork: `approve` not sent")
     assert not hub.reviews, "an approval reads no inline comments"
 
 
@@ -319,10 +435,7 @@ async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
     ]
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
-        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
-        await delivered(client, started)
-        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
-        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        handle, _ = await labeled(client, url, task_id, TaskState.NEEDS_HUMAN)
 
         branch = f"loop/{task_id}"
         outsider = review_event(

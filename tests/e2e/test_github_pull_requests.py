@@ -151,8 +151,9 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
         if e.HasField("marker_recorded_event_attributes")
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    # pull-request-outcome, github-status-comment and commit-status, under one marker.
-    assert [m["id"] for m in markers] == [patches.RELEASE]
+    # pull-request-outcome, github-status-comment and commit-status, under one marker;
+    # the patch added after the release by its own id, when the review's answer came.
+    assert [m["id"] for m in markers] == [patches.RELEASE, "bound-answers"]
 
     assert waiting.state == TaskState.AWAITING_APPROVAL
     assert pr["head"]["ref"] == branch and pr["base"]["ref"] == "main"
@@ -220,7 +221,9 @@ async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
         _, d2 = await deliver(url, "pull_request", by_writer, SECRET)
         rejected = await delivered(client, d2)
         result = await result_of(handle)
-        _, d3 = await deliver(url, "pull_request", by_writer, SECRET)  # a new delivery, late
+        replayed, _ = await deliver(url, "pull_request", by_writer, SECRET)  # the same body
+        closed_again = closed_event(REPO, pr["number"], branch, merged=False, sender="ann")
+        _, d3 = await deliver(url, "pull_request", closed_again, SECRET)  # a new event, late
         late = await delivered(client, d3)
 
     assert ignored.did == [f"ignored: mallory may not write to {REPO}"]
@@ -229,6 +232,9 @@ async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
     assert result.state == TaskState.REJECTED
     assert result.reason == "closed on GitHub by ann"
     assert result.final_action == FinalAction.PULL_REQUEST
+    assert replayed.status_code == 200 and replayed.json()["message"].startswith(
+        f"already received: {d2} "
+    )
     assert late.did[0].startswith("pull_request_closed not sent: ")
     assert "has ended REJECTED" in late.did[0]
     assert not replies(hub), "nothing is said on a closed pull request"

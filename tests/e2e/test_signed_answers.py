@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -187,7 +188,11 @@ async def test_a_forged_update_is_refused_in_its_validator(
     assert reply.signed and reply.did == "your feedback goes into the next attempt"
     assert "replayed (that signature was used before)" in str(again.value.cause)
     assert approved.code == 0, approved.err
-    assert approved.out.strip() == f"{task_id}: approved; merging loop/{task_id} into main"
+    # The CLI names the commit the task waited with, and says which.
+    assert re.fullmatch(
+        rf"{task_id}: approved; merging loop/{task_id} into main \(commit [0-9a-f]{{40}}\)",
+        approved.out.strip(),
+    ), approved.out
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     taken = [e.detail for e in result.events if e.kind == "signal"]
     assert taken == [f"approve: shipped (by {local_user()})"], taken

@@ -116,7 +116,7 @@ async def test_the_approve_button_merges_and_the_message_says_who_approved(
     ui = loop_ui(env, slacked, **ui_vars(slacked, tmp_path))
     async with build_worker(client, slacked), ui as url:
         handle = await start(client, slacked, spec)
-        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        waiting = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
         message = await posted(slack)
         shown = [(b["action_id"], b["value"]) for b in message.buttons()]
         first = message.shown()
@@ -135,7 +135,12 @@ async def test_the_approve_button_merges_and_the_message_says_who_approved(
 
     assert message.channel == CHANNEL
     assert f"*Loopwork task `{spec['id']}` is AWAITING_APPROVAL*: verified; " in first
-    assert shown == [("loop_approve", spec["id"]), ("loop_reject", spec["id"])]
+    # The approve button names the commit the message shows: the one the task waits with.
+    assert shown == [
+        ("loop_approve", f"{spec['id']} {waiting.commit}"),
+        ("loop_reject", spec["id"]),
+    ]
+    assert f"Approve approves commit `{waiting.commit}`" in first
     assert answered.status_code == 200
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert result.final_action == FinalAction.MERGED

@@ -87,3 +87,62 @@ def calling_spec(
          "verify": [{"name": "tests", "run": "python3 -m unittest discover -s tests -t ."}],
          "sandbox": {"mode": level, "network": network}, **more}
     )  # fmt: skip
+
+
+FLOODING_AGENT = """
+import threading, urllib.error, urllib.request
+base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+own = pathlib.Path(os.environ["LOOP_OUTPUT_FILE"]).parent
+head = b'{"model": "gpt-4o-mini", "messages": ['
+if WAY == "under":
+    body = head + b"{}," * ((MAX_BODY - 64) // 3) + b"{}]}"
+elif WAY == "deep":
+    body = head + b"[" * ((MAX_BODY - 64) // 2) + b"]" * ((MAX_BODY - 64) // 2) + b"]}"
+else:
+    body = head + b"{}," * ((16 << 20) // 3 - 20) + b"{}]}"
+
+def parts():
+    for i in range(0, len(body), 1 << 20):
+        yield body[i : i + (1 << 20)]
+
+def call(results, i):
+    # A call whose connection is closed unanswered (the gateway still closing this run's
+    # connections of the round before) is sent again, as any client would.
+    for _ in range(20):
+        data = parts() if WAY == "chunked" else body
+        request = urllib.request.Request(base + "/chat/completions", data=data, headers={
+            "Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        try:
+            results[i] = urllib.request.urlopen(request, timeout=120).status
+            return
+        except urllib.error.HTTPError as e:
+            results[i] = e.code
+            return
+        except OSError as e:
+            results[i] = type(e).__name__
+            time.sleep(0.2)
+
+rounds = []
+while not (own / "stop").exists() and len(rounds) < ROUNDS:
+    results = [None] * 32
+    threads = [threading.Thread(target=call, args=(results, i)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rounds.append(results)
+    (own / "flood.json").write_text(json.dumps(rounds))
+pathlib.Path("slugify.py").write_text(FIX)  # the task itself then ends done
+"""
+
+
+def flooding_agent(way: str, rounds: int, fix: str) -> str:
+    """An agent body (``json``, ``os``, ``pathlib``, ``time`` imported) that floods its
+    gateway: rounds of 32 calls at once, each 16 MiB of ``{},{},…`` with its length
+    (``declared``) or without (``chunked``), just under ``MAX_BODY`` of ``{}`` (``under``)
+    or of brackets (``deep``); after each round every call's status in its own folder's
+    ``flood.json``, until ``rounds`` or a file ``stop`` there; then it writes ``fix``."""
+    from activities.host.gateway.server import MAX_BODY
+
+    consts = f"WAY = {way!r}\nROUNDS = {rounds}\nMAX_BODY = {MAX_BODY}\nFIX = {fix!r}\n"
+    return consts + FLOODING_AGENT

@@ -10,15 +10,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import uuid
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import httpx
 import pytest
 
+from loop.rules.hooks import delivery_key
 from tests.support.repos import ROOT
 
 EXAMPLES = ROOT / ".ci/node/node_modules/@octokit/webhooks-examples/api.github.com/index.json"
@@ -53,12 +56,22 @@ def example(event: str, action: str, repo: str) -> dict[str, Any]:
     return payload
 
 
+IDS = itertools.count(int(datetime.now(UTC).timestamp() * 1000))
+"""Ids GitHub gives what a test makes (a comment, a check run): each a new one."""
+
+
+def now() -> str:
+    """GitHub's ``updated_at``/``created_at``: a new event on an object changes it."""
+    return datetime.now(UTC).isoformat()
+
+
 def issue_event(
     action: str, repo: str, number: int, labels: list[str], sender: str = "octocat"
 ) -> dict[str, Any]:
     payload = example("issues", action, repo)
     issue = payload["issue"]
     issue["number"] = number
+    issue["id"], issue["updated_at"] = 10_000 + number, now()
     issue["html_url"] = f"https://github.com/{repo}/issues/{number}"
     issue["title"] = f"Fix slugify (#{number})"
     issue["body"] = 'slugify("Hello, World!") must return "hello-world".'
@@ -85,6 +98,7 @@ def comment_event(
             "patch_url": f"https://github.com/{repo}/pull/{number}.patch",
         }
     payload["comment"]["body"] = body
+    payload["comment"]["id"], payload["comment"]["created_at"] = next(IDS), now()
     payload["comment"]["user"]["login"] = sender
     payload["sender"]["login"] = sender
     payload["sender"]["type"] = "User"
@@ -105,9 +119,11 @@ async def deliver(
     signed: str | None = None,
     host: str = "",
 ) -> tuple[httpx.Response, str]:
-    """POST the payload to ``url``/hooks/github as GitHub does; (answer, delivery id).
-    ``signed`` overrides the signature header (``""``: none at all); ``host`` the
-    ``Host`` header (a proxy in front of the page passes the public name on)."""
+    """POST the payload to ``url``/hooks/github as GitHub does, under delivery id
+    ``delivery`` (a new one by default); (answer, what the delivery is about: its
+    workflow is ``delivery_workflow_id`` of it). ``signed`` overrides the signature
+    header (``""``: none at all); ``host`` the ``Host`` header (a proxy in front of the
+    page passes the public name on)."""
     body = json.dumps(payload).encode()
     delivery = delivery or str(uuid.uuid4())
     headers = {
@@ -124,18 +140,22 @@ async def deliver(
         headers["Host"] = host
     async with httpx.AsyncClient(timeout=10) as http:
         resp = await http.post(f"{url}/hooks/github", content=body, headers=headers)
-    return resp, delivery
+    return resp, delivery_key(event, payload)
 
 
 def review_event(
-    repo: str, number: int, branch: str, review_id: int, state: str, body: str, sender: str
-) -> dict[str, Any]:
-    """A ``pull_request_review`` submitted on the pull request of ``branch``."""
+    repo: str, number: int, branch: str, review_id: int, state: str, body: str, sender: str,
+    commit: str = "",
+) -> dict[str, Any]:  # fmt: skip
+    """A ``pull_request_review`` submitted on the pull request of ``branch`` (at ``commit``,
+    the head the reviewer saw; the example's by default)."""
     payload = example("pull_request_review", "submitted", repo)
     pr = payload["pull_request"]
     pr["number"] = number
     pr["head"]["ref"] = branch
-    payload["review"].update(id=review_id, state=state, body=body)
+    payload["review"].update(id=review_id, state=state, body=body, submitted_at=now())
+    if commit:
+        payload["review"]["commit_id"] = pr["head"]["sha"] = commit
     payload["review"]["user"]["login"] = sender
     payload["sender"]["login"] = sender
     payload["sender"]["type"] = "User"
@@ -149,6 +169,7 @@ def closed_event(
     payload = example("pull_request", "closed", repo)
     pr = payload["pull_request"]
     pr["number"] = number
+    pr["id"], pr["updated_at"] = 20_000 + number, now()
     pr["head"]["ref"] = branch
     pr["merged"] = merged
     pr["merged_by"] = copy.deepcopy(payload["sender"]) if merged else None
@@ -165,6 +186,7 @@ def checks_event(
     payload = example(event, "completed", repo)
     ran = payload[event]
     ran.update(head_sha=sha, conclusion=conclusion, status="completed")
+    ran.update(id=next(IDS), updated_at=now())
     if event == "check_suite":
         ran["head_branch"] = branch
     elif event == "check_run":

@@ -172,3 +172,25 @@ def test_programs_of_a_shell_line_skip_here_document_bodies() -> None:
     assert programs(["bash", "-c", tabs]) == ["bash", "cat", "make"]
     here_string = 'grep x <<< "index"; echo hi'
     assert programs(["bash", "-c", here_string]) == ["bash", "grep"]
+
+
+def test_json_nested_past_the_parser_is_no_usage_and_no_crash() -> None:
+    """What an agent leaves is read as hostile: a usage file or a log line nested 10,000
+    deep is not JSON to the reader (no ``RecursionError`` ends the step), and the lines
+    around it are still read."""
+    deep = "[" * 10_000 + "]" * 10_000
+    assert usage.from_file(deep.encode()).error == "LOOP_USAGE_FILE is not JSON"
+    result = (
+        '{"type":"result","subtype":"success","is_error":false,"total_cost_usd":0.5,'
+        '"usage":{"input_tokens":10,"output_tokens":2}}'
+    )
+    said = usage.read("claude-code", "{" + '"a":' * 10_000 + "\n" + result + "\n", None)
+    assert (said.tokens_in, said.tokens_out, said.error) == (10, 2, "")
+
+
+def test_tool_arguments_nested_past_the_bound_are_the_models_error() -> None:
+    from activities.host.toolbox.arguments import parse_arguments
+    from activities.host.toolbox.outcome import ToolError
+
+    with pytest.raises(ToolError, match="the JSON nests deeper than 64 levels"):
+        parse_arguments("read_file", '{"path": ' + "[" * 10_000 + "]" * 10_000 + "}")

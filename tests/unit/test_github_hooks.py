@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
+import re
 from pathlib import Path
 
 import pytest
 
 from loop.contracts import ReviewComment
 from loop.errors import BadInput
-from loop.rules.hooks import Command, addressed, parse, review_feedback
+from loop.rules.answers import unapproved
+from loop.rules.hooks import Command, addressed, delivery_key, parse, review_feedback
 from loop.ui.config import webhook
 from loop.ui.hooks import _ignored, signature_ok
 from tests.support.triage import template, write_sources
@@ -147,3 +150,55 @@ def test_which_check_deliveries_reach_a_workflow(event: str, ran: dict, ci: bool
     payload = {"action": "completed", event: {"head_sha": SHA} | ran}
     assert _ignored(event, payload, ci=ci) == why
     assert _ignored(event, payload | {"action": "requested"}, ci=ci) == f"{event} requested"
+
+
+def test_a_delivery_is_keyed_by_what_its_signed_body_is_about():
+    """The key is the object's id and the action (and, for what may happen to it again,
+    when it last changed): the same body has the same key whatever the unsigned delivery
+    id; another comment, label, change or kind of event has another."""
+    comment = {"action": "created", "comment": {"id": 123, "body": "/loop extend attempts=1"}}
+    assert delivery_key("issue_comment", comment) == "comment-123-created"
+    assert delivery_key("issue_comment", copy.deepcopy(comment)) == "comment-123-created"
+    edited = copy.deepcopy(comment)
+    edited["comment"]["body"] = "/loop approve"  # one comment is one answer, whatever it says
+    assert delivery_key("issue_comment", edited) == "comment-123-created"
+    review = {"action": "submitted", "review": {"id": 123}}
+    assert delivery_key("pull_request_review", review) == "review-123-submitted"
+
+    def labeled(label: int, at: str) -> dict:
+        return {"action": "labeled", "label": {"id": label},
+                "issue": {"id": 9, "number": 1, "updated_at": at}}  # fmt: skip
+
+    one = delivery_key("issues", labeled(1, "2026-01-01T00:00:00Z"))
+    assert one.startswith("issue-9-labeled-") and one == delivery_key(
+        "issues", labeled(1, "2026-01-01T00:00:00Z")
+    )
+    assert one != delivery_key("issues", labeled(2, "2026-01-01T00:00:00Z"))  # another label
+    assert one != delivery_key("issues", labeled(1, "2026-01-01T00:00:09Z"))  # labeled again
+    run = {"action": "completed", "check_run": {"id": 5, "updated_at": "t", "conclusion": "x"}}
+    rerun = copy.deepcopy(run)
+    rerun["check_run"]["conclusion"] = "failure"
+    assert delivery_key("check_run", run) != delivery_key("check_run", rerun)
+    # No id to key by: the whole body is the key, so only the same body is the same.
+    no_id = {"action": "created", "comment": {"body": "x"}}
+    key = delivery_key("issue_comment", no_id)
+    assert key.startswith("issue_comment-created-body-")
+    assert key != delivery_key("issue_comment", {**no_id, "sender": {"login": "a"}})
+    assert delivery_key("issue_comment", {"action": "created", "comment": {"id": True}}) != (
+        "comment-True-created"
+    ), "a bool is no id"
+    for k in (one, key, delivery_key("issues", {"action": "Weird Action!/..", "issue": {}})):
+        assert re.fullmatch(r"[a-z0-9_-]{1,100}", k), k
+
+
+def test_an_approval_names_a_commit_or_none():
+    waiting = "3f2a9c1b7d40" + "0" * 28
+    assert unapproved("t", "", waiting) == ""  # a hand-typed signal: the one waiting
+    assert unapproved("t", waiting, waiting) == ""
+    assert unapproved("t", waiting[:7].upper(), waiting) == ""
+    assert "waits for approval of commit 3f2a9c1b7d40, not 3f2a9c1b7d41" in unapproved(
+        "t", "3f2a9c1b7d41", waiting
+    )
+    for bad in (waiting[:6], waiting + "0" * 30, "3f2a9c1; rm", "HEAD", "main"):
+        assert "is not a commit" in unapproved("t", bad, waiting), bad
+    assert "commit (none)" in unapproved("t", waiting, ""), "nothing waits: nothing approved"

@@ -65,6 +65,22 @@ def test_a_wait_shows_the_answers_that_apply_as_buttons():
     ]
 
 
+def test_the_approve_button_names_the_commit_its_message_shows():
+    commit = "3f2a9c1b7d40" + "0" * 28
+    _, shown = blocks.waiting(
+        "fix-1", "AWAITING_APPROVAL", "verified", "Fix it", WAITING_APPROVAL, commit
+    )
+    section, actions = (Block.parse(b) for b in shown)
+    assert isinstance(section, SectionBlock) and isinstance(actions, ActionsBlock)
+    section.validate_json()
+    assert section.text is not None and f"Approve approves commit `{commit}`" in section.text.text
+    values = {e.action_id: e.value for e in actions.elements}
+    assert values == {"loop_approve": f"fix-1 {commit}", "loop_reject": "fix-1"}
+    assert blocks.button_answer(values["loop_approve"]) == ("fix-1", commit)
+    # A message posted before buttons named their commit: the task alone.
+    assert blocks.button_answer("fix-1") == ("fix-1", "")
+
+
 def test_hostile_text_is_inert_in_every_message():
     reason = "<!channel> see <https://evil.example|the fix> & \x1b[2Jdone"
     text, shown = blocks.waiting("t", "NEEDS_HUMAN", reason, "<@U1> goal", WAITING_DECISION)

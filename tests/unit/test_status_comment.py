@@ -52,3 +52,7 @@ def test_the_comment_says_state_attempt_reason_and_each_gate():
     assert len(re.findall(r"(?<!\\)\|", scope)) == 4, "the hostile cell stays one cell"
     assert "Waits for its pull request merged or closed on GitHub" in body
     assert "@" not in body and "<img" not in body and "](https://evil" not in body
+    assert "Commit to approve" not in body  # it waits for its pull request, not an approval
+    waiting = view("gh-7", TaskState.AWAITING_APPROVAL, 1, 3, "verified", "approve/reject", [],
+                   "", "3f2a9c1b7d40" + "0" * 28)  # fmt: skip
+    assert "\n\nCommit to approve: `3f2a9c1b7d40" in comment(waiting, for_github)

@@ -275,11 +275,14 @@ def test_a_closed_task_takes_no_decision() -> None:
 
 
 def test_a_form_becomes_a_payload_with_who_decided() -> None:
-    assert payload_for("approve", {"note": " ok "}, "ann").model_dump() == {
+    form = {"note": " ok ", "commit": " 0a1b2c3d "}
+    assert payload_for("approve", form, "ann", "page:ab:approve").model_dump() == {
         "note": "ok",
         "by": "ann",
         "at": "",  # stamped and signed when it is sent (loop.tasks.signed)
         "signature": "",
+        "commit": "0a1b2c3d",
+        "answer_id": "page:ab:approve",
     }
     assert payload_for("reject", {"reason": "no"}, "ann").reason == "no"
     ext = payload_for("extend", {"attempts": "2", "cost_usd": "0.5", "tokens": ""}, "bo")

@@ -18,6 +18,9 @@ the way its name says, then writes each workflow's history
 - ``approval``: ``assisted``; AWAITING_APPROVAL, ``approve``, merged into base.
 - ``approval_by_update``: ``approval`` with answers sent as updates: a ``feedback``
   refused by its validator (so absent from the history), then ``approve``.
+- ``bound_approval``: ``approval`` with answers bound to what they answer: an
+  ``approve`` signal naming another commit (refused, an event), then an ``approve``
+  update naming the commit waiting, with an answer id.
 - ``rejection``: ``assisted``; AWAITING_APPROVAL, ``reject``: REJECTED.
 - ``crash_recovery``: a worker subprocess killed -9 during ``make`` of attempt 2;
   a second worker retries it and finishes.
@@ -284,6 +287,23 @@ async def approval_by_update(s: Scenario) -> Histories:
     return {s.name: await handle.fetch_history()}
 
 
+async def bound_approval(s: Scenario) -> Histories:
+    spec = s.spec(s.agent(FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(s.client, s.settings):
+        handle = await s.start(spec)
+        st = await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        # An approval of another commit (refused: a trace event), then of the one waiting.
+        await handle.signal(SIGNAL_APPROVE, ApproveSignal(note="old", commit="0" * 40))
+        await wait_for(handle, lambda st: st.state == TaskState.AWAITING_APPROVAL)
+        approve = ApproveSignal(note="looks right", commit=st.commit, answer_id="cli:one")
+        await handle.execute_update(SIGNAL_APPROVE, approve, result_type=AnswerReply)
+        result = await result_of(handle)
+    expect(result, TaskState.DONE_WITH_EVIDENCE, 1)
+    refused = [e.detail for e in result.events if e.kind == "answer-refused"]
+    assert refused and "waits for approval of commit" in refused[0], refused
+    return {s.name: await handle.fetch_history()}
+
+
 async def rejection(s: Scenario) -> Histories:
     spec = s.spec(s.agent(FIX_AT_ONCE), autonomy="assisted")
     async with build_worker(s.client, s.settings):
@@ -425,6 +445,7 @@ PLAIN: dict[str, Maker] = {
     "budget_exhausted": budget_exhausted,
     "approval": approval,
     "approval_by_update": approval_by_update,
+    "bound_approval": bound_approval,
     "rejection": rejection,
     "crash_recovery": crash_recovery,
     "model_loop": model_loop,

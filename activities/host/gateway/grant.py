@@ -78,6 +78,9 @@ class Grant:
     """Calls made when the budget was first found spent (None: it never was)."""
     one_at_a_time: asyncio.Lock | None = None
     """Held around each call while a limit is set, so the overshoot is one call."""
+    in_flight: int = 0
+    """Bytes of request bodies the run's connections hold now, read and not yet answered
+    (``server.MAX_IN_FLIGHT`` at most)."""
     trace_context: Context | None = None
     """The attempt's trace where the grant was made (its ``make`` activity's span): each
     call's span is its child, though the gateway runs on a thread of its own."""

@@ -7,9 +7,14 @@ connections accepted on it belong to that run and no other (docs/concepts/gatewa
 
 For each request the gateway checks, on its head and before reading its body, that
 the token is the run's (another live run's token is refused and logged with both
-tasks) and the path is one of the api's model paths; then that the body is a JSON
-object under ``MAX_BODY`` whose usage will come back with the answer, and that the
-attempt's budget is not spent. It then puts the real key in, sends the request with
+tasks), the path is one of the api's model paths and the body it declares is under
+``MAX_BODY``; then, reading the body in chunks, that it stays under ``MAX_BODY`` and
+under what the run may hold in flight (``MAX_IN_FLIGHT``, over all its connections,
+at most ``MAX_CONNECTIONS``), that it is a JSON object within ``MAX_DEPTH`` and
+``MAX_ITEMS`` (measured before anything is built: ``loop.hardened.json_in``) whose
+usage will come back with the answer, and that the attempt's budget is not spent. So
+no agent makes the worker hold more than a few times ``MAX_IN_FLIGHT`` for it
+(docs/concepts/gateway.md). It then puts the real key in, sends the request with
 the API's own headers to the upstream the task file names (never one the request
 names) over verified TLS, and streams the answer back as it arrives, metering it on
 the way (``loop.rules.metering``), counting and journaling it before the answer's end
@@ -40,6 +45,7 @@ import h11
 from activities.host.gateway.grant import Call, Grant
 from activities.host.gateway.spans import record_call
 from activities.host.gateway.transcript import Transcript
+from loop.hardened import json_in
 from loop.logs import log_for
 from loop.pricing import call_cost, lookup
 from loop.rules.metering import Meter, prepare, streamed
@@ -50,8 +56,20 @@ if TYPE_CHECKING:
 GATEWAY_PORT = 3129
 """Where the gateway answers inside every sandbox's own network namespace."""
 GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
-MAX_BODY = 16 * 1024 * 1024
-"""A request body past this is refused (a model call's context is far smaller)."""
+MAX_BODY = 8 * 1024 * 1024
+"""A request body past this is refused, 413 (a model call's context is far smaller; an
+image is a few MB at most)."""
+MAX_IN_FLIGHT = 16 * 1024 * 1024
+"""Bytes of request bodies one run may hold at once over all its connections; a request
+past it is refused, 429 (a CLI tries again), never queued."""
+MAX_ITEMS = 250_000
+"""JSON values one request may hold (``json_in``): a long conversation with its tools
+holds tens of thousands; millions of ``{}`` would build hundreds of MB."""
+MAX_DEPTH = 128
+"""Nesting a request's JSON may have (a tool's schema nests a few dozen at most)."""
+DISCARD = 64 * 1024 * 1024
+"""Of a body refused before its end, what is read and dropped (never kept) before the
+connection closes, so the client, still sending, reads the refusal instead of a reset."""
 IDLE_S = 300.0
 """How long a kept-alive connection may wait for its next request."""
 REQUEST_S = 60.0
@@ -88,7 +106,7 @@ API's own; none that a proxy reads as routing or that picks what the key bills."
 NOT_RETURNED = HOP_BY_HOP | {"set-cookie"}
 ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-               502: "api_error"}  # fmt: skip
+               429: "rate_limit_error", 502: "api_error"}  # fmt: skip
 
 T = TypeVar("T")
 
@@ -193,10 +211,14 @@ class Gateway:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             while True:
-                got = await self._request(conn, reader, writer, grant)
-                if got is None:
-                    return
-                await self._answer(conn, writer, grant, *got)
+                held = _Held(grant)
+                try:
+                    got = await self._request(conn, reader, writer, grant, held)
+                    if got is None:
+                        return
+                    await self._answer(conn, writer, grant, *got)
+                finally:
+                    held.release()
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
@@ -208,12 +230,14 @@ class Gateway:
 
     async def _request(
         self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-        grant: Grant,
+        grant: Grant, held: _Held,
     ) -> tuple[_Head, bytes] | None:  # fmt: skip
-        """One request, admitted on its head (the token and the path) before its body is
-        read; None when the connection is done (closed, idle too long, refused)."""
+        """One request, admitted on its head (the token, the path, the size it declares)
+        before its body is read, then read in chunks within the run's limits (``held``
+        counts what it holds); None when the connection is done (closed, idle too long,
+        refused)."""
         head: _Head | None = None
-        body = bytearray()
+        chunks: list[bytes] = []
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
@@ -222,21 +246,59 @@ class Gateway:
                 conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), wait))
             elif isinstance(event, h11.Request):
                 head = _Head.of(event)
-                refusal = self._admit(head, grant)
+                refusal = self._admit(head, grant) or self._declared(head, grant, held)
                 if refusal is not None:
-                    await self._send(conn, writer, grant, *refusal)
+                    await self._refuse_request(conn, reader, writer, grant, *refusal)
                     return None
             elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > MAX_BODY:
-                    why = f"a request body over {MAX_BODY // (1024 * 1024)} MiB"
-                    self._refused(grant, why)
-                    await self._send(conn, writer, grant, 413, f"Loopwork: {why} is refused")
+                chunks.append(event.data)
+                held.read += len(event.data)
+                refusal = self._holds(grant, held, held.read)
+                if refusal is not None:
+                    chunks.clear()  # dropped, and given back, before the rest is read
+                    held.release()
+                    await self._refuse_request(conn, reader, writer, grant, *refusal)
                     return None
             elif isinstance(event, h11.EndOfMessage) and head is not None:
-                return head, bytes(body)
+                return head, b"".join(chunks)
             else:
                 return None
+
+    async def _refuse_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        grant: Grant, status: int, message: str,
+    ) -> None:  # fmt: skip
+        """The gateway's answer to a request that goes no further; what is left of its
+        body is read and dropped (``DISCARD`` at most), so the client hears the answer."""
+        await self._send(conn, writer, grant, status, message)
+        dropped = 0
+        with contextlib.suppress(h11.ProtocolError, ConnectionError, OSError, TimeoutError):
+            while conn.their_state is h11.SEND_BODY and dropped < DISCARD:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), REQUEST_S))
+                elif isinstance(event, h11.Data):
+                    dropped += len(event.data)
+
+    def _declared(self, head: _Head, grant: Grant, held: _Held) -> tuple[int, str] | None:
+        """The body a request declares (``content-length``), held from its head on, or
+        refused before a byte of it is read."""
+        declared = head.headers.get("content-length", "")
+        return self._holds(grant, held, int(declared) if declared.isdigit() else 0)
+
+    def _holds(self, grant: Grant, held: _Held, size: int) -> tuple[int, str] | None:
+        """The request holding a body of ``size`` bytes (declared, or read so far), or the
+        refusal: over ``MAX_BODY`` (413), over the run's ``MAX_IN_FLIGHT`` (429)."""
+        if size > MAX_BODY:
+            why = f"a request body over {MAX_BODY >> 20} MiB"
+            self._refused(grant, why)
+            return 413, f"Loopwork: {why} is refused"
+        if not held.take(size):
+            why = (f"this run's requests hold {grant.in_flight >> 20} MiB of bodies; at "
+                   f"most {MAX_IN_FLIGHT >> 20} MiB at once")  # fmt: skip
+            self._refused(grant, why)
+            return 429, f"Loopwork: {why}; try again when an answer has come"
+        return None
 
     def _admit(self, head: _Head, grant: Grant) -> tuple[int, str] | None:
         """The gateway's own answer to a request that goes no further, from its head."""
@@ -267,9 +329,15 @@ class Gateway:
         method, path, query, headers = head.method, head.path, head.query, head.headers
         doc: dict[str, Any] | None = {}
         if method == "POST":
-            # A big body is parsed off the gateway's loop: the other runs' calls go on.
-            doc = await asyncio.to_thread(_json_object, body) if len(body) > 1 << 20 else (
-                _json_object(body))  # fmt: skip
+            try:
+                # A big body is parsed off the gateway's loop: the other runs' calls go on.
+                doc = await asyncio.to_thread(_json_object, body) if len(body) > 1 << 20 else (
+                    _json_object(body))  # fmt: skip
+            except json_in.Refused as e:
+                self._refused(grant, f"the body {e}")
+                status = 413 if e.too_big else 400
+                await self._send(conn, writer, grant, status, f"Loopwork: the body {e}")
+                return
         if doc is None:
             await self._send(conn, writer, grant, 400, "Loopwork: the body is not a JSON object")
             return
@@ -422,6 +490,32 @@ class Gateway:
         await writer.drain()
 
 
+class _Held:
+    """What one request holds of its run's ``MAX_IN_FLIGHT``: the body it declares from
+    its head on, more as a body without a length arrives; given back once it is answered
+    (or refused, or its connection gone)."""
+
+    def __init__(self, grant: Grant) -> None:
+        self.grant = grant
+        self.read = 0
+        self.reserved = 0
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` bytes in all; False (nothing more held) past the run's limit."""
+        more = size - self.reserved
+        if more <= 0:
+            return True
+        if self.grant.in_flight + more > MAX_IN_FLIGHT:
+            return False
+        self.grant.in_flight += more
+        self.reserved += more
+        return True
+
+    def release(self) -> None:
+        self.grant.in_flight -= self.reserved
+        self.reserved = 0
+
+
 @dataclass(frozen=True)
 class _Head:
     """A request's line and headers, decoded once."""
@@ -441,9 +535,13 @@ class _Head:
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object (None: it is none), parsed within ``MAX_DEPTH`` and
+    ``MAX_ITEMS`` (``json_in.Refused`` past them)."""
     try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
+        doc = json_in.loads(body, max_depth=MAX_DEPTH, max_items=MAX_ITEMS)
+    except json_in.Refused:
+        raise
+    except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from activities.host.toolbox.outcome import ToolError
 from activities.host.toolbox.schemas import SCHEMA_BY_NAME
+from loop.hardened import json_in
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,)}
 
@@ -26,7 +27,9 @@ def parse_arguments(name: str, arguments: str | dict[str, Any] | None) -> dict[s
         args = arguments
     else:
         try:
-            args = json.loads(arguments)
+            args = json_in.loads(arguments)
+        except json_in.Refused as e:
+            raise ToolError(f"the arguments of {name} are refused: the JSON {e}") from None
         except json.JSONDecodeError as e:
             raise ToolError(
                 f"the arguments of {name} are not valid JSON ({e.msg} at character {e.pos}); "

@@ -87,7 +87,7 @@ def json_lines(log: str) -> list[dict[str, Any]]:
         if line.startswith("{"):
             try:
                 doc = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # the agent prints what it likes
                 continue
             if isinstance(doc, dict):
                 found.append(doc)
