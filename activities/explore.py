@@ -130,6 +130,7 @@ class ExploreActivities:
             agent_home=agent_home(ws),
             allow_hosts=endpoints(task),
             hidden=sandbox.hidden_for(ws),
+            environment=sandbox.Laid.of(ws.environment),
         )
         await sandbox.check_runnable(run)
         missing = await sandbox.missing_programs(run)

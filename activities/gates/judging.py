@@ -29,7 +29,7 @@ from pathlib import Path
 
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
-from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
+from loop.contracts import BuiltEnvironment, MakeResult, RunGate, TaskSpec, Workspace
 from loop.hardened.files import open_untrusted
 from loop.rules.tamper import Finding
 
@@ -62,6 +62,9 @@ class Judging:
     _overlay: dict[str, Ran] = field(default_factory=dict)
     _findings: list[Finding] | None = None
     _changed: list[str] | None = None
+    environment: BuiltEnvironment | None = None
+    """The attempt's own environment (its commit changes the key files): the commit's runs
+    use it; base's keep the workspace's."""
 
     @property
     def commit(self) -> str:
@@ -74,9 +77,12 @@ class Judging:
 
     async def at_commit(self, gate: RunGate) -> Ran:
         if gate.name not in self._runs:
+            ws = self.ws
+            if self.environment is not None:
+                ws = ws.model_copy(update={"environment": self.environment})
             self._runs[gate.name] = await run_command(
                 gate,
-                self.ws,
+                ws,
                 self.bench.tree,
                 self.bench.log_dir,
                 self.bench.home,
@@ -85,9 +91,11 @@ class Judging:
         return self._runs[gate.name]
 
     def _key(self, gate: RunGate) -> str:
+        laid = self.ws.environment
         return hashlib.sha256(
             f"{self.ws.base_commit}\0{gate.model_dump_json()}\0"
-            f"{self.task.sandbox.model_dump_json()}".encode()
+            f"{self.task.sandbox.model_dump_json()}"
+            f"{f'{chr(0)}{laid.key}' if laid is not None else ''}".encode()
         ).hexdigest()[:16]
 
     def base_file(self, gate: RunGate) -> Path:
