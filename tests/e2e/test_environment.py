@@ -9,16 +9,20 @@ test_environment_registry.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.host import environments
 from activities.gates import Ran
+from activities.host import environments
 from loop.contracts import SETUP_TREE, GateResult, SuiteReport, TaskResult, TaskState
 from loop.settings import Settings
 from tests.support.agents import write_agent
@@ -54,6 +58,9 @@ for name, write in (
 out.write_text("fixed add")
 """
 """Fixes the bug, adds a regression test, and tries to change the environment four ways."""
+
+
+TESTS_ONLY = [{"name": "tests", "run": TESTS, "timeout": 60}]
 
 
 def env_task(repo: Path, agent: list[str], level: str, **overrides: object) -> dict:
@@ -134,3 +141,197 @@ async def test_a_task_needing_its_environment_reaches_done(
     # Nothing of it is left in the worktree: no empty .venv the agent would seem to make.
     assert not (Path(result.worktree) / ".venv").exists()
     assert result.attempts[0].make is not None and not result.attempts[0].make.ignored_files
+
+
+async def test_tasks_on_one_key_share_one_build_even_at_once(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """Two tasks started together build the environment once (the other waits for it and
+    takes it); a third finds it at once. Each holds it while it runs, none after."""
+    repo = make_env_repo(tmp_path / "repo")
+    agent = write_agent(tmp_path, f"pathlib.Path('src/calc/__init__.py').write_text({FIXED!r})")
+    slow = environment(setup=[*environment()["setup"], "sleep 1"])
+    specs = [env_task(repo, agent, "basic", environment=slow, verify=TESTS_ONLY) for _ in range(3)]
+    async with build_worker(client, settings):
+        handles = [await start(client, settings, s) for s in specs[:2]]
+        together = [await result_of(h, within=150) for h in handles]
+        started = time.monotonic()
+        third = await result_of(await start(client, settings, specs[2]), within=150)
+        third_s = time.monotonic() - started
+    results = [*together, third]
+    assert [r.state for r in results] == [TaskState.DONE_WITH_EVIDENCE] * 3, results
+    said = [events(r, "environment")[0] for r in results]
+    assert sum(": built in " in s for s in said) == 1, said
+    assert sum(": cache hit " in s for s in said) == 2, said
+    logs = [settings.runs / s["id"] / "environment" / "setup.log" for s in specs]
+    assert [log.exists() for log in logs].count(True) == 1, "the setup ran more than once"
+    [kept] = environments.listing(settings.home)
+    assert kept.holders == [], "a task that ended still holds it"
+    assert third_s < 60, third_s
+
+
+async def test_a_setup_that_fails_blocks_at_once_with_its_log(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    repo = make_env_repo(tmp_path / "repo")
+    failing = "echo 'ERROR: no matching distribution for nope==9' >&2; exit 3"
+    spec = env_task(
+        repo,
+        write_agent(tmp_path, "out.write_text('never runs')"),
+        "basic",
+        environment=environment(setup=["python3 -m venv --without-pip .venv", failing]),
+    )
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        result = await result_of(handle, within=60)
+        closed = (await handle.describe()).close_time
+        history = [e async for e in handle.fetch_history_events()]
+    assert result.state == TaskState.BLOCKED
+    assert result.attempts == [], "an attempt was spent"
+    reason = result.reason
+    assert f"`{failing}` exited 3" in reason, reason
+    assert "no matching distribution for nope==9" in reason, reason
+    assert str(settings.runs / spec["id"] / "environment" / "setup.log") in reason, reason
+    # One try (a failed setup is never retried), and the task ended within 2 s of it.
+    [build] = [
+        e
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "build_environment"
+    ]
+    tries = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == build.event_id
+    ]
+    assert tries == [1], tries
+    failed_at = (settings.runs / spec["id"] / "environment" / "setup-2.log").stat().st_mtime
+    assert closed is not None and closed.timestamp() - failed_at <= 2.0, (
+        closed.timestamp() - failed_at
+    )
+    assert environments.listing(settings.home) == [], "a failed build was kept"
+
+
+class _Counted(BaseHTTPRequestHandler):
+    hits: list[str]
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"fetched")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def server() -> Iterator[tuple[int, list[str]]]:
+    """A local HTTP server: its port, and the paths asked of it."""
+    hits: list[str] = []
+    handler = type("Handler", (_Counted,), {"hits": hits})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1], hits
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def fetch(port: int) -> str:
+    return (
+        'python3 -c "import urllib.request; '
+        f"print(urllib.request.urlopen('http://127.0.0.1:{port}/pkg').read())\""
+    )
+
+
+async def test_the_setup_reaches_only_the_hosts_it_lists(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """Through the egress proxy: a listed host answers, another is refused and the reason
+    says so; the agent does not get the setup's hosts."""
+    repo = make_env_repo(tmp_path / "repo")
+    with server() as (listed, listed_hits), server() as (other, other_hits):
+        reach = f"urllib.request.urlopen('http://127.0.0.1:{listed}/agent', timeout=5)"
+        agent = write_agent(
+            tmp_path,
+            f"""
+import urllib.request
+try:
+    {reach}
+    (own / "reached.txt").write_text("yes")
+except OSError as e:
+    (own / "reached.txt").write_text(str(e))
+pathlib.Path("src/calc/__init__.py").write_text({FIXED!r})
+""",
+        )
+        ok = env_task(
+            repo,
+            agent,
+            "basic",
+            verify=TESTS_ONLY,
+            environment=environment(
+                setup=[*environment()["setup"], fetch(listed)], allow_hosts=[f"127.0.0.1:{listed}"]
+            ),
+        )
+        refused = env_task(
+            repo,
+            agent,
+            "basic",
+            verify=TESTS_ONLY,
+            environment=environment(
+                setup=[*environment()["setup"], fetch(other)], allow_hosts=[f"127.0.0.1:{listed}"]
+            ),
+        )
+        async with build_worker(client, settings):
+            done = await result_of(await start(client, settings, ok), within=120)
+            blocked = await result_of(await start(client, settings, refused), within=120)
+    assert done.state == TaskState.DONE_WITH_EVIDENCE, done.reason
+    assert listed_hits == ["/pkg"], "the setup did not reach the host it lists"
+    assert "yes" != (settings.runs / ok["id"] / "attempt-1" / "agent" / "reached.txt").read_text()
+    assert done.attempts[0].make is not None
+    assert f"127.0.0.1:{listed}" in " ".join(done.attempts[0].make.network_refused)
+    assert blocked.state == TaskState.BLOCKED
+    assert other_hits == [], "the proxy let the setup reach a host it does not list"
+    assert f"the egress proxy refused 127.0.0.1:{other}" in blocked.reason, blocked.reason
+
+
+CHANGES_ITS_REQUIREMENTS = f"""
+if attempt == 1:
+    pathlib.Path("requirements.txt").write_text("dep==\\n")  # the setup fails on it
+    out.write_text("unpinned dep")
+else:
+    pathlib.Path("requirements.txt").write_text("dep==2\\n")
+    pathlib.Path("src/calc/__init__.py").write_text(
+        {FIXED!r}.replace("return a + b", "return a + b if dep.VALUE == 2 else 0")
+    )
+    out.write_text("dep 2, fixed")
+"""
+"""Attempt 1 breaks the environment's setup; attempt 2 needs ``dep`` 2 to pass."""
+
+
+async def test_an_attempt_that_changes_a_key_file_is_judged_with_its_own_environment(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    repo = make_env_repo(tmp_path / "repo")
+    spec = env_task(
+        repo, write_agent(tmp_path, CHANGES_ITS_REQUIREMENTS), "basic", verify=TESTS_ONLY
+    )
+    async with build_worker(client, settings):
+        result = await result_of(await start(client, settings, spec), within=150)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    first, second = (a.verdict for a in result.attempts)
+    assert first is not None and second is not None
+    # A setup the attempt broke fails its verdict (the next attempt is told), no more.
+    [broken] = first.gates
+    assert (broken.name, broken.passed) == ("environment", False)
+    assert "requirements.txt pins no dep version" in broken.evidence.detail
+    assert "requirements.txt" in broken.requirement
+    # Its fix passes only with dep 2 installed: the gates ran with the one built for it.
+    assert second.passed
+    assert second.environment.startswith("built for this attempt, which changes requirements.txt")
+    said = events(result, "environment")
+    assert len(said) == 3 and "attempt 1: " in said[1] and "attempt 2: " in said[2], said
+    assert len(environments.listing(settings.home)) == 2
