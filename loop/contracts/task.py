@@ -362,6 +362,11 @@ class EnvironmentSpec(_TaskFileModel):
         return list(self.key_files if self.key_files is not None else DEFAULT_KEY_FILES)
 
 
+def auto_environment(value: object) -> object:
+    """``environment: auto`` is short for ``environment: {setup: auto}``."""
+    return {"setup": "auto"} if value == "auto" else value
+
+
 class GitHubIssueRef(_TaskFileModel):
     """The GitHub issue a task was started from, where its status comment is kept."""
 
@@ -431,7 +436,7 @@ class TaskSpec(_TaskFileModel):
     @field_validator("environment", mode="before")
     @classmethod
     def _auto(cls, value: object) -> object:
-        return {"setup": "auto"} if value == "auto" else value
+        return auto_environment(value)
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> Self:

@@ -9,8 +9,12 @@ test_environment_registry.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,16 +22,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.gates import Ran
+from activities.gates import Ran, run_command
 from activities.host import environments
-from loop.contracts import SETUP_TREE, GateResult, SuiteReport, TaskResult, TaskState
+from activities.host.sandbox.paths import sandbox_path
+from loop.contracts import (
+    SETUP_TREE,
+    GateResult,
+    RunGate,
+    SuiteReport,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+    Workspace,
+)
 from loop.settings import Settings
 from tests.support.agents import write_agent
 from tests.support.environments import FIXED, TESTS, environment, make_env_repo
 from tests.support.host import LEVELS
+from tests.support.repos import git
 from tests.support.tasks import result_of, start, task
 from worker import build_worker
 
@@ -335,3 +351,178 @@ async def test_an_attempt_that_changes_a_key_file_is_judged_with_its_own_environ
     said = events(result, "environment")
     assert len(said) == 3 and "attempt 1: " in said[1] and "attempt 2: " in said[2], said
     assert len(environments.listing(settings.home)) == 2
+
+
+# ------------------------------------------------------------------ one run at a time
+
+
+async def built_env(
+    tmp_path: Path, level: str, setup: list[str] | None = None
+) -> tuple[TaskSpec, Workspace, Path]:
+    """The calc repository's environment built at ``level``, and a workspace with it."""
+    repo = make_env_repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    spec = TaskSpec.model_validate(
+        env_task(
+            repo,
+            ["true"],
+            level,
+            environment=environment(**({"setup": setup} if setup else {})),
+            sandbox={"mode": level, "allow_unsafe_off": True},
+        )
+    )
+    base = git(repo, "rev-parse", "HEAD")
+    planned = await environments.plan(spec, str(repo), base)
+    run_dir = home / "runs" / spec.id
+    found = await environments.Builder(
+        home=home,
+        locks=home / "locks",
+        spec=spec,
+        repo=str(repo),
+        commit=base,
+        state_dir=run_dir / "environment",
+        hidden=[],
+    ).find_or_build(planned)
+    checkout = tmp_path / "checkout"
+    git(repo, "worktree", "add", "-q", "--detach", str(checkout), base)
+    ws = Workspace(
+        task_id=spec.id,
+        repo=str(repo),
+        path=str(checkout),
+        branch="main",
+        base_ref="main",
+        base_commit=base,
+        run_dir=str(run_dir),
+        environment=found,
+    )
+    return spec, ws, home
+
+
+async def gate_in(spec: TaskSpec, ws: Workspace, home: Path, line: str) -> tuple[int | None, str]:
+    ran = await run_command(
+        RunGate(name="probe", run=line, report="exit"),
+        ws,
+        Path(ws.path),
+        Path(ws.run_dir) / "probe",
+        home,
+        spec.sandbox,
+    )
+    return ran.proc.exit_code, Path(ran.proc.log_path).read_text()
+
+
+async def test_off_links_the_environment_for_the_run_only(tmp_path: Path) -> None:
+    """``off`` has no mounts: the tree gets a link to the kept environment while the run
+    lasts (the weaker promise: the run is the worker's user)."""
+    spec, ws, home = await built_env(tmp_path, "off")
+    code, said = await gate_in(
+        spec, ws, home, "readlink .venv; .venv/bin/python -c 'import dep; print(dep.VALUE)'"
+    )
+    assert code == 0, said
+    assert said.splitlines() == [str(Path(ws.environment.root) / ".venv"), "1"], said
+    assert not os.path.lexists(Path(ws.path) / ".venv")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_a_link_where_the_environment_goes_is_replaced_not_followed(
+    tmp_path: Path, level: str
+) -> None:
+    """A commit that holds ``.venv`` as a link to elsewhere: the environment is laid in its
+    place, nothing is mounted or written where the link pointed."""
+    spec, ws, home = await built_env(tmp_path, level)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (Path(ws.path) / ".venv").symlink_to(elsewhere)
+    code, said = await gate_in(
+        spec, ws, home, ".venv/bin/python -c 'import dep, calc; print(dep.VALUE, calc.__file__)'"
+    )
+    assert code == 0, said
+    assert said.split() == ["1", f"{SETUP_TREE}/src/calc/__init__.py"], said
+    assert list(elsewhere.iterdir()) == []
+    assert not os.path.lexists(Path(ws.path) / ".venv")
+
+
+async def test_what_a_setup_links_to_is_shown_only_if_its_programs_live_there(
+    tmp_path: Path,
+) -> None:
+    """A link's text is the setup's: a link to a folder the task's uid could not read
+    does not make it visible to later runs; the interpreter a virtualenv points at is."""
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "key").write_text("hunter2")
+    setup = [*environment()["setup"], f"ln -s {secret / 'key'} .venv/stolen"]
+    spec, ws, home = await built_env(tmp_path, "basic", setup)
+    assert ws.environment is not None
+    assert not [s for s in ws.environment.shows if str(tmp_path) in s], ws.environment.shows
+    path = sandbox_path(os.environ["PATH"], dict(os.environ))  # python3 as the sandbox finds it
+    python = Path(os.path.realpath(shutil.which("python3", path=path) or "")).parent.parent
+    assert any(python.as_posix().startswith(s) for s in ws.environment.shows), ws.environment
+    code, said = await gate_in(spec, ws, home, "cat .venv/stolen")
+    assert code != 0 and "hunter2" not in said, said
+
+
+# ------------------------------------------------------------------ loop env
+
+
+async def loop(home: Path, *args: str) -> tuple[int, str, str]:
+    """``loop ARGS`` as a person runs it on this host (its LOOP_HOME)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOP_", "TEMPORAL_"))}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "loop"),
+        *args,
+        env={**env, "LOOP_HOME": str(home), "COLUMNS": "200"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_loop_env_builds_ahead_lists_and_prunes(
+    client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    repo = make_env_repo(tmp_path / "repo")
+    agent = write_agent(tmp_path, f"pathlib.Path('src/calc/__init__.py').write_text({FIXED!r})")
+    spec = env_task(repo, agent, "basic", verify=TESTS_ONLY)
+    file = tmp_path / "task.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    home = settings.home
+    home.mkdir(mode=0o700, exist_ok=True)
+
+    code, out, err = await loop(home, "start", str(file), "--print")
+    assert code == 0 and json.loads(out)["environment"]["setup"] == environment()["setup"]
+    assert err.splitlines()[1:3] == [f"  $ {c}" for c in environment()["setup"]], err
+
+    code, out, err = await loop(home, "env", "build", str(file))
+    assert code == 0, err
+    assert ": built in " in out, out
+    code, out, _ = await loop(home, "env", "build", str(file))
+    assert code == 0 and ": cache hit " in out, out
+    code, out, _ = await loop(home, "env", "ls", "--json")
+    [kept] = json.loads(out)
+    assert kept["repository"] == str(repo) and kept["holders"] == [] and kept["size"] > 0
+
+    # A task started after it takes it as it is, and holds it while it runs.
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        await wait_for_holder(home, spec["id"])
+        code, out, _ = await loop(home, "env", "prune", "--older-than", "0")
+        assert code == 0 and out.startswith("0 removed"), out
+        result = await result_of(handle, within=120)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert ": cache hit " in events(result, "environment")[0]
+
+    code, out, _ = await loop(home, "env", "prune", "--older-than", "0")
+    assert code == 0 and f"removed {kept['key'][:12]}" in out, out
+    assert environments.listing(home) == []
+    code, _, err = await loop(home, "env", "prune")
+    assert code == 2 and err.startswith("error: say what to prune"), err
+
+
+async def wait_for_holder(home: Path, task_id: str) -> None:
+    for _ in range(300):
+        if any(task_id in k.holders for k in environments.listing(home)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{task_id} never held its environment")
