@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from activities.gates import Ran, run_command
 from activities.host import environments
@@ -45,7 +47,7 @@ from tests.support.environments import FIXED, TESTS, environment, make_env_repo
 from tests.support.host import LEVELS
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task
-from worker import build_worker
+from worker import WORKFLOWS, build_worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,6 +94,19 @@ def env_task(repo: Path, agent: list[str], level: str, **overrides: object) -> d
     )
     spec.update(overrides)
     return spec
+
+
+async def replays(handle: WorkflowHandle, name: str) -> None:
+    """The run replays on the code that made it; ``LOOP_RECORD_HISTORIES=DIR`` keeps it as
+    ``DIR/<name>.json`` (for tests/workflow/histories)."""
+    history = await handle.fetch_history()
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    keep = os.environ.get("LOOP_RECORD_HISTORIES")
+    if keep:
+        (Path(keep) / f"{name}.json").write_text(history.to_json())
 
 
 def events(result: TaskResult, kind: str) -> list[str]:
@@ -336,7 +351,9 @@ async def test_an_attempt_that_changes_a_key_file_is_judged_with_its_own_environ
         repo, write_agent(tmp_path, CHANGES_ITS_REQUIREMENTS), "basic", verify=TESTS_ONLY
     )
     async with build_worker(client, settings):
-        result = await result_of(await start(client, settings, spec), within=150)
+        handle = await start(client, settings, spec)
+        result = await result_of(handle, within=150)
+    await replays(handle, "environment")
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     first, second = (a.verdict for a in result.attempts)
     assert first is not None and second is not None
