@@ -34,7 +34,7 @@ from pathlib import Path
 from activities.host import sandbox, tree
 from activities.host.files import write_atomic
 from activities.host.git import git, path_lock, repo_lock
-from activities.host.proc import tail_of
+from activities.host.proc import ProcResult, tail_of
 from activities.host.sandbox.paths import DEFAULT_PATH, sandbox_path, toolchain, under
 from loop.contracts import (
     BuiltEnvironment,
@@ -245,7 +245,11 @@ def _remove_unheld(home: Path, key: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        os.rename(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)  # what a prune cut short left
+        try:
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            return False
         if any((aside / USERS).glob("*")):
             os.rename(aside, folder)
             return False
@@ -306,7 +310,7 @@ class Builder:
         assert env is not None
         started = time.monotonic()
         await asyncio.to_thread(shutil.rmtree, folder, True)  # a build a crash cut short
-        folder.mkdir(parents=True, mode=0o755)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
         work = folder / "tree"
         async with repo_lock(self.locks, self.repo):
             await git(
@@ -421,15 +425,16 @@ def _append(log: Path, command: str, part: Path, refused: list[str]) -> None:
             out.write(f"[loopwork] the egress proxy refused: {host}\n")
 
 
-def _failure(command: str, ran: object, log: Path) -> str:
+def _failure(command: str, ran: ProcResult, log: Path) -> str:
     """One line: the command, how it ended, the proxy's refusals, the log's tail."""
-    exit_code = getattr(ran, "exit_code", None)
-    how = "timed out" if getattr(ran, "timed_out", False) else f"exited {exit_code}"
-    refused = getattr(ran, "network_refused", []) or []
-    said = f"; the egress proxy refused {', '.join(refused)}" if refused else ""
-    tail = redact(tail_of(Path(getattr(ran, "log_path", log)), TAIL_CHARS))
+    how = "timed out" if ran.timed_out else f"exited {ran.exit_code}"
+    refused = f"; the egress proxy refused {', '.join(ran.network_refused)}"
+    tail = redact(tail_of(Path(ran.log_path), TAIL_CHARS))
     lines = " | ".join(line.strip() for line in tail.splitlines() if line.strip())
-    return f"environment setup failed: `{command}` {how}{said} (log {log}): {lines}"
+    return (
+        f"environment setup failed: `{command}` {how}{refused if ran.network_refused else ''} "
+        f"(log {log}): {lines}"
+    )
 
 
 def _seal(folder: Path, toolchains: list[str]) -> tuple[int, list[str]]:
