@@ -129,6 +129,7 @@ async def test_a_task_needing_its_environment_reaches_done(
     # At base the tests ran and failed by id (not at import): the environment was there.
     brief = Path(result.explore_brief).read_text()
     assert "fails at base: `tests.test_calc.Calc.test_add`" in brief, brief
+    assert "- `.venv`: the repository's dependencies, installed by `python3" in brief, brief
     # The commit's run: judged by test id, the one failing at base passes now.
     tests = report(result, "tests")
     assert tests.tests["tests.test_calc.Calc.test_add"].outcome == "passed"
