@@ -27,7 +27,9 @@ from temporalio.client import Client
 
 from activities.gates import Ran, run_command
 from activities.host import environments
+from activities.host.sandbox import Laid
 from activities.host.sandbox.paths import sandbox_path
+from activities.host.toolbox import execute
 from loop.contracts import (
     SETUP_TREE,
     GateResult,
@@ -36,6 +38,7 @@ from loop.contracts import (
     TaskResult,
     TaskSpec,
     TaskState,
+    ToolPolicy,
     Workspace,
 )
 from loop.settings import Settings
@@ -576,3 +579,29 @@ async def test_auto_runs_the_repository_s_own_setup_script_in_the_sandbox(
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     log = (settings.runs / spec["id"] / "environment" / "setup.log").read_text()
     assert "no network for me" in log and "the egress proxy refused: example.com" in log, log
+
+
+@needs("basic")
+async def test_the_model_loop_s_run_tool_has_it_too(tmp_path: Path) -> None:
+    """The openai backend's ``run`` tool runs in the worktree with the environment laid,
+    as the agent's command does, and cannot change it either."""
+    spec, ws, home = await built_env(tmp_path, "basic")
+    (tmp_path / "logs").mkdir()
+    out = await execute(
+        "run",
+        json.dumps(
+            {
+                "command": ".venv/bin/python -c 'import calc, dep; print(dep.VALUE)'; "
+                "touch .venv/x 2>/dev/null || echo refused"
+            }
+        ),
+        Path(ws.path),
+        ToolPolicy(),
+        [],
+        tmp_path / "logs",
+        sandbox=spec.sandbox,
+        task_id=spec.id,
+        home=home,
+        environment=Laid.of(ws.environment),
+    )
+    assert out.text.split()[-2:] == ["1", "refused"], out.text
