@@ -529,6 +529,10 @@ async def test_loop_env_builds_ahead_lists_and_prunes(
         result = await result_of(handle, within=120)
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert ": cache hit " in events(result, "environment")[0]
+    code, out, _ = await loop(home, "trace", spec["id"])  # offline: from the trace file
+    said = [line.split()[1:3] for line in out.splitlines() if " environment " in line]
+    assert code == 0 and said == [["environment", f"{kept['key'][:12]}:"]], out
+    assert ": cache hit in " in out, out
 
     code, out, _ = await loop(home, "env", "prune", "--older-than", "0")
     assert code == 0 and f"removed {kept['key'][:12]}" in out, out
