@@ -57,8 +57,6 @@ class Detected:
     setup: list[str]
     paths: list[str] = field(default_factory=list)
     origin: str = ""
-    source: str = ""
-    """The repository's own file that is the setup (its content goes into the key)."""
 
 
 def detect(paths: Collection[str], text: Mapping[str, str]) -> Detected | None:
@@ -68,13 +66,11 @@ def detect(paths: Collection[str], text: Mapping[str, str]) -> Detected | None:
     The repository's own word comes first, but it is only read: its script runs in the
     same sandbox, with the same limits and the task file's ``allow_hosts``."""
     if SETUP_SCRIPT in paths:
-        return Detected(
-            [f"bash {SETUP_SCRIPT}"], [], f"the repository's {SETUP_SCRIPT}", SETUP_SCRIPT
-        )
+        return Detected([f"bash {SETUP_SCRIPT}"], [], f"the repository's {SETUP_SCRIPT}")
     for name in DEVCONTAINERS:
         commands = post_create(text.get(name, ""))
         if commands:
-            return Detected(commands, [], f"{name}'s postCreateCommand", name)
+            return Detected(commands, [], f"{name}'s postCreateCommand")
     setup: list[str] = []
     kept: list[str] = []
     found: list[str] = []

@@ -142,7 +142,7 @@ def test_auto_reads_the_repository_s_own_word_first() -> None:
     both = {".loopwork/setup.sh", "pyproject.toml", ".devcontainer/devcontainer.json"}
     found = rules.detect(both, {})
     assert found is not None and found.setup == ["bash .loopwork/setup.sh"]
-    assert found.source == ".loopwork/setup.sh"
+    assert found.origin == "the repository's .loopwork/setup.sh"
     devcontainer = """{
       // the image
       "image": "python:3.12", /* a comment */
