@@ -256,6 +256,7 @@ class MakeActivities:
                 allow_hosts=endpoints(inp.task),
                 hidden=sandbox.hidden_for(ws),
                 gateway=grant,
+                environment=sandbox.Laid.of(ws.environment),
             )
         )
         if superseded(folder):

@@ -30,7 +30,7 @@ from pathlib import Path
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
 from activities.host.git import git
-from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
+from loop.contracts import BuiltEnvironment, MakeResult, RunGate, TaskSpec, Workspace
 from loop.hardened.files import open_untrusted
 from loop.rules import baseline
 from loop.rules.tamper import Finding, is_test_path
@@ -65,6 +65,9 @@ class Judging:
     _findings: list[Finding] | None = None
     _changed: list[str] | None = None
     _base_code: set[str] | None = None
+    environment: BuiltEnvironment | None = None
+    """The attempt's own environment (its commit changes the key files): the commit's runs
+    use it; base's keep the workspace's."""
 
     @property
     def commit(self) -> str:
@@ -77,9 +80,12 @@ class Judging:
 
     async def at_commit(self, gate: RunGate) -> Ran:
         if gate.name not in self._runs:
+            ws = self.ws
+            if self.environment is not None:
+                ws = ws.model_copy(update={"environment": self.environment})
             self._runs[gate.name] = await run_command(
                 gate,
-                self.ws,
+                ws,
                 self.bench.tree,
                 self.bench.log_dir,
                 self.bench.home,
@@ -88,9 +94,11 @@ class Judging:
         return self._runs[gate.name]
 
     def _key(self, gate: RunGate) -> str:
+        laid = self.ws.environment
         return hashlib.sha256(
             f"{self.ws.base_commit}\0{gate.model_dump_json()}\0"
-            f"{self.task.sandbox.model_dump_json()}".encode()
+            f"{self.task.sandbox.model_dump_json()}"
+            f"{f'{chr(0)}{laid.key}' if laid is not None else ''}".encode()
         ).hexdigest()[:16]
 
     def base_file(self, gate: RunGate) -> Path:
