@@ -78,14 +78,19 @@ class Judging:
         gates about tests (``no_removed_tests``, ``regression_test``) compare."""
         return [g for g in self.task.verify if isinstance(g, RunGate) and g.reports]
 
+    @property
+    def at_the_commit(self) -> Workspace:
+        """The workspace the commit's runs see: with the attempt's own environment where
+        its commit changed what that is built from."""
+        if self.environment is None:
+            return self.ws
+        return self.ws.model_copy(update={"environment": self.environment})
+
     async def at_commit(self, gate: RunGate) -> Ran:
         if gate.name not in self._runs:
-            ws = self.ws
-            if self.environment is not None:
-                ws = ws.model_copy(update={"environment": self.environment})
             self._runs[gate.name] = await run_command(
                 gate,
-                ws,
+                self.at_the_commit,
                 self.bench.tree,
                 self.bench.log_dir,
                 self.bench.home,
@@ -157,14 +162,14 @@ class Judging:
     async def rerun(self, gate: RunGate, ids: list[str]) -> Ran:
         """The gate's command again at the commit, limited to ``ids`` (tests that failed)."""
         return await run_command(
-            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            gate, self.at_the_commit, self.bench.tree, self.bench.log_dir, self.bench.home,
             self.task.sandbox, only=ids,
         )  # fmt: skip
 
     async def witness(self, gate: RunGate, plan: dict[str, object]) -> Ran:
         """The second observation of ``plan``'s tests at the commit, outside the runner."""
         return await run_command(
-            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            gate, self.at_the_commit, self.bench.tree, self.bench.log_dir, self.bench.home,
             self.task.sandbox, witness=plan,
         )  # fmt: skip
 
