@@ -42,6 +42,7 @@ from activities.host.leases import Lease, fail_orphans
 from activities.host.liveness import Liveness
 from activities.host.proc import watch_children_by_pidfd
 from activities.make import MakeActivities
+from activities.mining import MiningActivities
 from activities.model import ModelActivities
 from activities.ping import PingActivities
 from activities.pull_request import PullRequestActivities
@@ -62,6 +63,7 @@ from workflows.agent import AgentWorkflow
 from workflows.eval import EvalWorkflow
 from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
+from workflows.mine import MineWorkflow
 from workflows.slack_answer import SlackAnswerWorkflow
 from workflows.task import TaskWorkflow
 from workflows.tasks_hook import TaskHookWorkflow
@@ -130,6 +132,7 @@ def host_activities(settings: Settings) -> list[Callable]:
     """What only the host holding a task's worktree (and its run folder) may run."""
     ws = WorkspaceActivities(settings)
     make = MakeActivities(settings)
+    mining = MiningActivities(settings)
     return [
         ws.commit_branch,
         ws.merge,
@@ -145,6 +148,9 @@ def host_activities(settings: Settings) -> list[Callable]:
         ToolActivities(settings).tool_step,
         ReviewActivities(settings).review,
         PullRequestActivities(settings).open_pull_request,
+        mining.list_fixes,
+        mining.validate_fix,
+        mining.write_mined,
     ]
 
 
@@ -153,6 +159,7 @@ WORKFLOWS: list[type] = [
     AgentWorkflow,
     PeriodBudgetWorkflow,
     EvalWorkflow,
+    MineWorkflow,
     TriageWorkflow,
     GitHubDeliveryWorkflow,
     TaskHookWorkflow,

@@ -16,6 +16,7 @@ than the commit's).
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from temporalio import activity
@@ -61,8 +62,9 @@ class VerifyActivities:
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
             judging = gates.Judging(
-                inp.task, ws, made, bench, elsewhere, _changed=changed, environment=own
-            )
+                inp.task, ws, made, bench, elsewhere, _changed=changed, environment=own,
+                trees=trees(self.settings, ws, log_dir, activity.info().attempt),
+            )  # fmt: skip
             results = await gates.evaluate(judging)
         for log in log_dir.rglob("gate-*.log"):
             await asyncio.to_thread(redact_file, log)
@@ -93,6 +95,16 @@ def checkouts(
             return await gates.run_command(gate, ws, tree, where, settings.home, task.sandbox)
 
     return elsewhere
+
+
+def trees(settings: Settings, ws: Workspace, folder: Path, try_no: int) -> gates.Trees:
+    """Clean checkouts of other commits in ``folder/<label>``, held by the caller (hidden
+    tests are laid over them), removed when it lets go."""
+
+    def tree(commit: str, label: str) -> AbstractAsyncContextManager[Path]:
+        return artifact.checkout(ws.commits, commit, folder / label, try_no, settings.locks)
+
+    return tree
 
 
 def _refused(inp: VerifyInput, changed: list[str]) -> GateResult | None:

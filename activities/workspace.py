@@ -218,6 +218,7 @@ class WorkspaceActivities:
             host=self.settings.host_id,
             host_queue=self.settings.host_queue,
             host_lost_after=float(self.settings.host_lost_after),
+            covered=[p for p in inp.covered if os.path.isdir(p)],
         )
         owner = inp.run_id if moved is None else f"{inp.run_id}:{moved.host}"
         start = base_commit

@@ -59,6 +59,7 @@ def _preparing(spec: TaskSpec, moved_from: Workspace | None) -> PrepareInput:
         run_id=workflow.info().run_id,
         byproducts=spec.agent.ignore,
         moved_from=moved_from,
+        covered=spec.hidden_folders(),
     )
 
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities.gates import checks, contains, kept, regression, run, scope
+from activities.gates import checks, contains, hidden, kept, regression, run, scope
 from activities.gates.command import Ran, gate_env, gate_extra_env, gate_run, run_command
-from activities.gates.judging import Bench, Elsewhere, Judging
+from activities.gates.judging import Bench, Elsewhere, Judging, Trees
 from loop.contracts import Gate, GateResult
 
 Evaluator = Callable[[Any, Judging], Awaitable[GateResult]]
@@ -46,6 +46,7 @@ EVALUATORS: dict[str, Evaluator] = {
     regression.KIND: regression.evaluate,
     contains.KIND: contains.evaluate,
     checks.KIND: checks.evaluate,
+    hidden.KIND: hidden.evaluate,
 }
 """Every kind the verify step judges (``GateSpec.CHECKED_IN_VERIFY``)."""
 
@@ -62,6 +63,7 @@ __all__ = [
     "Elsewhere",
     "Judging",
     "Ran",
+    "Trees",
     "evaluate",
     "gate_env",
     "gate_extra_env",

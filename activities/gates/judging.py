@@ -18,19 +18,29 @@ its packages), so an old one is measured again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.gates.command import Ran, run_command
-from activities.host import diffscan, worktree
+from activities.host import diffscan, hidden, worktree
 from activities.host.git import git
-from loop.contracts import BuiltEnvironment, MakeResult, RunGate, TaskSpec, Workspace
+from loop.contracts import (
+    BuiltEnvironment,
+    HiddenTests,
+    MakeResult,
+    RunGate,
+    TaskSpec,
+    Workspace,
+)
 from loop.hardened.files import open_untrusted
 from loop.rules import baseline
 from loop.rules.tamper import Finding, is_test_path
@@ -38,6 +48,8 @@ from loop.rules.tamper import Finding, is_test_path
 BASE_REUSE_S = 6 * 3600
 """How long another task's run at base stands for this one's."""
 
+Trees = Callable[[str, str], AbstractAsyncContextManager[Path]]
+"""A clean checkout of a commit in a folder of the worker's, by label: (commit, label)."""
 Elsewhere = Callable[[RunGate, str, str], Awaitable[Ran]]
 """Run a gate's command on a clean checkout of another commit: (gate, commit, label)."""
 
@@ -68,6 +80,9 @@ class Judging:
     environment: BuiltEnvironment | None = None
     """The attempt's own environment (its commit changes the key files): the commit's runs
     use it; base's keep the workspace's."""
+    trees: Trees | None = None
+    """Clean checkouts of other commits held as long as needed (hidden tests are laid
+    over them)."""
 
     @property
     def commit(self) -> str:
@@ -166,12 +181,35 @@ class Judging:
             self.task.sandbox, only=ids,
         )  # fmt: skip
 
-    async def witness(self, gate: RunGate, plan: dict[str, object]) -> Ran:
-        """The second observation of ``plan``'s tests at the commit, outside the runner."""
+    async def witness(
+        self, gate: RunGate, plan: dict[str, object], tree: Path | None = None
+    ) -> Ran:
+        """The second observation of ``plan``'s tests at the commit, outside the runner
+        (``tree``: a checkout with hidden tests laid over it, instead of the bench's)."""
+        where = tree or self.bench.tree
         return await run_command(
-            gate, self.at_the_commit, self.bench.tree, self.bench.log_dir, self.bench.home,
-            self.task.sandbox, witness=plan,
+            gate, self.at_the_commit, where, where.parent if tree else self.bench.log_dir,
+            self.bench.home, self.task.sandbox, witness=plan,
         )  # fmt: skip
+
+    async def hidden_files(self, spec: HiddenTests) -> tuple[dict[str, bytes], str]:
+        """The hidden test files (path -> bytes), read by the worker from ``spec.ref``: a
+        folder, or a commit of the repository; or why there are none."""
+        if spec.ref.startswith("/"):
+            return await asyncio.to_thread(hidden.from_folder, Path(spec.ref), spec.files)
+        return await hidden.from_commit(self.ws.repo, spec.ref, spec.files)
+
+    @contextlib.asynccontextmanager
+    async def laid(
+        self, commit: str, label: str, files: dict[str, bytes]
+    ) -> AsyncIterator[tuple[Path, Path]]:
+        """A clean checkout of ``commit`` with ``files`` laid over it, and its folder: the
+        worker's own, for as long as the caller holds it."""
+        if self.trees is None:
+            raise RuntimeError("this verdict has no checkouts of other commits")
+        async with self.trees(commit, label) as tree:
+            await asyncio.to_thread(hidden.lay, tree, files)
+            yield tree, tree.parent
 
     async def overlay(self, gate: RunGate, commit: str) -> Ran:
         """The gate's run on ``commit``: base's code with the attempt's test files."""

@@ -11,6 +11,8 @@ verdict uncertain, for a person to look at.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pathspec
 
 from activities.gates.command import Ran
@@ -121,7 +123,7 @@ async def evaluate(gate: RunGate, judging: Judging) -> GateResult:
             )
             questions = list(now.report.contradictions)
             if passed:
-                seen, disagree = await _witnessed(gate, judging, now.report, judged, protected)
+                seen, disagree = await witnessed(gate, judging, now.report, judged, protected)
                 questions += disagree
                 if seen and not disagree:
                     detail += f"; {seen} seen passing again outside the runner"
@@ -198,12 +200,13 @@ async def _retried(
     return rejudged
 
 
-async def _witnessed(
+async def witnessed(
     gate: RunGate,
     judging: Judging,
     report: SuiteReport,
     judged: verdicts.SuiteVerdict,
     protected: set[str],
+    tree: Path | None = None,
 ) -> tuple[int, list[str]]:
     """The tests the verdict rests on (those it had to fix, those of protected files), run
     again outside the runner: how many were seen passing, and where the two observations
@@ -217,7 +220,7 @@ async def _witnessed(
     for case_id in ids:
         files.setdefault(report.tests[case_id].file, []).append(case_id)
     plan = {"runner": report.runner, "root": report.root, "files": sorted(files.items())}
-    seen = (await judging.witness(gate, plan)).report
+    seen = (await judging.witness(gate, plan, tree)).report
     changed = set(await judging.changed_files())
     passing = sum(1 for i in ids if seen is not None and i in seen.tests
                   and seen.tests[i].outcome == "passed")  # fmt: skip

@@ -861,6 +861,13 @@ LOOP_HOME = {
     "demo": [("demo/", "`loop demo`'s repository and scripted agent")],
     "eval-results.json": [("eval-results.json", "the latest harness comparisons (`loop eval`)")],
     "eval": [("eval/<suite>/<case>/", "repositories snapshotted from eval case sources")],
+    "mine": [
+        (
+            "mine/<suite>/",
+            "`loop eval mine`'s bare clone of the repository it mines, and each commit's "
+            "checkouts while its tests run",
+        )
+    ],
     "triage": [
         ("triage/ci-<source>/", "a `ci` source's log and the checkout it ran in"),
         ("triage/github-<source>.json", "a `github` source's pages and their ETags, between polls"),
@@ -881,7 +888,9 @@ def loop_home() -> str:
             f"docs/hooks/reference.py explains LOOP_HOME entries the code lacks: {stale}"
         )
     out = ["| path | what | named in |", "| --- | --- | --- |"]
-    for entry in sorted(LOOP_HOME, key=lambda e: (e.startswith(("eval", "demo", "triage")), e)):
+    for entry in sorted(
+        LOOP_HOME, key=lambda e: (e.startswith(("eval", "demo", "triage", "mine")), e)
+    ):
         where = ", ".join(f"`{p}`" for p in sorted(found[entry]))
         for i, (path, what) in enumerate(LOOP_HOME[entry]):
             out.append(f"| `{path}` | {what} | {where if i == 0 else ''} |")

@@ -37,7 +37,7 @@ for command in (server.dev, server.worker, tasks.start, tasks.status, tasks.inbo
                 tasks.reject, tasks.feedback, tasks.extend, tasks.sign, tasks.cancel, tasks.trace,
                 triage.triage, server.doctor, server.demo):  # fmt: skip
     app.command()(command)
-app.command("eval")(evals.eval_)
+app.add_typer(evals.eval_app, name="eval")
 app.command("codec-server")(server.codec_server)
 app.command("ui")(ui.ui)
 app.add_typer(budget.budget_app, name="budget")

@@ -101,6 +101,9 @@ class CaseOutcome(_Record):
     cost_usd: float = 0.0
     escalations: int = 0
     seconds: float = 0.0
+    fail_to_pass: str = ""
+    """How many of the tests the case had to make pass did, at its last verdict (``2/3``);
+    empty where no gate named them."""
 
 
 class HarnessSummary(_Record):

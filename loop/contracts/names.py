@@ -95,6 +95,8 @@ def is_valid_task_id(task_id: str) -> bool:
 
 
 EVAL_WORKFLOW = "EvalWorkflow"
+MINE_WORKFLOW = "MineWorkflow"
+"""``loop eval mine``: a repository's history into an eval suite."""
 
 
 TRIAGE_WORKFLOW = "TriageWorkflow"

@@ -45,6 +45,8 @@ class Workspace(_Record):
     environment: BuiltEnvironment | None = None
     """The repository's environment on this host, laid read-only into each sandboxed run
     in the worktree and in the gates' checkouts (None: the task has none)."""
+    covered: list[str] = Field(default_factory=list)
+    """Folders of this host no run of the task may see (the hidden tests it is judged by)."""
 
     @property
     def commits(self) -> str:
@@ -62,6 +64,8 @@ class PrepareInput(_Record):
     """The agent's byproduct globs (``agent.ignore``)."""
     moved_from: Workspace | None = None
     """The workspace on a host that was lost: prepare this one from its pushed branch."""
+    covered: list[str] = Field(default_factory=list)
+    """Folders no run of the task may see: its ``hidden_tests`` folders."""
 
 
 ENDPOINT_PREFLIGHT_S = 60

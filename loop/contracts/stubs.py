@@ -42,6 +42,14 @@ from loop.contracts.ledger import (
     ReserveReply,
 )
 from loop.contracts.messages import CheckAnswerInput, CheckAnswerResult
+from loop.contracts.mining import (
+    ListFixesResult,
+    MineInput,
+    MineResult,
+    ValidateFixInput,
+    ValidateFixResult,
+    WriteMinedInput,
+)
 from loop.contracts.model import (
     AttemptStart,
     EndAttemptInput,
@@ -159,6 +167,11 @@ SUMMARIZE = ActivityDef("summarize", SummarizeInput, SummarizeResult)
 
 
 WRITE_EVAL = ActivityDef("write_eval_results", EvalReport, WriteEvalResult)
+LIST_FIXES = ActivityDef("list_fixes", MineInput, ListFixesResult)
+"""A repository's commits that change test files and other files (``loop eval mine``)."""
+VALIDATE_FIX = ActivityDef("validate_fix", ValidateFixInput, ValidateFixResult)
+"""One such commit's tests at its parent and at itself, twice each."""
+WRITE_MINED = ActivityDef("write_mined_suite", WriteMinedInput, MineResult)
 CHECK_ANSWER = ActivityDef("check_answer", CheckAnswerInput, CheckAnswerResult)
 """A local activity: the answer key stays on the worker, the verdict goes into history."""
 DISCOVER = ActivityDef("discover", DiscoverInput, DiscoverResult)
@@ -202,6 +215,9 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     CLOSED_HOLDERS,
     SUMMARIZE,
     WRITE_EVAL,
+    LIST_FIXES,
+    VALIDATE_FIX,
+    WRITE_MINED,
     CHECK_ANSWER,
     DISCOVER,
     LOOKUP_TASKS,

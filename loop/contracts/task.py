@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel, relative_globs
 from loop.contracts.environment import DEFAULT_KEY_FILES, DEFAULT_PATHS
-from loop.contracts.gates import DiffScopeGate, Gate, RegressionTestGate, RunGate
+from loop.contracts.gates import DiffScopeGate, Gate, HiddenTestsGate, RegressionTestGate, RunGate
 
 
 class Autonomy(StrEnum):
@@ -492,3 +492,9 @@ class TaskSpec(_TaskFileModel):
     def protected_paths(self) -> list[str]:
         scopes = [g.diff_scope for g in self.verify if isinstance(g, DiffScopeGate)]
         return [p for scope in scopes for p in scope.protect]
+
+    def hidden_folders(self) -> list[str]:
+        """The folders that hold this task's hidden tests (a ``hidden_tests.ref`` that is a
+        path, not a commit): no run of the task may see them."""
+        refs = [g.hidden_tests.ref for g in self.verify if isinstance(g, HiddenTestsGate)]
+        return [ref for ref in refs if ref.startswith("/")]

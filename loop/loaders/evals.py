@@ -63,9 +63,8 @@ def load_suite(path: Path, home: Path) -> Suite:
             f"{path}: case {case.id}",
         )
         resolved = resolve(spec, folder, f"{path}: case {case.id}")
-        cases.append(
-            case.model_copy(update={"repo": resolved.repo, "commit": commit, "source": None})
-        )
+        update = {"repo": resolved.repo, "commit": commit, "source": None}
+        cases.append(case.model_copy(update=update | {"verify": resolved.verify}))
     return suite.model_copy(update={"cases": cases})
 
 

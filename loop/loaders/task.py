@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from loop.contracts import TaskSpec, is_remote
+from loop.contracts import Gate, HiddenTestsGate, TaskSpec, is_remote
 from loop.errors import TaskFileError
 from loop.hardened import git
 from loop.loaders.common import read, validated
@@ -96,7 +96,37 @@ def resolve(spec: TaskSpec, folder: Path, source: str) -> TaskSpec:
     if _git(top, "rev-parse", "--verify", "-q", f"{base}^{{commit}}").code != 0:
         raise TaskFileError(f"{source}: base: {base!r} is not a branch or commit in {top}")
     _findable(spec, [top, folder], source)
-    return spec.model_copy(update={"repo": str(top), "base": base})
+    verify = _hidden_refs(spec, top, folder, source)
+    return spec.model_copy(update={"repo": str(top), "base": base, "verify": verify})
+
+
+def _hidden_refs(spec: TaskSpec, top: Path, folder: Path, source: str) -> list[Gate]:
+    """Each ``hidden_tests.ref`` as the worker will read it: a folder (relative to the
+    file's folder, made absolute; never inside the repository, where the agent would see
+    it) or a commit of the repository."""
+    gates: list[Gate] = []
+    for g in spec.verify:
+        if isinstance(g, HiddenTestsGate):
+            ref = g.hidden_tests.ref
+            where = (folder / Path(ref).expanduser()).resolve()
+            if where.is_dir():
+                if where == top or top in where.parents:
+                    raise TaskFileError(
+                        f"{source}: {g.name}: hidden_tests.ref {where} is inside the repository, "
+                        "where the agent would see it; keep hidden tests outside it"
+                    )
+                hidden = g.hidden_tests.model_copy(update={"ref": str(where)})
+                g = g.model_copy(update={"hidden_tests": hidden})
+            elif (
+                ref.startswith("/")
+                or _git(top, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}").code
+            ):
+                raise TaskFileError(
+                    f"{source}: {g.name}: hidden_tests.ref {ref!r} is neither a folder nor a "
+                    f"commit of {top}"
+                )
+        gates.append(g)
+    return gates
 
 
 def _findable(spec: TaskSpec, folders: list[Path], source: str) -> None:

@@ -55,7 +55,25 @@ def outcome(harness: str, case: str, r: TaskResult) -> CaseOutcome:
         cost_usd=r.cost_usd,
         escalations=len(r.human_escalation),
         seconds=r.execution_seconds,
+        fail_to_pass=fail_to_pass(r),
     )
+
+
+def fail_to_pass(r: TaskResult) -> str:
+    """``passed/required`` of the FAIL_TO_PASS tests at the task's last verdict, over the
+    gates that judge tests (a mined case's hidden tests, a ``run`` gate)."""
+    verdict = next((a.verdict for a in reversed(r.attempts) if a.verdict is not None), None)
+    if verdict is None:
+        return ""
+    required = passed = 0
+    for g in verdict.gates:
+        tests = g.evidence.tests
+        if tests is None or not tests.fixed:
+            continue
+        failing = {c.id for c in tests.failing}
+        required += len(tests.fixed)
+        passed += sum(1 for i in tests.fixed if i not in failing)
+    return f"{passed}/{required}" if required else ""
 
 
 def summarize(harness: str, outcomes: list[CaseOutcome]) -> HarnessSummary:

@@ -150,8 +150,8 @@ class SandboxRun:
 def hidden_for(ws: Workspace) -> list[Path]:
     """What a task's commands must not see besides LOOP_HOME: the repository its clone came
     from (other tasks' handed-over branches are there; a worktree's own repository cannot
-    be hidden from it)."""
-    return [Path(ws.repo)] if ws.isolated else []
+    be hidden from it), and the folders of the tests it is judged by unseen."""
+    return ([Path(ws.repo)] if ws.isolated else []) + [Path(p) for p in ws.covered]
 
 
 def sandbox_env(policy: SandboxPolicy, home: str, extra: Mapping[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, ConfigDict, Discriminator, Tag, TypeAdapte
 from loop.contracts.gates.base import DEFAULT_SECONDS, GateSpec, unset
 from loop.contracts.gates.checks import GitHubChecks, GitHubChecksGate
 from loop.contracts.gates.contains import ContainsGate
+from loop.contracts.gates.hidden import HiddenTests, HiddenTestsGate
 from loop.contracts.gates.kept import NoRemovedTestsGate
 from loop.contracts.gates.regression import RegressionTestGate
 from loop.contracts.gates.review import LlmReview, LlmReviewGate
@@ -23,7 +24,7 @@ from loop.contracts.gates.scope import DiffScope, DiffScopeGate
 
 KINDS: tuple[type[GateSpec], ...] = (
     RunGate, DiffScopeGate, NoRemovedTestsGate, RegressionTestGate, ContainsGate, LlmReviewGate,
-    GitHubChecksGate,
+    GitHubChecksGate, HiddenTestsGate,
 )  # fmt: skip
 GATE_KINDS = tuple(k.KIND for k in KINDS)
 GateKind = Literal[
@@ -34,6 +35,7 @@ GateKind = Literal[
     "contains",
     "llm_review",
     "github_checks",
+    "hidden_tests",
 ]
 """The kinds, for fields that hold one (``GateResult.kind``); ``test_gate_kinds`` keeps
 it equal to ``GATE_KINDS``."""
@@ -72,7 +74,8 @@ Gate = Annotated[
     | Annotated[RegressionTestGate, Tag("regression_test")]
     | Annotated[ContainsGate, Tag("contains")]
     | Annotated[LlmReviewGate, Tag("llm_review")]
-    | Annotated[GitHubChecksGate, Tag("github_checks")],
+    | Annotated[GitHubChecksGate, Tag("github_checks")]
+    | Annotated[HiddenTestsGate, Tag("hidden_tests")],
     Discriminator(_kind_of),
     BeforeValidator(_one_kind),
 ]
@@ -98,6 +101,8 @@ __all__ = [
     "GateSpec",
     "GitHubChecks",
     "GitHubChecksGate",
+    "HiddenTests",
+    "HiddenTestsGate",
     "JunitReport",
     "LlmReview",
     "LlmReviewGate",

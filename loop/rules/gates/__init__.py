@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loop.contracts import REFUSALS, Gate, GateResult
-from loop.rules.gates import checks, contains, kept, regression, review, run, scope
+from loop.rules.gates import checks, contains, hidden, kept, regression, review, run, scope
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class GateRules:
 
 RULES: dict[str, GateRules] = {
     m.KIND: GateRules(m.KIND, m.describe, m.correction)
-    for m in (run, scope, kept, regression, contains, review, checks)
+    for m in (run, scope, kept, regression, contains, review, checks, hidden)
 }
 
 
