@@ -577,8 +577,9 @@ class EvalView:
     suite_hash: str
     harnesses: list[str]
     charts: list[Chart]
-    cases: list[tuple[str, list[tuple[str, str, str]]]]
-    """Per case: (state, attempts, task id) under each harness."""
+    cases: list[tuple[str, list[tuple[str, str, str, str]]]]
+    """Per case: (state, attempts, task id, FAIL_TO_PASS passed/required) under each
+    harness."""
     flips: list[FlipRow]
 
 
@@ -612,18 +613,20 @@ def eval_view(r: EvalReport) -> EvalView:
     ]
     if any(h.cost_per_accepted is None for h in r.harnesses):
         charts[2].note = "-: no task accepted, so no cost per accepted task"
-    by_case: dict[str, dict[str, tuple[str, str, str]]] = {}
+    by_case: dict[str, dict[str, tuple[str, str, str, str]]] = {}
     for o in r.outcomes:
-        by_case.setdefault(o.case, {})[o.harness] = (str(o.state), str(o.attempts), o.task_id)
+        cell = (str(o.state), str(o.attempts), o.task_id, o.fail_to_pass)
+        by_case.setdefault(o.case, {})[o.harness] = cell
     cases = [
-        (case, [cells.get(h, ("-", "", "")) for h in names]) for case, cells in by_case.items()
+        (case, [cells.get(h, ("-", "", "", "")) for h in names])
+        for case, cells in by_case.items()
     ]
     flips = [
         FlipRow(
             f.case,
             str(f.before),
             str(f.after),
-            [(h, by_case.get(f.case, {}).get(h, ("", "", ""))[2]) for h in names],
+            [(h, by_case.get(f.case, {}).get(h, ("", "", "", ""))[2]) for h in names],
         )
         for f in r.flipped
     ]

@@ -315,7 +315,8 @@ def report() -> EvalReport:
             ],
             "outcomes": [
                 {"harness": "careful", "case": "clamp", "task_id": "ev-c-clamp",
-                 "state": "DONE_WITH_EVIDENCE", "accepted": True, "attempts": 2},
+                 "state": "DONE_WITH_EVIDENCE", "accepted": True, "attempts": 2,
+                 "fail_to_pass": "2/2"},
                 {"harness": "hasty", "case": "clamp", "task_id": "ev-h-clamp",
                  "state": "NEEDS_HUMAN", "accepted": False, "attempts": 3},
             ],
@@ -336,7 +337,13 @@ def test_eval_charts_and_flipped_cases_linked_to_their_tasks() -> None:
     (flip,) = v.flips
     assert flip.tasks == [("careful", "ev-c-clamp"), ("hasty", "ev-h-clamp")]
     assert v.cases == [
-        ("clamp", [("DONE_WITH_EVIDENCE", "2", "ev-c-clamp"), ("NEEDS_HUMAN", "3", "ev-h-clamp")])
+        (
+            "clamp",
+            [
+                ("DONE_WITH_EVIDENCE", "2", "ev-c-clamp", "2/2"),
+                ("NEEDS_HUMAN", "3", "ev-h-clamp", ""),
+            ],
+        )
     ]
 
 
