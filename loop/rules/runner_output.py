@@ -37,6 +37,8 @@ UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in [\d.]+s$")
 UNITTEST_RESULT = re.compile(r"^(OK|FAILED)(?: \((.*)\))?\s*$")
 UNITTEST_PROGRESS = re.compile(r"^([.FEsxu]+)$")
 CUT = "[output cut:"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""Colour and cursor codes (pytest colours its output where the environment asks)."""
 SECTION = re.compile(r"^(={3,} .+ ={3,}|_{3,} .+ _{3,}|={20,}|-{20,})$")
 """Where the marks end: pytest's sections (FAILURES, warnings summary, ...), unittest's
 rules; what follows quotes the tests' own output, which may hold anything."""
@@ -59,7 +61,7 @@ def read_pytest(lines: Iterable[str]) -> Seen:
     seen = Seen()
     marking = True
     for raw in lines:
-        line = raw.rstrip("\r\n")
+        line = ANSI.sub("", raw).rstrip("\r\n")
         if line.startswith(CUT):
             seen.cut = True
         summary = PYTEST_SUMMARY.match(line)
@@ -93,7 +95,7 @@ def read_unittest(lines: Iterable[str]) -> Seen:
     ran: int | None = None
     marking = True
     for raw in lines:
-        line = raw.rstrip("\r\n")
+        line = ANSI.sub("", raw).rstrip("\r\n")
         if line.startswith(CUT):
             seen.cut = True
         if SECTION.match(line):

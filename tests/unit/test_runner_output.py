@@ -109,3 +109,10 @@ def test_unittest_output(tmp_path: Path) -> None:
     assert runner_output.contradictions(unit(test_ok="passed", test_bad="failed"), lines) == []
     forged = runner_output.contradictions(unit(test_ok="passed", test_bad="passed"), lines)
     assert "unittest's summary counts 1 failure(s) but the report has none" in forged
+
+
+def test_coloured_output_is_read_as_plain(tmp_path: Path) -> None:
+    lines = pytest_output(tmp_path, "-q", "--color=yes")
+    assert any("\x1b[" in line for line in lines)
+    assert runner_output.contradictions(HONEST, lines) == [], lines
+    assert runner_output.contradictions(FORGED, lines)

@@ -342,8 +342,9 @@ class _Result:
         for kind, entries in (("error", r.errors), ("failed", r.failures)):
             if entries and self.outcome == "passed":
                 self.outcome, self.message = kind, entries[0][1]
-        if r.skipped and self.outcome == "passed":
-            self.outcome, self.message = "skipped", str(r.skipped[0][1])
+        whole = [(t, why) for t, why in r.skipped if type(t).__name__ != "_SubTest"]
+        if whole and self.outcome == "passed":
+            self.outcome, self.message = "skipped", str(whole[0][1])  # a subtest's skip is not
         if r.expectedFailures and self.outcome == "passed":
             self.outcome = "xfailed"
         if r.unexpectedSuccesses and self.outcome == "passed":
