@@ -618,8 +618,7 @@ def eval_view(r: EvalReport) -> EvalView:
         cell = (str(o.state), str(o.attempts), o.task_id, o.fail_to_pass)
         by_case.setdefault(o.case, {})[o.harness] = cell
     cases = [
-        (case, [cells.get(h, ("-", "", "", "")) for h in names])
-        for case, cells in by_case.items()
+        (case, [cells.get(h, ("-", "", "", "")) for h in names]) for case, cells in by_case.items()
     ]
     flips = [
         FlipRow(
