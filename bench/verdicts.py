@@ -9,7 +9,7 @@ tests, so load changes hit both alike. Target: the reporting gate within 10 % of
 plain one in wall time. The last table is the base run that explore adds to a task
 (one more run of each gate, before the first attempt) next to one verify.
 
-    .venv/bin/python bench/verdicts.py [--rounds 10] [--tests 1000] [--mode basic] [--quick]
+    .venv/bin/python bench/verdicts.py [--rounds 10] [--tests 2000] [--mode basic] [--quick]
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ async def base_run(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--tests", type=int, default=1000)
+    parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--mode", default="basic", choices=["basic", "strict", "off"])
     parser.add_argument("--quick", action="store_true", help="3 rounds, 200 tests")
     args = parser.parse_args()

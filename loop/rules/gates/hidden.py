@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loop.contracts import GateResult, HiddenTestsGate
+from loop.rules.gates.run import UNCERTAIN, failing
 
 KIND = HiddenTestsGate.KIND
 
@@ -18,17 +19,12 @@ def describe(g: HiddenTestsGate) -> str:
 def correction(g: GateResult) -> str:
     tests = g.evidence.tests
     if g.uncertain:
-        return (
-            "remove what ends or steers the test process (quoted below): while it is there the "
-            "verdict cannot be trusted and a person is asked"
-        )
+        return UNCERTAIN
     if tests is not None and tests.failing:
-        names = ", ".join(c.id for c in tests.failing[:5])
-        more = tests.more_failing + max(0, len(tests.failing) - 5)
-        return (
-            f"fix the code under test so that these hidden tests pass: {names}"
-            + (f" (and {more} more)" if more else "")
-            + "; each one's assertion message is listed under its name (the tests themselves "
-            "stay hidden)"
+        return failing(
+            tests,
+            "fix the code under test so that these hidden tests pass",
+            "each one's assertion message is listed under its name (the tests themselves stay "
+            "hidden)",
         )
     return f"fix the code under test: {g.evidence.detail}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loop.contracts import GateResult, RunGate
+from loop.contracts import GateResult, RunGate, SuiteSummary
 from loop.rules.verdicts import expects_report
 
 KIND = RunGate.KIND
@@ -23,13 +23,23 @@ def describe(g: RunGate) -> str:
     )
 
 
+UNCERTAIN = (
+    "remove what ends or steers the test process (quoted below): while it is there the "
+    "verdict cannot be trusted and a person is asked"
+)
+
+
+def failing(tests: SuiteSummary, asked: str, each: str) -> str:
+    """``asked`` the first failing tests by name (and how many more), then ``each``."""
+    names = ", ".join(c.id for c in tests.failing[:5])
+    more = tests.more_failing + max(0, len(tests.failing) - 5)
+    return f"{asked}: {names}" + (f" (and {more} more)" if more else "") + f"; {each}"
+
+
 def correction(g: GateResult) -> str:
     detail, tests = g.evidence.detail, g.evidence.tests
     if g.uncertain:
-        return (
-            "remove what ends or steers the test process (quoted below): while it is there the "
-            "verdict cannot be trusted and a person is asked"
-        )
+        return UNCERTAIN
     if detail.startswith("timed out"):
         return f"make the command finish in time ({detail}); do not hang"
     if "ended before it reported" in detail:
@@ -38,12 +48,10 @@ def correction(g: GateResult) -> str:
             "do not skip, deselect or hide tests"
         )
     if tests is not None and tests.failing:
-        names = ", ".join(c.id for c in tests.failing[:5])
-        more = tests.more_failing + max(0, len(tests.failing) - 5)
-        return (
-            f"change the code so that these tests pass: {names}"
-            + (f" (and {more} more)" if more else "")
-            + "; each one's assertion is listed under its name"
+        return failing(
+            tests,
+            "change the code so that these tests pass",
+            "each one's assertion is listed under its name",
         )
     first = g.evidence.failure[0] if g.evidence.failure else ""
     said = f"; it said: {first}" if first else "; read the output tail for the failing check"
