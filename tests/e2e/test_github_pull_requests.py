@@ -119,10 +119,12 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
         (pr,) = hub.pulls
         first_push = git(bare, "rev-parse", branch)
 
-        hub.reviews[90] = [
-            review_comment(REPO, pr["number"], 90, "slugify.py", 4, "@@ -1 +1 @@", "Say so."),
+        # A review id of its own: deliveries are keyed by the review's id, and this test's
+        # dev server saw test_github_hooks' review 90 already.
+        hub.reviews[190] = [
+            review_comment(REPO, pr["number"], 190, "slugify.py", 4, "@@ -1 +1 @@", "Say so."),
         ]
-        review = review_event(REPO, pr["number"], branch, 90, "changes_requested", "One.", "ann")
+        review = review_event(REPO, pr["number"], branch, 190, "changes_requested", "One.", "ann")
         _, reviewed = await deliver(url, "pull_request_review", review, SECRET)
         reviewed_did = await delivered(client, reviewed)
         again = await wait_for(
