@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
 if TYPE_CHECKING:
+    from workflows.choice import Choice
     from workflows.status import StatusComment
 
 with workflow.unsafe.imports_passed_through():
@@ -116,6 +117,8 @@ class TaskRecord:
         self.status_comment: StatusComment | None = None
         """The issue's status comment (``spec.github_issue``), when the task keeps one."""
         self.pull_request_url = ""
+        self.choice: Choice | None = None
+        """A task with candidates: them, and which one it keeps (``workflows.candidates``)."""
         """Answer updates being checked now: the task closes only once none is."""
 
     def _placed(self, moved_from: str = "") -> None:
@@ -141,6 +144,14 @@ class TaskRecord:
                 f"{name} does not apply now"
             )
         return answers.refusal(self.spec.id, name, self.state, self.waiting_for)
+
+    def choosing(self) -> bool:
+        """Whether several candidates wait for an approval that names one."""
+        return self.choice is not None and bool(self.choice.waiting)
+
+    def approved(self) -> bool:
+        """Whether a person chose the candidate the task keeps (its approval)."""
+        return self.choice is not None and bool(self.choice.approved)
 
     def awaiting_commit(self) -> str:
         """The commit an approval approves now ("" unless the task waits for one)."""
@@ -176,6 +187,7 @@ class TaskRecord:
             host=self.ws.host if self.ws is not None else "",
             commit=self.awaiting_commit(),
             waiting_since=self.waiting_since(),
+            candidates=self.choice.views() if self.choice is not None else [],
         )
 
     @workflow.query(name=QUERY_TRACE)

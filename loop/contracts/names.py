@@ -9,6 +9,8 @@ from loop.contracts.base import TASK_ID_PATTERN
 from loop.contracts.states import TaskState
 
 TASK_WORKFLOW = "TaskWorkflow"
+CANDIDATE_WORKFLOW = "CandidateWorkflow"
+"""One candidate of a task with candidates: a child of its ``TaskWorkflow``."""
 AGENT_WORKFLOW = "AgentWorkflow"
 LEDGER_WORKFLOW = "PeriodBudgetWorkflow"
 UPDATE_RESERVE = "reserve"
