@@ -3,6 +3,8 @@ one kept (docs/concepts/candidates.md), on the real dev server, in basic and str
 
 from __future__ import annotations
 
+import json
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,9 @@ from loop.errors import BadInput
 from loop.settings import Settings
 from loop.tasks import answer
 from tests.support.agents import write_agent
+from tests.support.gateway import KEY
 from tests.support.host import LEVELS
+from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
 from worker import build_worker
@@ -121,3 +125,138 @@ async def test_best_ranks_the_second_first_and_waits_for_its_approval(
     assert [a.attempt for a in result.attempts] == [1]  # the chosen one's
     uids = {c.attempts[0].make.sandbox_level.split()[1] for c in result.candidates}
     assert len(uids) == 3, uids
+
+
+CALLER = """
+import urllib.error, urllib.request
+base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+calls = []
+deadline = time.time() + FOR_S
+while time.time() < deadline:
+    body = {"model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": os.environ["LOOP_TASK_ID"]}]}
+    request = urllib.request.Request(
+        base + "/chat/completions", data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    sent = time.time()
+    try:
+        status = urllib.request.urlopen(request, timeout=30).status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    calls.append({"t": sent, "status": status})
+    (own / "model-calls.json").write_text(json.dumps(calls))
+    if status != 200 and UNTIL_REFUSED:
+        break
+    time.sleep(PAUSE_S)
+if FIXES:
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+else:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return 'wrong'\\n")
+"""
+
+
+def caller(tmp_path: Path, url: str, *, fixes: bool, until_refused: bool, for_s: float,
+           pause_s: float = 0.05) -> dict:  # fmt: skip
+    """An agent that calls its model through the gateway, for ``for_s`` seconds at most."""
+    head = (f"FOR_S = {for_s}\nUNTIL_REFUSED = {until_refused}\nFIXES = {fixes}\n"
+            f"PAUSE_S = {pause_s}\n")  # fmt: skip
+    return {
+        "command": write_agent(tmp_path, head + CALLER),
+        "model": "gpt-4o-mini",
+        "timeout": 60,
+        "provider": {"api": "openai", "base_url": url},
+    }
+
+
+def model_calls(settings: Settings, task_id: str, name: str) -> list[dict]:
+    return [
+        call
+        for log in sorted(settings.runs.glob(f"{task_id}+{name}/attempt-*/agent/model-calls.json"))
+        for call in json.loads(log.read_text())
+    ]
+
+
+async def test_one_budget_for_all_candidates_overshoots_by_a_call_each_at_most(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Three candidates calling as fast as they can under 3,000 tokens for the task: each
+    call is 350 tokens; alone, each candidate would spend 3,000 (the pool is what holds
+    them to one budget together)."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedModel() as model:
+        model.script([reply("ok", usage=(300, 50), delay=0.2)] * 60)
+        agent = caller(tmp_path, model.url, fixes=False, until_refused=True, for_s=60, pause_s=0)
+        spec = task(
+            demo_repo,
+            ["true"],
+            candidates=3,
+            choose="best",
+            budget={"max_attempts": 3, "max_tokens": 3000},
+            approval_timeout=2,
+        )
+        spec["agent"] = agent
+        async with build_worker(client, settings):
+            handle = await start(client, settings, spec)
+            result: TaskResult = await result_of(handle, within=150)
+    forwarded = 350 * len(model.requests)
+    assert 3000 <= forwarded <= 3000 + 3 * 350, (forwarded, result.reason)
+    assert result.tokens == forwarded  # the task's spend is every candidate's, as measured
+    assert result.state == TaskState.BUDGET_EXCEEDED, result.reason
+    assert "no candidate passed" in result.reason
+    for c in result.candidates:
+        assert c.budget and c.reason.startswith("token budget spent"), c.reason
+    # Each candidate's agent was refused in the end, with the task's words for why.
+    for name in ("c1", "c2", "c3"):
+        calls = model_calls(settings, spec["id"], name)
+        assert calls and calls[-1]["status"] == 400, (name, calls)
+
+
+async def test_first_stops_the_others_calls_within_a_second_of_the_verdict(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedModel() as model:
+        model.script([reply("ok", usage=(10, 5), delay=0.05)] * 2000)
+        busy = caller(tmp_path, model.url, fixes=False, until_refused=False, for_s=20)
+        fixer = caller(tmp_path, model.url, fixes=True, until_refused=True, for_s=0.5)
+        spec = task(
+            demo_repo,
+            ["true"],
+            candidates=[
+                {"name": "one", "agent": busy},
+                {"name": "two", "agent": fixer},
+                {"name": "three", "agent": busy},
+            ],
+            choose="first",
+            budget={"max_attempts": 1},
+        )
+        async with build_worker(client, settings):
+            handle = await start(client, settings, spec)
+            result: TaskResult = await result_of(handle, within=150)
+            verdict_at = await verified_at(client, f"task-{spec['id']}+two")
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.chosen == "two", result.reason
+    for name in ("one", "three"):
+        calls = model_calls(settings, spec["id"], name)
+        paid = [c["t"] for c in calls if c["status"] == 200]
+        refused = [c["t"] for c in calls if c["status"] != 200]
+        # It kept calling after the verdict (refused), and no call it made later was paid.
+        assert refused and max(refused) > verdict_at, (name, verdict_at, calls[-3:])
+        assert paid and max(paid) <= verdict_at + 1.0, (name, max(paid) - verdict_at)
+        assert result.choice and f"{name}: stopped" in result.choice
+
+
+async def verified_at(client: Client, workflow_id: str) -> float:
+    """When the candidate's verify step completed (the server's clock), as a timestamp."""
+    names: dict[int, str] = {}
+    done = 0.0
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.HasField("activity_task_completed_event_attributes"):
+            scheduled = ev.activity_task_completed_event_attributes.scheduled_event_id
+            if names.get(scheduled) == "verify":
+                done = ev.event_time.ToDatetime(tzinfo=UTC).timestamp()
+    assert done, f"{workflow_id} has no completed verify"
+    return done
