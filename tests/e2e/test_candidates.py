@@ -3,7 +3,10 @@ one kept (docs/concepts/candidates.md), on the real dev server, in basic and str
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections import Counter
 from datetime import UTC
 from pathlib import Path
 
@@ -14,12 +17,13 @@ from loop.contracts import ApproveSignal, FinalAction, TaskResult, TaskState
 from loop.errors import BadInput
 from loop.settings import Settings
 from loop.tasks import answer
-from tests.support.agents import write_agent
+from tests.support.agents import COMPLETE_FIX, write_agent
 from tests.support.gateway import KEY
 from tests.support.host import LEVELS
-from tests.support.model_server import ScriptedModel, reply
+from tests.support.model_server import Entry, ScriptedModel, reply
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
+from tests.support.workers import Host
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -260,3 +264,68 @@ async def verified_at(client: Client, workflow_id: str) -> float:
                 done = ev.event_time.ToDatetime(tzinfo=UTC).timestamp()
     assert done, f"{workflow_id} has no completed verify"
     return done
+
+
+class ByStep(ScriptedModel):
+    """Answers each conversation by its own step (the assistant turns it holds so far),
+    so candidates calling at once each get their own script, in any interleaving."""
+
+    def __init__(self, steps: list[Entry]) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def _next(self, record: dict) -> Entry | None:
+        with self._lock:
+            self.requests.append(record)
+        done = step_of(record)
+        return self.steps[done] if done < len(self.steps) else None
+
+
+def step_of(request: dict) -> int:
+    """A model request's step in its conversation: the assistant turns it holds."""
+    return sum(m.get("role") == "assistant" for m in request["body"].get("messages", []))
+
+
+SLOW_FIX = [
+    reply(tool_calls=[("read_file", {"path": "slugify.py"})], usage=(1000, 50)),
+    reply(tool_calls=[("run", {"command": "sleep 6"})], usage=(1100, 20)),
+    reply(
+        tool_calls=[("write_file", {"path": "slugify.py", "content": COMPLETE_FIX})],
+        usage=(1200, 80),
+    ),
+    reply(tool_calls=[("finish", {"answer": "slugify fixed"})], usage=(1300, 10)),
+]
+
+
+@pytest.mark.timeout(240)
+async def test_kill_9_with_three_candidates_running_resumes_all_paying_nothing_twice(
+    client: Client, settings: Settings, demo_repo: Path
+) -> None:
+    """The worker is killed while each of three candidates' model loops runs a tool
+    between its calls; a new worker resumes all three, and every call the model answered
+    was sent once."""
+    with ByStep(SLOW_FIX) as model:
+        spec = task(demo_repo, ["true"], candidates=3, choose="best")
+        spec["agent"] = {"backend": "openai", "model": "gpt-4o-mini", "base_url": model.url}
+        host = Host(client, settings.home, settings.task_queue)
+        await host.start()
+        try:
+            handle = await start(client, settings, spec)
+            deadline = time.monotonic() + 90
+            while len(model.requests) < 6:  # each of the three in its `sleep 6`
+                assert time.monotonic() < deadline, (len(model.requests), host.tail())
+                await asyncio.sleep(0.1)
+            at_kill = Counter(step_of(r) for r in model.requests)
+            await host.kill()
+            await host.start()
+            result: TaskResult = await result_of(handle, within=150)
+        finally:
+            await host.stop()
+        steps = Counter(step_of(r) for r in model.requests)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert [c.state for c in result.candidates] == [TaskState.DONE_WITH_EVIDENCE] * 3
+    # Each candidate made each of its four calls once: twelve in all, three of each step
+    # (each needs all four to finish, so one paid twice would make thirteen).
+    assert steps == dict.fromkeys(range(len(SLOW_FIX)), 3), steps
+    assert at_kill == {0: 3, 1: 3}, at_kill  # all three were between their calls
+    assert result.tokens == 3 * (1050 + 1120 + 1280 + 1310)
