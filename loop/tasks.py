@@ -216,7 +216,11 @@ def payload_for(answer: str, form: dict[str, str], by: str, answer_id: str = "")
     if answer == "approve":
         commit = form.get("commit", "").strip()
         return ApproveSignal(
-            note=form.get("note", "").strip(), by=by, commit=commit, answer_id=answer_id
+            note=form.get("note", "").strip(),
+            by=by,
+            commit=commit,
+            answer_id=answer_id,
+            candidate=form.get("candidate", "").strip(),
         )
     if answer == "reject":
         reason = form.get("reason", "").strip()

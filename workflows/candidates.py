@@ -176,6 +176,7 @@ async def _explore(task: Task, choice: Choice) -> Outcome | None:
         ws, explored = prepared.workspace, prepared.explored
     task.ws = ws
     task._placed()
+    task.result.worktree = task.result.branch = ""  # the chosen candidate's, once chosen
     task._explored(explored)
     choice.host, choice.explored = ws, explored
     choice.records[first].workspace = ws
@@ -192,7 +193,8 @@ async def _round(task: Task, choice: Choice, names: list[str]) -> None:
     extra = max(1, task.max_attempts - choice.granted) if choice.granted else task.max_attempts
     choice.granted = task.max_attempts
     task.phase = Phase.MAKE
-    task._event("candidates", f"{len(names)} at once at most {task.spec.max_parallel or 'all'}")
+    at_once = min(task.spec.max_parallel or len(names), len(names))
+    task._event("candidates", f"{', '.join(names)}: {at_once} at a time")
     task._publish()
     pending = list(names)
     parallel = task.spec.max_parallel or len(names)
@@ -404,9 +406,8 @@ def approve(task: Task, payload: ApproveSignal, by: str) -> str:
     name, _ = answers.chosen(task.spec.id, payload.candidate, payload.commit, choice.waiting)
     choice.approved = name
     record = choice.records[name]
-    task._decide(
-        Decision("approve", payload.note, by), f"approve: candidate {name} {payload.note}{by}"
-    )
+    note = f"; {payload.note}" if payload.note else ""
+    task._decide(Decision("approve", payload.note, by), f"approve: candidate {name}{note}{by}")
     ws = record.workspace
     where = f"{ws.branch} into {ws.base_ref}" if ws is not None else "it"
     return f"approved candidate {name}; merging {where}"

@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
         ExploreResult,
         Workspace,
     )
+    from loop.rules import candidates as rules
 
 
 @dataclass
@@ -46,27 +47,4 @@ class Choice:
     """The stopped candidates' records, taken as their workflows end."""
 
     def views(self) -> list[CandidateView]:
-        return [
-            CandidateView(
-                name=r.name,
-                agent=r.agent,
-                state=r.state,
-                reason=r.reason,
-                attempt=len(r.attempts),
-                tokens=r.tokens,
-                cost_usd=round(r.cost_usd, 6),
-                last_verdict=_last_verdict(r),
-                branch=r.workspace.branch if r.workspace is not None else "",
-                commit=self.waiting.get(r.name, r.commit if r.passed else ""),
-                changed_lines=r.changed_lines,
-                chosen=r.chosen,
-                rank=r.rank,
-                workflow_id=r.workflow_id,
-            )
-            for r in self.records.values()
-        ]
-
-
-def _last_verdict(r: CandidateRecord) -> str:
-    verdict = r.attempts[-1].verdict if r.attempts else None
-    return verdict.summary() if verdict is not None else ""
+        return [rules.view(r, self.waiting.get(r.name, "")) for r in self.records.values()]

@@ -10,6 +10,7 @@ from loop.contracts import (
     CANDIDATE_MARK,
     AgentSpec,
     CandidateRecord,
+    CandidateView,
     TaskSpec,
     TaskState,
 )
@@ -153,3 +154,25 @@ def none_passed(records: list[CandidateRecord]) -> Outcome:
 def continuing(records: list[CandidateRecord]) -> list[CandidateRecord]:
     """Who gets another round after a person's answer: every candidate not blocked."""
     return [r for r in records if r.state != TaskState.BLOCKED]
+
+
+def view(r: CandidateRecord, waiting: str = "") -> CandidateView:
+    """A candidate as the task's status shows it; ``waiting``: its commit, while it waits
+    for an approval (``choose: person``)."""
+    verdict = r.attempts[-1].verdict if r.attempts else None
+    return CandidateView(
+        name=r.name,
+        agent=r.agent,
+        state=r.state,
+        reason=r.reason,
+        attempt=len(r.attempts),
+        tokens=r.tokens,
+        cost_usd=round(r.cost_usd, 6),
+        last_verdict=verdict.summary() if verdict is not None else "",
+        branch=r.workspace.branch if r.workspace is not None else "",
+        commit=waiting or (r.commit if r.passed else ""),
+        changed_lines=r.changed_lines,
+        chosen=r.chosen,
+        rank=r.rank,
+        workflow_id=r.workflow_id,
+    )

@@ -458,6 +458,58 @@ def timeline(
 
 
 @dataclass
+class CandidateRow:
+    """One candidate of a task with candidates, side by side with the others."""
+
+    name: str
+    agent: str
+    state: str
+    attempts: int
+    spent: str
+    verdict: str
+    gates: list[GateRow]
+    changed_lines: int
+    branch: str
+    commit: str
+    chosen: bool
+    rank: int
+    reason: str
+    approvable: bool
+    """It waits for an approval that names it (``choose: person``)."""
+    logs: str
+    """Its own log folder's id (``<id>+<name>``): its attempts' logs are there."""
+
+
+def candidate_rows(result: TaskResult, st: TaskStatus | None) -> list[CandidateRow]:
+    """Each candidate with its evidence and cost; those an approval may name now marked."""
+    waiting = {c.name: c.commit for c in st.candidates if c.commit} if st is not None else {}
+    choosing = st is not None and applies("approve", st.state, st.waiting_for) and not st.commit
+    rows = []
+    for c in result.candidates:
+        verdict = c.attempts[-1].verdict if c.attempts else None
+        rows.append(
+            CandidateRow(
+                name=c.name,
+                agent=c.agent,
+                state=str(c.state),
+                attempts=len(c.attempts),
+                spent=spent(c.tokens, c.cost_usd, c.tool_calls) or "nothing metered",
+                verdict=verdict.summary() if verdict is not None else "",
+                gates=[gate_row(g) for g in verdict.gates] if verdict is not None else [],
+                changed_lines=c.changed_lines,
+                branch=c.workspace.branch if c.workspace is not None else "",
+                commit=waiting.get(c.name, c.commit if c.passed else ""),
+                chosen=c.chosen,
+                rank=c.rank,
+                reason=c.reason,
+                approvable=choosing and c.name in waiting,
+                logs=c.workflow_id.removeprefix("task-"),
+            )
+        )
+    return rows
+
+
+@dataclass
 class EscalationRow:
     at: str
     reason: str

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import ApproveSignal, FinalAction, TaskResult, TaskState
 from loop.errors import BadInput
@@ -23,6 +24,7 @@ from tests.support.host import LEVELS
 from tests.support.model_server import Entry, ScriptedModel, reply
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
+from tests.support.ui import LOOP, ui_env
 from tests.support.workers import Host
 from worker import build_worker
 
@@ -329,3 +331,67 @@ async def test_kill_9_with_three_candidates_running_resumes_all_paying_nothing_t
     assert steps == dict.fromkeys(range(len(SLOW_FIX)), 3), steps
     assert at_kill == {0: 3, 1: 3}, at_kill  # all three were between their calls
     assert result.tokens == 3 * (1050 + 1120 + 1280 + 1310)
+
+
+FIX_SIGNED = """
+pathlib.Path("slugify.py").write_text(COMPLETE + "# by NAME\\n")
+out.write_text("fixed, NAME's way")
+"""
+
+
+def signed_fixes(tmp_path: Path) -> list[dict]:
+    """Two candidates that fix it, each its own way (a comment with its name), and one
+    that cannot."""
+    return [
+        {"name": n, "agent": {"command": write_agent(tmp_path, body.replace("NAME", n))}}
+        for n, body in (("one", FIX_SIGNED), ("two", FIX_SIGNED), ("three", WRONG))
+    ]
+
+
+async def loop_cli(env: WorkflowEnvironment, settings: Settings, *args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**ui_env(env, settings), "COLUMNS": "200"},
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode()
+
+
+async def test_person_approves_one_candidate_by_name_from_the_cli(
+    env: WorkflowEnvironment, client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(
+        demo_repo,
+        ["true"],
+        candidates=signed_fixes(tmp_path),
+        choose="person",
+        autonomy="assisted",
+        budget={"max_attempts": 1},
+    )
+    task_id = spec["id"]
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL, within=120)
+        waiting = {c.name: c.commit for c in st.candidates if c.commit}
+        assert set(waiting) == {"one", "two"} and not st.commit, st
+        # Each waiting commit is its candidate's branch in the repository.
+        for name, commit in waiting.items():
+            assert git(demo_repo, "rev-parse", f"loop/{task_id}/{name}") == commit
+        code, out = await loop_cli(env, settings, "status", task_id)
+        assert code == 0 and "candidate" in out and "three" in out, out
+        code, out = await loop_cli(env, settings, "inbox")
+        assert f"candidate two: {waiting['two']}  (loop approve {task_id} --candidate two)" in out
+        # An approval that names none of them is refused, with how to name one.
+        code, out = await loop_cli(env, settings, "approve", task_id)
+        assert code == 2 and "2 candidates waiting (one, two)" in out, out
+        code, out = await loop_cli(env, settings, "approve", task_id, "--candidate", "three")
+        assert code == 2 and "no candidate 'three' waiting" in out, out
+        code, out = await loop_cli(env, settings, "approve", task_id, "--candidate", "two")
+        assert code == 0 and "approved candidate two" in out, out
+        result: TaskResult = await result_of(handle, within=60)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
+    assert result.chosen == "two" and "approved by a person" in result.choice, result.choice
+    assert "# by two" in git(demo_repo, "show", "main:slugify.py")
+    git(demo_repo, "merge-base", "--is-ancestor", waiting["two"], "main")
+    # The one not chosen was handed over for review while it waited; deleted at the end.
+    assert git(demo_repo, "branch", "--list", f"loop/{task_id}/*") == ""

@@ -283,7 +283,10 @@ def test_a_form_becomes_a_payload_with_who_decided() -> None:
         "signature": "",
         "commit": "0a1b2c3d",
         "answer_id": "page:ab:approve",
+        "candidate": "",
     }
+    chosen = payload_for("approve", {"candidate": " two ", "commit": "0a1b2c3d"}, "ann")
+    assert (chosen.candidate, chosen.commit) == ("two", "0a1b2c3d")
     assert payload_for("reject", {"reason": "no"}, "ann").reason == "no"
     ext = payload_for("extend", {"attempts": "2", "cost_usd": "0.5", "tokens": ""}, "bo")
     assert (ext.attempts, ext.cost_usd, ext.tokens, ext.by) == (2, 0.5, 0, "bo")
@@ -540,6 +543,9 @@ class FakeSource:
 
     async def diff(self, page: TaskPage) -> Diff:
         return Diff(files=slugify_diff(), base="b" * 40, commit="c" * 40)
+
+    async def candidate_diffs(self, page: TaskPage, commits: dict[str, str]) -> dict[str, Diff]:
+        return {name: await self.diff(page) for name in commits}
 
     async def answer(self, task_id: str, answer: str, payload: Any) -> AnswerReply:
         if self.refuse:
