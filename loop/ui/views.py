@@ -664,6 +664,16 @@ def eval_view(r: EvalReport) -> EvalView:
     ]
     if any(h.cost_per_accepted is None for h in r.harnesses):
         charts[2].note = "-: no task accepted, so no cost per accepted task"
+    if any(h.k > 1 for h in r.harnesses):  # a harness with candidates: k tries per case
+        charts += [
+            chart("pass@1", [(h.harness, h.pass_at_1) for h in r.harnesses], "{:.0%}", top=1.0),
+            chart(
+                "pass@k",
+                [(f"{h.harness} (k={h.k})", h.pass_at_k) for h in r.harnesses],
+                "{:.0%}",
+                top=1.0,
+            ),
+        ]
     by_case: dict[str, dict[str, tuple[str, str, str]]] = {}
     for o in r.outcomes:
         by_case.setdefault(o.case, {})[o.harness] = (str(o.state), str(o.attempts), o.task_id)
