@@ -313,10 +313,13 @@ async def _stop_calls(task: Task, choice: Choice) -> None:
 async def _choose(task: Task, choice: Choice) -> Outcome | None:
     records = list(choice.records.values())
     passed = [r for r in records if r.passed]
-    if task.spec.choose == "first" and choice.chosen:
+    if choice.chosen:  # the first to pass; or chosen before (a review of its pull request)
         winner = choice.records[choice.chosen]
-        others = [r for r in records if r.name != winner.name]
-        choice.why = rules.why_first(winner, others)
+        if not winner.passed:
+            return rules.none_passed([winner])
+        if not choice.why:
+            others = [r for r in records if r.name != winner.name]
+            choice.why = rules.why_first(winner, others)
     elif not passed:
         return rules.none_passed(records)
     elif task.spec.choose == "best":

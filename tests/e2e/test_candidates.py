@@ -14,12 +14,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from loop.contracts import ApproveSignal, FinalAction, TaskResult, TaskState
+from activities.host import pool
+from activities.host.pool import Pool
+from loop.contracts import ApproveSignal, FinalAction, SharedBudget, TaskResult, TaskState
 from loop.errors import BadInput
 from loop.settings import Settings
 from loop.tasks import answer
 from tests.support.agents import COMPLETE_FIX, write_agent
-from tests.support.gateway import KEY
+from tests.support.gateway import KEY, attached, bearer, grant
 from tests.support.host import LEVELS
 from tests.support.model_server import Entry, ScriptedModel, reply
 from tests.support.repos import git
@@ -136,6 +138,13 @@ async def test_best_ranks_the_second_first_and_waits_for_its_approval(
 CALLER = """
 import urllib.error, urllib.request
 base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+if POOLS:  # the cheapest trick: make the task forget what its candidates spent
+    try:
+        for f in pathlib.Path(POOLS).iterdir():
+            f.write_text("")
+        (own / "tampered").write_text("yes")
+    except OSError as e:
+        (own / "tampered").write_text(type(e).__name__)
 calls = []
 deadline = time.time() + FOR_S
 while time.time() < deadline:
@@ -162,10 +171,11 @@ else:
 
 
 def caller(tmp_path: Path, url: str, *, fixes: bool, until_refused: bool, for_s: float,
-           pause_s: float = 0.05) -> dict:  # fmt: skip
-    """An agent that calls its model through the gateway, for ``for_s`` seconds at most."""
+           pause_s: float = 0.05, pools: str = "") -> dict:  # fmt: skip
+    """An agent that calls its model through the gateway, for ``for_s`` seconds at most
+    (first trying to empty the pools in ``pools``, where given)."""
     head = (f"FOR_S = {for_s}\nUNTIL_REFUSED = {until_refused}\nFIXES = {fixes}\n"
-            f"PAUSE_S = {pause_s}\n")  # fmt: skip
+            f"PAUSE_S = {pause_s}\nPOOLS = {pools!r}\n")  # fmt: skip
     return {
         "command": write_agent(tmp_path, head + CALLER),
         "model": "gpt-4o-mini",
@@ -192,7 +202,10 @@ async def test_one_budget_for_all_candidates_overshoots_by_a_call_each_at_most(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedModel() as model:
         model.script([reply("ok", usage=(300, 50), delay=0.2)] * 60)
-        agent = caller(tmp_path, model.url, fixes=False, until_refused=True, for_s=60, pause_s=0)
+        pools = str(settings.home / "pools")
+        agent = caller(
+            tmp_path, model.url, fixes=False, until_refused=True, for_s=60, pause_s=0, pools=pools
+        )
         spec = task(
             demo_repo,
             ["true"],
@@ -212,10 +225,13 @@ async def test_one_budget_for_all_candidates_overshoots_by_a_call_each_at_most(
     assert "no candidate passed" in result.reason
     for c in result.candidates:
         assert c.budget and c.reason.startswith("token budget spent"), c.reason
-    # Each candidate's agent was refused in the end, with the task's words for why.
+    # Each candidate's agent was refused in the end, with the task's words for why; none
+    # could reach the pool to make the task forget what they spent.
     for name in ("c1", "c2", "c3"):
         calls = model_calls(settings, spec["id"], name)
         assert calls and calls[-1]["status"] == 400, (name, calls)
+        tried = settings.runs / f"{spec['id']}+{name}" / "attempt-1" / "agent" / "tampered"
+        assert tried.read_text() in ("PermissionError", "FileNotFoundError"), tried.read_text()
 
 
 async def test_first_stops_the_others_calls_within_a_second_of_the_verdict(
@@ -395,3 +411,34 @@ async def test_person_approves_one_candidate_by_name_from_the_cli(
     git(demo_repo, "merge-base", "--is-ancestor", waiting["two"], "main")
     # The one not chosen was handed over for review while it waited; deleted at the end.
     assert git(demo_repo, "branch", "--list", f"loop/{task_id}/*") == ""
+
+
+async def test_two_candidates_runs_at_the_gateway_share_one_pool(tmp_path: Path) -> None:
+    """Each run alone may spend 3,000 tokens (three calls of 1,050); together they are
+    held to 3,000 by the pool, over it by one call each at most. Once one is chosen, the
+    other's next call is refused in the provider's error shape."""
+    with ScriptedModel() as model:
+        model.script([reply("x", usage=(1000, 50), delay=0.2)] * 20)
+        runs = {
+            n: grant(model.url, task=f"fix+{n}", max_tokens=3000,
+                     pool=Pool.of(tmp_path, SharedBudget(key="k", member=n, tokens=3000)))
+            for n in ("one", "two")
+        }  # fmt: skip
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        async with attached(runs["one"]) as one, attached(runs["two"]) as two:
+            calls = [c.post("/v1/chat/completions", json=body, headers=bearer(runs[n]))
+                     for n, c in (("one", one), ("two", two)) for _ in range(4)]  # fmt: skip
+            answered = await asyncio.gather(*calls)
+            forwarded = len(model.requests)
+            assert 3000 <= 1050 * forwarded <= 3000 + 2 * 1050, forwarded
+            refused = [a.json()["error"]["message"] for a in answered if a.status_code == 400]
+            assert refused and all("spent by its candidates" in m for m in refused), refused
+
+            pool.choose(pool.pool_file(tmp_path, "k"), "two")
+            runs["one"].pool.tokens = runs["two"].pool.tokens = None  # type: ignore[union-attr]
+            runs["one"].max_tokens = runs["two"].max_tokens = None
+            stopped = await one.post("/v1/chat/completions", json=body, headers=bearer(runs["one"]))
+            going = await two.post("/v1/chat/completions", json=body, headers=bearer(runs["two"]))
+    assert stopped.status_code == 400 and going.status_code == 200
+    assert "candidate two was chosen; candidate one stops" in stopped.json()["error"]["message"]
+    assert runs["one"].stopped == "candidate two was chosen"
