@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         CandidateRecord,
         CloseCandidateInput,
         CommitInput,
+        Evidence,
         ExploreInput,
         ExploreResult,
         FinalAction,
@@ -147,10 +148,23 @@ def _spec_for(task: Task, choice: Choice, name: str, attempts: int) -> Candidate
         name=name,
         workspace=before.workspace,
         host=choice.host,
-        explored=choice.explored,
+        explored=_by_reference(choice.explored),
         before=before if before.attempts else None,
         human_feedback=list(task.human_feedback),
         shared=shared,
+    )
+
+
+def _by_reference(explored: ExploreResult | None) -> ExploreResult | None:
+    """What a candidate needs of the exploration: the brief by its file (every candidate
+    works on the host that wrote it), the reproducer by its summary; history holds them
+    once, in the task's own explore."""
+    if explored is None:
+        return None
+    said = explored.reproducer
+    gates = [g.model_copy(update={"evidence": Evidence(detail="")}) for g in said.gates]
+    return explored.model_copy(
+        update={"brief": "", "reproducer": said.model_copy(update={"gates": gates})}
     )
 
 

@@ -25,7 +25,7 @@ from tests.support.gateway import KEY, attached, bearer, grant
 from tests.support.host import LEVELS
 from tests.support.model_server import Entry, ScriptedModel, reply
 from tests.support.repos import git
-from tests.support.tasks import result_of, start, task, wait_for
+from tests.support.tasks import replays, result_of, start, task, wait_for
 from tests.support.ui import LOOP, ui_env
 from tests.support.workers import Host
 from worker import build_worker
@@ -123,6 +123,9 @@ async def test_best_ranks_the_second_first_and_waits_for_its_approval(
             await answer(client, spec["id"], "approve", ApproveSignal(commit=other), "ann", None)
         await answer(client, spec["id"], "approve", ApproveSignal(commit=st.commit), "ann", None)
         result: TaskResult = await result_of(handle, within=60)
+        # Both replay on this code (and are kept for tests/workflow: LOOP_RECORD_HISTORIES).
+        await replays(handle, "candidates_best")
+        await replays(client.get_workflow_handle(f"task-{spec['id']}+two"), "candidates_best_two")
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert result.final_action == FinalAction.MERGED
     assert result.chosen == "two" and result.choice.startswith("two: ranked first"), result.choice
@@ -405,6 +408,7 @@ async def test_person_approves_one_candidate_by_name_from_the_cli(
         code, out = await loop_cli(env, settings, "approve", task_id, "--candidate", "two")
         assert code == 0 and "approved candidate two" in out, out
         result: TaskResult = await result_of(handle, within=60)
+        await replays(handle, "candidates_person")
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
     assert result.chosen == "two" and "approved by a person" in result.choice, result.choice
     assert "# by two" in git(demo_repo, "show", "main:slugify.py")
