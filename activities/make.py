@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -39,7 +40,8 @@ from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git, path_lock
 from activities.host.pool import Pool
-from activities.host.proc import tail_of
+from activities.host.pool import read as read_pool
+from activities.host.proc import ProcResult, tail_of
 from activities.host.remote import publish
 from activities.host.step_files import keep
 from activities.host.worktree import (
@@ -247,7 +249,7 @@ class MakeActivities:
         grant = await self._grant(inp, folder)
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
                  gateway=grant.upstream if grant else None)  # fmt: skip
-        ran = await sandbox.run_sandboxed(
+        ran = await until_chosen(pool, sandbox.run_sandboxed(
             sandbox.SandboxRun(
                 argv=argv,
                 kind="agent",
@@ -268,7 +270,22 @@ class MakeActivities:
                 gateway=grant,
                 environment=sandbox.Laid.of(ws.environment),
             )
-        )
+        ))  # fmt: skip
+        if ran is None:
+            # Another candidate of the task was chosen meanwhile: its agent was stopped at
+            # once; what it spent is in the pool (and the journal), its work goes with it.
+            log.info("another candidate was chosen: the agent stopped")
+            assert pool is not None
+            made = MakeResult(
+                attempt=n, start_commit=start.start_commit, commit=start.start_commit,
+                usage_reported=True, budget_spent=f"{pool.check()[0]} during the attempt",
+            )  # fmt: skip
+            if grant is None:
+                return made
+            return made.model_copy(
+                update={"tokens": grant.tokens, "cost_usd": grant.cost_usd,
+                        "model_calls": grant.count, "metered": True}
+            )  # fmt: skip
         if superseded(folder):
             # A later try opened the attempt meanwhile (``owning`` holds one off on this
             # host; this is for a lock that could not): it owns the worktree now.
@@ -533,6 +550,33 @@ class MakeActivities:
                 "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
             }
         )
+
+
+POOL_EVERY_S = 0.25
+"""How often a candidate's running agent looks whether another one was chosen."""
+
+
+async def until_chosen(pool: Pool | None, run: Awaitable[ProcResult]) -> ProcResult | None:
+    """The agent's run; or None when its task chose another candidate meanwhile (the
+    pool says so): the run is stopped at once, as a cancelled step's is, rather than at
+    the step's next heartbeat (docs/concepts/candidates.md, "Stopping the others")."""
+    running = asyncio.ensure_future(run)
+    if pool is None:
+        return await running
+    try:
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=POOL_EVERY_S)
+            if done:
+                return running.result()
+            if (await asyncio.to_thread(read_pool, pool.path)).chosen not in ("", pool.member):
+                break
+    except BaseException:
+        running.cancel()
+        raise
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    return None
 
 
 def _writes_as_worker(task: TaskSpec) -> bool:

@@ -60,8 +60,12 @@ class CandidateWorkflow(TaskWorkflow):
         try:
             stop = await self._clock_run(inp)
         except asyncio.CancelledError:
-            why = workflow.cancellation_reason() or "stopped by its task"
-            stop = _Stop(TaskState.CANCELLED, why)
+            stop = _Stop(TaskState.CANCELLED, "")
+        why = workflow.cancellation_reason()
+        if stop is not None and why is not None:
+            # Stopped by its task (another candidate chosen, or the task ended), whichever
+            # way its step ended: its agent stopped by the pool, or its step cancelled.
+            stop = _Stop(TaskState.CANCELLED, why or "stopped by its task")
         if self.held is not None:
             await self._settle(self.held, Usage())
         state = TaskState.DONE_WITH_EVIDENCE if stop is None else stop.state
