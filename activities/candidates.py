@@ -73,8 +73,11 @@ class CandidateActivities:
             return ""
         if inp.keep_branch:
             # A URL's remote has it already: each attempt's commit is pushed there.
-            if await rev(ws.repo, ref) is None and exists(Path(ws.path)):
+            tip = await rev(ws.path, ref) if exists(Path(ws.path)) else None
+            if await rev(ws.repo, ref) is None and tip not in (None, ws.base_commit):
                 await clone.bring_locked(ws.path, ws.repo, ws.branch)
+            elif await rev(ws.repo, ref) is None:
+                return f"{ws.branch}: no commit to keep"
             return f"{ws.branch} kept"
         if await rev(ws.repo, ref) is not None:
             await git(["branch", "-q", "-D", ws.branch], ws.repo)

@@ -69,7 +69,9 @@ def candidates_table(views: list[CandidateView]) -> Table:
     """A task's candidates: each one's state, attempts, spend and verdict, and the choice."""
     table = Table("candidate", "agent", "state", "attempts", "cost", "tokens", "verdict", "commit")
     for c in views:
-        state = str(c.state) + (" · chosen" if c.chosen else "")
+        state = (
+            str(c.state) + (f" ({c.phase})" if c.phase else "") + (" · chosen" if c.chosen else "")
+        )
         state += f" · #{c.rank}" if c.rank else ""
         table.add_row(
             c.name, Text(for_terminal(c.agent)), state, str(c.attempt), f"${c.cost_usd:.4f}",

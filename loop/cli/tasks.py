@@ -64,6 +64,7 @@ from loop.tasks import (
     signed,
     start_task,
     task_state,
+    with_live_candidates,
 )
 
 
@@ -165,6 +166,8 @@ def status(
             return
         handle, desc = await find(client, task_id)
         st = await console.status_of(handle, desc)
+        if isinstance(st, TaskStatus) and st.candidates:
+            st = await with_live_candidates(client, st)
         if as_json:
             console.print_json(st.model_dump(mode="json"))
         elif isinstance(st, TaskResult):

@@ -139,6 +139,8 @@ class CandidateView(_Record):
     """Its place in the choice (1: chosen), once made; 0 before."""
     workflow_id: str = ""
     """Its own workflow (``task-<id>+<name>``), whose ``status`` is live while it runs."""
+    phase: Phase | None = None
+    """While it runs: its phase, from its own workflow (``loop.tasks.with_live_candidates``)."""
 
 
 class TaskStatus(_Record):

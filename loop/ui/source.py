@@ -53,7 +53,7 @@ from loop.errors import LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
-from loop.tasks import answer, find, task_state
+from loop.tasks import answer, find, task_state, with_live_candidates
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -220,6 +220,8 @@ class Source:
         closed_as = limits_note = ""
         if is_open:
             status = budget_from = await self._status(handle)
+            if status is not None and status.candidates:
+                status = budget_from = await with_live_candidates(self.client, status)
             result = await self._trace(handle)
             if result is None:  # no worker answers: the search attributes at least
                 result = TaskResult(task_id=task_id, state=status.state if status else "RUNNING")

@@ -484,17 +484,21 @@ def candidate_rows(result: TaskResult, st: TaskStatus | None) -> list[CandidateR
     """Each candidate with its evidence and cost; those an approval may name now marked."""
     waiting = {c.name: c.commit for c in st.candidates if c.commit} if st is not None else {}
     choosing = st is not None and applies("approve", st.state, st.waiting_for) and not st.commit
+    live = {c.name: c for c in st.candidates if c.phase} if st is not None else {}
     rows = []
     for c in result.candidates:
         verdict = c.attempts[-1].verdict if c.attempts else None
+        now = live.get(c.name)  # a running one's own figures so far
+        said = verdict.summary() if verdict is not None else ""
+        used = (now.tokens, now.cost_usd, 0) if now else (c.tokens, c.cost_usd, c.tool_calls)
         rows.append(
             CandidateRow(
                 name=c.name,
                 agent=c.agent,
-                state=str(c.state),
-                attempts=len(c.attempts),
-                spent=spent(c.tokens, c.cost_usd, c.tool_calls) or "nothing metered",
-                verdict=verdict.summary() if verdict is not None else "",
+                state=f"{c.state} ({now.phase})" if now else str(c.state),
+                attempts=now.attempt if now else len(c.attempts),
+                spent=spent(*used) or "nothing metered",
+                verdict=now.last_verdict if now else said,
                 gates=[gate_row(g) for g in verdict.gates] if verdict is not None else [],
                 changed_lines=c.changed_lines,
                 branch=c.workspace.branch if c.workspace is not None else "",

@@ -17,10 +17,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.host import pool
 from activities.host.pool import Pool
+from activities.host.sandbox import holders as sandbox_holders
 from loop.contracts import ApproveSignal, FinalAction, SharedBudget, TaskResult, TaskState
 from loop.errors import BadInput
 from loop.settings import Settings
-from loop.tasks import answer
+from loop.tasks import answer, with_live_candidates
 from tests.support.agents import COMPLETE_FIX, write_agent
 from tests.support.gateway import KEY, attached, bearer, grant
 from tests.support.host import LEVELS
@@ -74,6 +75,15 @@ async def test_first_keeps_the_second_and_stops_the_others(
     )
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
+        # While they run, the task's status says what each one's own workflow says.
+        st = await wait_for(handle, lambda s: len(s.candidates) == 3 and s.phase == "make")
+        deadline = time.monotonic() + 60
+        while True:
+            views = {v.name: v for v in (await with_live_candidates(client, st)).candidates}
+            if views["one"].phase == "make" or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert (views["one"].phase, views["one"].attempt) == ("make", 1), views["one"]
         result: TaskResult = await result_of(handle, within=150)
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     assert result.final_action == FinalAction.MERGED
@@ -102,6 +112,8 @@ async def test_best_ranks_the_second_first_and_waits_for_its_approval(
         candidates=three(tmp_path, WRONG, WRONG),
         choose="best",
         autonomy="assisted",
+        max_parallel=2,
+        keep_candidates=True,
         budget={"max_attempts": 2, "max_stalled_attempts": 3},
         sandbox={"mode": level},
     )
@@ -137,6 +149,16 @@ async def test_best_ranks_the_second_first_and_waits_for_its_approval(
     assert [a.attempt for a in result.attempts] == [1]  # the chosen one's
     uids = {c.attempts[0].make.sandbox_level.split()[1] for c in result.candidates}
     assert len(uids) == 3, uids
+    # The others' branches stay (keep_candidates), each with its last attempt's commit.
+    for c in result.candidates:
+        if c.name != "two":
+            assert git(demo_repo, "rev-parse", f"loop/{spec['id']}/{c.name}") == c.commit
+    # Two at a time (max_parallel): the third started once one of the first two ended.
+    spans = {}
+    for c in result.candidates:
+        desc = await client.get_workflow_handle(c.workflow_id).describe()
+        spans[c.name] = (desc.start_time, desc.close_time)
+    assert spans["three"][0] >= min(spans["one"][1], spans["two"][1]), spans
 
 
 CALLER = """
@@ -452,3 +474,29 @@ async def test_two_candidates_runs_at_the_gateway_share_one_pool(tmp_path: Path)
     assert stopped.status_code == 400 and going.status_code == 200
     assert "candidate two was chosen; candidate one stops" in stopped.json()["error"]["message"]
     assert runs["one"].stopped == "candidate two was chosen"
+
+
+async def test_a_cancelled_task_stops_its_candidates_and_keeps_their_branches(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """`loop cancel` while three candidates run: each one's agent is stopped, its uid
+    given back and its worktree removed; none was chosen, so their branches would be
+    kept, but none made a commit: nothing is left in the repository."""
+    slow = write_agent(tmp_path, WRONG_SLOWLY)
+    spec = task(demo_repo, ["true"], candidates=3, budget={"max_attempts": 1})
+    spec["agent"] = {"command": slow, "timeout": 60}
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        await wait_for(handle, lambda s: s.phase == "make" and len(s.candidates) == 3)
+        await asyncio.sleep(1.5)  # each agent in its sleep, its attempt's first commit to come
+        await handle.cancel()
+        result: TaskResult = await result_of(handle, within=60)
+    assert result.state == TaskState.CANCELLED, result.reason
+    assert [c.state for c in result.candidates] == [TaskState.CANCELLED] * 3
+    for c in result.candidates:
+        assert c.workspace is not None and not Path(c.workspace.path).exists(), c.name
+    assert not sandbox_holders(settings.home), "every candidate's uid given back"
+    assert git(demo_repo, "branch", "--list", f"loop/{spec['id']}*") == ""
+    for name in ("c1", "c2", "c3"):
+        events = [e.detail for e in result.events if e.kind == "candidate"]
+        assert any(d.startswith(f"{name} closed") for d in events), events

@@ -694,3 +694,40 @@ def test_the_source_reads_an_attempts_calls_and_transcripts_from_the_worker_file
     assert "attempt-1/call-0001.log" in source.logs_of("t1")
     assert "attempt-1/call-1.log" not in source.logs_of("t1")
     assert source.read_log("t1", "attempt-1/call-0001.log")[0] == "POST /v1/chat/completions"
+
+
+def test_candidates_side_by_side_and_only_the_waiting_ones_approvable() -> None:
+    """Each candidate's gates, spend and verdict; while several wait for a person, an
+    Approve for each waiting one (its commit) and none for the others; a running one
+    shows its own figures so far, from its workflow."""
+    from loop.contracts import AttemptRecord, CandidateRecord, CandidateView
+
+    t = trace()
+    one, two = t.attempts
+    t.candidates = [
+        CandidateRecord(name="one", state=TaskState.DONE_WITH_EVIDENCE, attempts=[two],
+                        commit="a" * 40, tokens=10, cost_usd=0.01, changed_lines=3),
+        CandidateRecord(name="two", state=TaskState.NEEDS_HUMAN, attempts=[one],
+                        reason="attempts exhausted"),
+        CandidateRecord(name="three", state=TaskState.RUNNING,
+                        attempts=[AttemptRecord(attempt=1)]),
+    ]  # fmt: skip
+    st = status("t1", TaskState.AWAITING_APPROVAL, waiting_for="approve/reject")
+    st.candidates = [
+        CandidateView(name="one", commit="b" * 40, state=TaskState.DONE_WITH_EVIDENCE),
+        CandidateView(name="two", state=TaskState.NEEDS_HUMAN),
+        CandidateView(name="three", phase="verify", attempt=2, tokens=500, cost_usd=0.5,
+                      last_verdict="tests FAIL"),
+    ]  # fmt: skip
+    rows = {r.name: r for r in views.candidate_rows(t, st)}
+    assert rows["one"].approvable and rows["one"].commit == "b" * 40  # the commit waiting
+    assert not rows["two"].approvable and not rows["three"].approvable
+    assert [g.name for g in rows["one"].gates] == ["tests", "scope"]
+    assert rows["two"].reason == "attempts exhausted" and rows["two"].commit == ""
+    three = rows["three"]
+    assert (three.state, three.attempts, three.verdict) == ("RUNNING (verify)", 2, "tests FAIL")
+    assert "500" in three.spent
+    # The task waiting with one commit of its own (no candidates waiting): none approvable.
+    st.commit = "c" * 40
+    assert not any(r.approvable for r in views.candidate_rows(t, st))
+    assert not any(r.approvable for r in views.candidate_rows(t, None))
