@@ -27,7 +27,7 @@ import asyncio
 from typing import Protocol
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -216,7 +216,9 @@ async def _round(task: Task, choice: Choice, names: list[str]) -> None:
         starting = pending[: max(0, parallel - len(choice.running))]
         del pending[: len(starting)]
         handles = await asyncio.gather(*(_start(task, choice, n, extra) for n in starting))
-        choice.running.update(zip(starting, handles, strict=True))
+        choice.running.update((n, h) for n, h in zip(starting, handles, strict=True) if h)
+        if not choice.running:
+            continue
         await workflow.wait(list(choice.running.values()), return_when=asyncio.FIRST_COMPLETED)
         for name, handle in list(choice.running.items()):
             if not handle.done():
@@ -231,21 +233,30 @@ async def _round(task: Task, choice: Choice, names: list[str]) -> None:
 
 async def _start(
     task: Task, choice: Choice, name: str, extra: int
-) -> ChildWorkflowHandle[object, CandidateRecord]:
+) -> ChildWorkflowHandle[object, CandidateRecord] | None:
+    """The candidate's workflow started; None (it waits for a person, with why) where one
+    of its id still runs (an earlier run of the task's, terminated, whose candidate lives
+    on)."""
     before = choice.records[name]
     inp = _spec_for(task, choice, name, len(before.attempts) + extra)
     before.state, before.reason = TaskState.RUNNING, ""
     task._event("candidate", f"{name} starts: {before.agent}")
-    return await workflow.start_child_workflow(
-        CANDIDATE_WORKFLOW,
-        inp,
-        id=before.workflow_id,
-        result_type=CandidateRecord,
-        static_summary=f"candidate {name}: {before.agent}",
-        # A task that ends (or is cancelled) stops its candidates with it, each settling
-        # what it held.
-        parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-    )
+    try:
+        return await workflow.start_child_workflow(
+            CANDIDATE_WORKFLOW,
+            inp,
+            id=before.workflow_id,
+            result_type=CandidateRecord,
+            static_summary=f"candidate {name}: {before.agent}",
+            # A task that ends (or is cancelled) stops its candidates with it, each
+            # settling what it held.
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+        )
+    except WorkflowAlreadyStartedError:
+        why = f"{before.workflow_id} still runs (an earlier run's); cancel it, then answer"
+        _took(task, choice, name, before.model_copy(
+            update={"state": TaskState.NEEDS_HUMAN, "reason": why}))  # fmt: skip
+        return None
 
 
 async def _ended(

@@ -418,7 +418,8 @@ class TaskSpec(_TaskFileModel):
     git URL (each host keeps a mirror of it)."""
 
     id: str = Field(pattern=SPEC_ID_PATTERN)
-    """Names the task; its workflow id is ``task-<id>``, its branch ``loop/<id>``."""
+    """Names the task; its workflow id is ``task-<id>``, its branch ``loop/<id>``. Letters,
+    digits, ``.``, ``_`` and ``-`` (``<id>+<name>`` is one of its candidates')."""
     goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
     """What must be true when done, for the agent and for reviewers."""
     repo: str = Field(min_length=1)

@@ -500,3 +500,25 @@ async def test_a_cancelled_task_stops_its_candidates_and_keeps_their_branches(
     for name in ("c1", "c2", "c3"):
         events = [e.detail for e in result.events if e.kind == "candidate"]
         assert any(d.startswith(f"{name} closed") for d in events), events
+
+
+async def test_a_candidate_whose_workflow_still_runs_waits_and_the_others_go_on(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """An earlier run's candidate still running under the id (its task was terminated):
+    that candidate cannot start, says why, and the others are not held up."""
+    fixer = {"command": write_agent(tmp_path, FIX)}
+    named = [{"name": "c1", "agent": fixer}, {"name": "c2", "agent": fixer}]
+    spec = task(demo_repo, ["true"], budget={"max_attempts": 1}, candidates=named)
+    squatter = await client.start_workflow(
+        "Nothing", id=f"task-{spec['id']}+c1", task_queue=f"{settings.task_queue}-nobody"
+    )
+    try:
+        async with build_worker(client, settings):
+            handle = await start(client, settings, spec)
+            result: TaskResult = await result_of(handle, within=120)
+    finally:
+        await squatter.terminate()
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.chosen == "c2", result.reason
+    c1 = by_name(result)["c1"]
+    assert c1.state == TaskState.NEEDS_HUMAN and "still runs" in c1.reason, c1
