@@ -18,7 +18,14 @@ from temporalio.testing import WorkflowEnvironment
 from activities.host import pool
 from activities.host.pool import Pool
 from activities.host.sandbox import holders as sandbox_holders
-from loop.contracts import ApproveSignal, FinalAction, SharedBudget, TaskResult, TaskState
+from loop.contracts import (
+    ApproveSignal,
+    FeedbackSignal,
+    FinalAction,
+    SharedBudget,
+    TaskResult,
+    TaskState,
+)
 from loop.errors import BadInput
 from loop.settings import Settings
 from loop.tasks import answer, with_live_candidates
@@ -522,3 +529,43 @@ async def test_a_candidate_whose_workflow_still_runs_waits_and_the_others_go_on(
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.chosen == "c2", result.reason
     c1 = by_name(result)["c1"]
     assert c1.state == TaskState.NEEDS_HUMAN and "still runs" in c1.reason, c1
+
+
+SECOND_WITH_FEEDBACK = """
+if attempt == 1:
+    pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return t.lower()\\n")
+else:
+    prompt = pathlib.Path(os.environ["LOOP_PROMPT_FILE"]).read_text()
+    assert "use a regular expression" in prompt, prompt
+    assert json.loads(pathlib.Path(os.environ["LOOP_FEEDBACK_FILE"]).read_text())["failed"]
+    pathlib.Path("slugify.py").write_text(COMPLETE)
+"""
+
+
+async def test_feedback_after_no_candidate_passed_starts_another_round_from_where_they_were(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    spec = task(
+        demo_repo,
+        ["true"],
+        candidates=[
+            {"name": "one", "agent": {"command": write_agent(tmp_path, WRONG)}},
+            {"name": "two", "agent": {"command": write_agent(tmp_path, SECOND_WITH_FEEDBACK)}},
+        ],
+        budget={"max_attempts": 1},
+    )
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN, within=120)
+        assert st.reason.startswith("no candidate passed: one: NEEDS_HUMAN"), st.reason
+        await answer(client, spec["id"], "feedback",
+                     FeedbackSignal(text="use a regular expression"), "ann", None)  # fmt: skip
+        result: TaskResult = await result_of(handle, within=120)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.chosen == "two", result.reason
+    cands = by_name(result)
+    # Each went on from where it stopped: attempt 2 in the same worktree, with the feedback
+    # of its attempt 1's verdict and the person's text.
+    assert [a.attempt for a in cands["two"].attempts] == [1, 2]
+    assert [a.attempt for a in cands["one"].attempts] == [1, 2]
+    assert cands["two"].attempts[1].feedback is not None
+    assert [a.attempt for a in result.attempts] == [1, 2]  # the chosen one's
