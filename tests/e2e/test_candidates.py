@@ -444,6 +444,9 @@ async def test_person_approves_one_candidate_by_name_from_the_cli(
         assert code == 0 and "approved candidate two" in out, out
         result: TaskResult = await result_of(handle, within=60)
         await replays(handle, "candidates_person")
+        code, traced = await loop_cli(env, settings, "trace", task_id)
+    assert code == 0 and "chosen: two: approved by a person" in traced, traced
+    assert all(name in traced for name in ("one", "two", "three")), traced
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
     assert result.chosen == "two" and "approved by a person" in result.choice, result.choice
     assert "# by two" in git(demo_repo, "show", "main:slugify.py")
