@@ -105,6 +105,8 @@ class TaskRecord:
         """Where the last make kept the task file and workspace on its host: later steps
         there are sent that path instead of the two."""
         self.explored = False
+        self.choice: Choice | None = None
+        """A task with candidates: them, and which one it keeps (``workflows.candidates``)."""
         self.notifications: list[asyncio.Task[Any]] = []
         self.seen_signatures: list[str] = []
         """Signatures of the answers taken so far: each is good once."""
@@ -117,8 +119,6 @@ class TaskRecord:
         self.status_comment: StatusComment | None = None
         """The issue's status comment (``spec.github_issue``), when the task keeps one."""
         self.pull_request_url = ""
-        self.choice: Choice | None = None
-        """A task with candidates: them, and which one it keeps (``workflows.candidates``)."""
         """Answer updates being checked now: the task closes only once none is."""
 
     def _placed(self, moved_from: str = "") -> None:
