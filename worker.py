@@ -30,6 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.answers import AnswerActivities, AnswerChecks
 from activities.budget import BudgetActivities
+from activities.candidates import CandidateActivities
 from activities.discover import DiscoverActivities
 from activities.environment import EnvironmentActivities
 from activities.escalate import EscalateActivities
@@ -60,6 +61,7 @@ from loop.devserver import ensure_running
 from loop.errors import LoopError
 from loop.settings import Settings
 from workflows.agent import AgentWorkflow
+from workflows.candidate import CandidateWorkflow
 from workflows.eval import EvalWorkflow
 from workflows.hooks import GitHubDeliveryWorkflow
 from workflows.ledger import PeriodBudgetWorkflow
@@ -102,7 +104,6 @@ def shared_activities(settings: Settings) -> list[Callable]:
     hooks = GitHubHookActivities(settings)
     slack = SlackActivities(settings)
     return [
-        WorkspaceActivities(settings).prepare_workspace,
         ExploreActivities(settings).prepare_and_explore,
         EscalateActivities(settings).escalate,
         AnswerActivities(settings).check_answer,
@@ -129,11 +130,15 @@ def shared_activities(settings: Settings) -> list[Callable]:
 
 
 def host_activities(settings: Settings) -> list[Callable]:
-    """What only the host holding a task's worktree (and its run folder) may run."""
+    """What only the host holding a task's worktree (and its run folder) may run; and
+    preparing a worktree, which any host may (a task's first) and a host must for a
+    task whose candidates work there (the first one's)."""
     ws = WorkspaceActivities(settings)
     make = MakeActivities(settings)
     mining = MiningActivities(settings)
+    candidates = CandidateActivities(settings)
     return [
+        ws.prepare_workspace,
         ws.commit_branch,
         ws.merge,
         ws.remove_workspace,
@@ -151,11 +156,14 @@ def host_activities(settings: Settings) -> list[Callable]:
         mining.list_fixes,
         mining.validate_fix,
         mining.write_mined,
+        candidates.stop_candidates,
+        candidates.close_candidate,
     ]
 
 
 WORKFLOWS: list[type] = [
     TaskWorkflow,
+    CandidateWorkflow,
     AgentWorkflow,
     PeriodBudgetWorkflow,
     EvalWorkflow,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -38,11 +39,14 @@ from activities.host.files import write_atomic
 from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git, path_lock
-from activities.host.proc import tail_of
+from activities.host.pool import Pool
+from activities.host.pool import read as read_pool
+from activities.host.proc import ProcResult, tail_of
 from activities.host.remote import publish
 from activities.host.step_files import keep
 from activities.host.worktree import (
     changed_files,
+    changed_lines,
     outside_changes,
     outside_snapshot,
     restore,
@@ -216,6 +220,14 @@ class MakeActivities:
         """One try of the attempt: open it, run the agent, close it."""
         ws, n = inp.workspace, inp.attempt
         log = log_for(inp.task.id, n, "make")
+        pool = self._pool(inp)
+        stopped = (await asyncio.to_thread(pool.check))[0] if pool is not None else ""
+        if stopped:
+            # The task's candidates spent its budget, or another was chosen: no agent runs.
+            log.info("the task's pool refuses the attempt", why=stopped)
+            return MakeResult(
+                attempt=n, usage_reported=True, budget_spent=f"{stopped} before the attempt"
+            )
         start = await self._open(inp)
         folder = Path(start.attempt_dir)
         output_file = agent_dir(folder) / "output.md"
@@ -237,7 +249,7 @@ class MakeActivities:
         grant = await self._grant(inp, folder)
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
                  gateway=grant.upstream if grant else None)  # fmt: skip
-        ran = await sandbox.run_sandboxed(
+        ran = await until_chosen(pool, sandbox.run_sandboxed(
             sandbox.SandboxRun(
                 argv=argv,
                 kind="agent",
@@ -258,7 +270,22 @@ class MakeActivities:
                 gateway=grant,
                 environment=sandbox.Laid.of(ws.environment),
             )
-        )
+        ))  # fmt: skip
+        if ran is None:
+            # Another candidate of the task was chosen meanwhile: its agent was stopped at
+            # once; what it spent is in the pool (and the journal), its work goes with it.
+            log.info("another candidate was chosen: the agent stopped")
+            assert pool is not None
+            made = MakeResult(
+                attempt=n, start_commit=start.start_commit, commit=start.start_commit,
+                usage_reported=True, budget_spent=f"{pool.check()[0]} during the attempt",
+            )  # fmt: skip
+            if grant is None:
+                return made
+            return made.model_copy(
+                update={"tokens": grant.tokens, "cost_usd": grant.cost_usd,
+                        "model_calls": grant.count, "metered": True}
+            )  # fmt: skip
         if superseded(folder):
             # A later try opened the attempt meanwhile (``owning`` holds one off on this
             # host; this is for a lock that could not): it owns the worktree now.
@@ -293,6 +320,9 @@ class MakeActivities:
             claim, claim_path = redact(ran.output_tail), ran.log_path
         tail = redact(ran.output_tail)
         spent = await self._usage(inp.task, source, said, usage_file)
+        if pool is not None and grant is None:  # the gateway adds each call as it ends
+            cost_usd = spent.cost_usd or 0.0
+            await asyncio.to_thread(pool.add, spent.tokens_in + spent.tokens_out, cost_usd)
         metered = await self._metered(grant, spent, folder, log)
         closed = await self._close(inp.task, ws, n, start)
         # A write the sandbox refused outside the worktree is a policy violation as much
@@ -349,9 +379,15 @@ class MakeActivities:
             transcript_dir=folder if inp.task.agent.transcript else None,
             trace_context=opentelemetry.context.get_current(),
             journal=folder / CALLS_FILE,
+            pool=self._pool(inp),
         )
         await asyncio.to_thread(grant.resume)  # a retried try: what the killed one spent
         return grant
+
+    def _pool(self, inp: MakeInput) -> Pool | None:
+        """The task's pool, where the attempt is a candidate's (``limits.shared``)."""
+        shared = inp.limits.shared if inp.limits is not None else None
+        return Pool.of(self.settings.home, shared) if shared is not None else None
 
     async def _metered(
         self, grant: Grant | None, said: usage.Reported, folder: Path, log: Any
@@ -366,7 +402,8 @@ class MakeActivities:
                      metered=grant.tokens, calls=grant.count)  # fmt: skip
         spent = ""
         if grant.spent_after is not None:
-            spent = f"{grant.spent()} during the attempt after {grant.spent_after} calls"
+            why = grant.spent() or grant.stopped
+            spent = f"{why} during the attempt after {grant.spent_after} calls"
         return {
             "tokens": grant.tokens,
             "cost_usd": grant.cost_usd,
@@ -374,7 +411,9 @@ class MakeActivities:
             "metered": True,
             "model_calls": grant.count,
             "budget_spent": spent,
-            "gateway_refused": [r for r in grant.refused if not r.endswith("budget spent")],
+            "gateway_refused": [
+                r for r in grant.refused if not r.endswith("budget spent") and r != grant.stopped
+            ],
         }
 
     async def _usage(
@@ -412,6 +451,7 @@ class MakeActivities:
             claim=redact(agent.answer[:CLAIM_CHARS]),
             claim_path=str(folder / "answer.md"),
             timed_out=agent.ended == "timeout",
+            budget_spent=f"{agent.stopped} during the attempt" if agent.stopped else "",
             tokens=agent.usage.tokens,
             cost_usd=agent.usage.cost_usd,
             tool_calls=agent.usage.tool_calls,
@@ -506,9 +546,37 @@ class MakeActivities:
                 "commit": commit,
                 "changed_files": changed[:CHANGED_SHOWN],
                 "changed_count": len(changed),
+                "changed_lines": await changed_lines(ws, commit),
                 "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
             }
         )
+
+
+POOL_EVERY_S = 0.25
+"""How often a candidate's running agent looks whether another one was chosen."""
+
+
+async def until_chosen(pool: Pool | None, run: Awaitable[ProcResult]) -> ProcResult | None:
+    """The agent's run; or None when its task chose another candidate meanwhile (the
+    pool says so): the run is stopped at once, as a cancelled step's is, rather than at
+    the step's next heartbeat (docs/concepts/candidates.md, "Stopping the others")."""
+    running = asyncio.ensure_future(run)
+    if pool is None:
+        return await running
+    try:
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=POOL_EVERY_S)
+            if done:
+                return running.result()
+            if (await asyncio.to_thread(read_pool, pool.path)).chosen not in ("", pool.member):
+                break
+    except BaseException:
+        running.cancel()
+        raise
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    return None
 
 
 def _writes_as_worker(task: TaskSpec) -> bool:

@@ -43,6 +43,7 @@ from temporalio.exceptions import ApplicationError
 if TYPE_CHECKING:
     import openai
 
+from activities.host.pool import Pool
 from activities.host.proc import heartbeating
 from activities.host.step_files import model_artifact, tool_artifact
 from activities.host.toolbox import TOOL_SCHEMAS
@@ -108,6 +109,12 @@ class ModelActivities:
         if path.exists():
             log.info("step already answered; returning its artifact, not calling the model")
             return result_from(path, inp.step)
+        pool = Pool.of(self.settings.home, inp.shared) if inp.shared is not None else None
+        if pool is not None:
+            stopped = (await asyncio.to_thread(pool.check))[0]
+            if stopped:
+                log.info("the task's pool refuses the call", why=stopped)
+                return ModelStepResult(step=inp.step, refused=stopped)
 
         request = self.request(inp, build_messages(inp.attempt_dir, inp.step))
         api_key = key()
@@ -122,6 +129,10 @@ class ModelActivities:
                 raise err from None
 
         artifact = self.artifact(inp, response, where)
+        if pool is not None:  # before the artifact: a crash between counts it twice, never not
+            used = _metered({"usage": artifact["usage"], "model": artifact["model"]})
+            tokens = used.tokens_in + used.tokens_out
+            await asyncio.to_thread(pool.add, tokens, artifact["cost_usd"])
         write_once(path, (json.dumps(artifact, indent=2, ensure_ascii=False) + "\n").encode())
         result = result_from(path, inp.step)
         log.info(

@@ -246,6 +246,7 @@ class WorkspaceActivities:
                             f"worktree {path} has uncommitted changes from an earlier run; "
                             f"inspect it, then remove {path}"
                         )
+                    await self._clear_way(top, ws.branch, base_commit)
                     await clone.refuse_checked_out(top, ws.branch)
                     await self._keep_earlier_work(top, ws.branch, base_commit)
                     await self._keep_clone_work(str(path), top, ws.branch, base_commit)
@@ -257,6 +258,7 @@ class WorkspaceActivities:
                 await git(["clean", "-q", "-fd"], path)  # byproducts a dirty check ignores
             else:
                 if moved is None:
+                    await self._clear_way(top, ws.branch, base_commit)
                     await clone.refuse_checked_out(top, ws.branch)
                     await self._keep_earlier_work(top, ws.branch, base_commit)
                 await clone.make(path, store, ws.branch, start, top)
@@ -287,6 +289,25 @@ class WorkspaceActivities:
             await git(["branch", "-q", "-D", branch], top)
             return
         await git(["branch", "-q", "-M", branch, f"{branch}.prev-{tip[:12]}"], top)
+
+    async def _clear_way(self, top: str, branch: str, base_commit: str) -> None:
+        """Git keeps no branch inside another's name: a task's ``loop/<id>`` and its
+        candidates' ``loop/<id>/<name>`` (docs/concepts/candidates.md) cannot both be.
+        Whichever an earlier run left in the way of ``branch`` is dropped when base holds
+        it, else kept beside as ``loop/<id>.prev-[<name>-]<sha>``."""
+        task, _, name = branch.removeprefix("loop/").partition("/")
+        if name:
+            await self._keep_earlier_work(top, f"loop/{task}", base_commit)
+            return
+        inside = await git(["for-each-ref", "--format=%(refname)", f"refs/heads/{branch}/"], top)
+        for ref in inside.split():
+            tip = await rev(top, ref)
+            inner = ref.removeprefix("refs/heads/")
+            if tip is None or await is_ancestor(top, tip, base_commit):
+                await git(["branch", "-q", "-D", inner], top)
+            else:
+                aside = f"{branch}.prev-{inner.rpartition('/')[2]}-{tip[:12]}"
+                await git(["branch", "-q", "-M", inner, aside], top)
 
     async def _keep_clone_work(self, path: str, top: str, branch: str, base_commit: str) -> None:
         """An earlier run's commits in the task's clone, where a person looks for them: the

@@ -39,6 +39,7 @@ from loop.contracts import (
     TASK_WORKFLOW,
     AnswerReply,
     ApproveSignal,
+    CandidateView,
     ExtendBudgetSignal,
     FeedbackSignal,
     PullRequestClosedSignal,
@@ -216,7 +217,11 @@ def payload_for(answer: str, form: dict[str, str], by: str, answer_id: str = "")
     if answer == "approve":
         commit = form.get("commit", "").strip()
         return ApproveSignal(
-            note=form.get("note", "").strip(), by=by, commit=commit, answer_id=answer_id
+            note=form.get("note", "").strip(),
+            by=by,
+            commit=commit,
+            answer_id=answer_id,
+            candidate=form.get("candidate", "").strip(),
         )
     if answer == "reject":
         reason = form.get("reason", "").strip()
@@ -304,6 +309,29 @@ async def live_status(handle: WorkflowHandle) -> TaskStatus:
             f"task {handle.id} did not answer its status query: is a worker running "
             "(`loop worker`)?"
         ) from None
+
+
+async def with_live_candidates(client: Client, st: TaskStatus) -> TaskStatus:
+    """The task's status with each running candidate's own figures so far (its attempt,
+    phase, spend and last verdict), from its workflow's ``status`` query; one that does
+    not answer keeps what its task knows (as of its last round)."""
+
+    async def live(view: CandidateView) -> CandidateView:
+        if view.state != TaskState.RUNNING or not view.workflow_id:
+            return view
+        handle = client.get_workflow_handle(view.workflow_id)
+        with contextlib.suppress(RPCError, TimeoutError):
+            own = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 5)
+            used = own.budget.used
+            return view.model_copy(
+                update={"attempt": own.attempt, "phase": own.phase,
+                        "tokens": used.tokens or 0, "cost_usd": used.cost_usd or 0.0,
+                        "last_verdict": own.last_verdict or view.last_verdict}
+            )  # fmt: skip
+        return view
+
+    views = await asyncio.gather(*(live(v) for v in st.candidates))
+    return st.model_copy(update={"candidates": list(views)})
 
 
 def task_state(wf: Any) -> str:

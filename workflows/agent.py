@@ -94,12 +94,15 @@ class AgentWorkflow:
                     model=agent.model,
                     base_url=agent.base_url,
                     max_tokens=cap,
+                    shared=limits.shared,
                 ),
                 summary=f"model: step {step}",
                 limit=MODEL_CALL_TIMEOUT,
                 retry=MODEL_RETRY,
                 ws=inp.workspace,
             )
+            if reply.refused:
+                return end("budget", reply.refused, stopped=reply.refused)
             usage = Usage(
                 tokens=usage.tokens + reply.tokens_in + reply.tokens_out,
                 cost_usd=usage.cost_usd + reply.cost_usd,

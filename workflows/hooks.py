@@ -38,6 +38,7 @@ who the commenter is, starting or answering a task) happens here, retried by Tem
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from temporalio import workflow
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.patches as patches
     from loop.contracts import (
         CANCEL_TASK,
+        CANDIDATE_NAME_PATTERN,
         CHECK_EVENTS,
         CI_ITEM,
         GITHUB_COMMENT,
@@ -94,6 +96,9 @@ PULL_COMMANDS = "pull-request-commands"
 REVIEW_APPROVES = "approving-review"
 """The patch under which an approving review is the approval where the source says
 ``approve_on_review`` (before it, every approving review was ignored)."""
+CANDIDATE_BRANCHES = "candidate-branches"
+"""A pull request of ``loop/<id>/<name>`` (a task's chosen candidate) is the task's; before
+it, such a branch was no task's."""
 
 
 @workflow.defn(name=GITHUB_DELIVERY_WORKFLOW)
@@ -278,8 +283,15 @@ class GitHubDeliveryWorkflow:
         """Why the pull request is not a task's ("" when it is: ``self.task_id`` is set)."""
         ref = self.d.head_ref if head_ref is None else head_ref
         prefix = branch_for("")
-        task_id = ref.removeprefix(prefix)
-        if not ref.startswith(prefix) or not is_valid_task_id(task_id):
+        task_id, candidate = ref.removeprefix(prefix), ""
+        if "/" in task_id and patches.patched(CANDIDATE_BRANCHES):
+            # A chosen candidate's branch, ``loop/<id>/<name>``: its task's pull request.
+            task_id, _, candidate = task_id.partition("/")
+        if (
+            not ref.startswith(prefix)
+            or not is_valid_task_id(task_id)
+            or (candidate and not re.fullmatch(CANDIDATE_NAME_PATTERN, candidate))
+        ):
             return f"ignored: {ref} is not a task's branch"
         self.task_id = task_id
         return ""

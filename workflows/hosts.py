@@ -29,15 +29,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows.steps import SHORT, HostLost, act
 
 
-async def prepare(spec: TaskSpec, moved_from: Workspace | None = None) -> Workspace:
+async def prepare(
+    spec: TaskSpec, moved_from: Workspace | None = None, *, beside: Workspace | None = None
+) -> Workspace:
     """A worktree on whichever host takes the step (from ``moved_from``'s pushed branch
-    when the task moves)."""
+    when the task moves), or on ``beside``'s host (a task's candidates share one)."""
     return await act(
         PREPARE_WORKSPACE,
         _preparing(spec, moved_from),
         summary=f"move the worktree off host {moved_from.host}"
         if moved_from
         else "prepare worktree",
+        ws=beside,
     )
 
 

@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
 if TYPE_CHECKING:
+    from workflows.choice import Choice
     from workflows.status import StatusComment
 
 with workflow.unsafe.imports_passed_through():
@@ -104,6 +105,8 @@ class TaskRecord:
         """Where the last make kept the task file and workspace on its host: later steps
         there are sent that path instead of the two."""
         self.explored = False
+        self.choice: Choice | None = None
+        """A task with candidates: them, and which one it keeps (``workflows.candidates``)."""
         self.notifications: list[asyncio.Task[Any]] = []
         self.seen_signatures: list[str] = []
         """Signatures of the answers taken so far: each is good once."""
@@ -142,6 +145,14 @@ class TaskRecord:
             )
         return answers.refusal(self.spec.id, name, self.state, self.waiting_for)
 
+    def choosing(self) -> bool:
+        """Whether several candidates wait for an approval that names one."""
+        return self.choice is not None and bool(self.choice.waiting)
+
+    def approved(self) -> bool:
+        """Whether a person chose the candidate the task keeps (its approval)."""
+        return self.choice is not None and bool(self.choice.approved)
+
     def awaiting_commit(self) -> str:
         """The commit an approval approves now ("" unless the task waits for one)."""
         return self.result.commit if self.waiting_for == WAITING_APPROVAL else ""
@@ -176,6 +187,7 @@ class TaskRecord:
             host=self.ws.host if self.ws is not None else "",
             commit=self.awaiting_commit(),
             waiting_since=self.waiting_since(),
+            candidates=self.choice.views() if self.choice is not None else [],
         )
 
     @workflow.query(name=QUERY_TRACE)

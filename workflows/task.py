@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import HandlerUnfinishedPolicy
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.candidates as candidates
     import workflows.environment as environment
     import workflows.hosts as hosts
     import workflows.patches as patches
@@ -177,6 +178,7 @@ class TaskWorkflow(TaskRecord):
         if self.held is not None and patches.patched("settle-on-every-end"):
             # Cancelled, out of time, or blocked mid-attempt: what it held goes back.
             await self._settle(self.held, Usage())
+        await candidates.close(self)
         self.phase = Phase.SUMMARIZE
         await self._summarize()
         if commenting is not None and self.status_comment is not None:
@@ -234,6 +236,9 @@ class TaskWorkflow(TaskRecord):
 
     async def _attempts(self) -> _Stop | None:
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
+        if self.spec.candidates is not None and patches.patched(candidates.PATCH):
+            out = await candidates.run(self)  # its candidates' attempts, one of them kept
+            return None if out is None else _Stop(out.state, out.reason, budget=out.budget)
         explore_s = sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S
         explored: ExploreResult | None = None
         laying = environment.wanted(self.spec)
@@ -478,7 +483,7 @@ class TaskWorkflow(TaskRecord):
         record = self.result.attempts[-1] if self.result.attempts else None
         if record is not None and record.verdict is None:
             record.verdict = self.last_verdict = hosts.lost_verdict(e)
-        if not self.ws.remote:
+        if not self.ws.remote or self.choice is not None:  # candidates share their host
             return _Stop(TaskState.NEEDS_HUMAN, hosts.stays(e))
         self.ws = await hosts.prepare(self.spec, moved_from=self.ws)
         self._placed(moved_from=e.host)
@@ -535,7 +540,7 @@ class TaskWorkflow(TaskRecord):
         if self.spec.finalize.pull_request:
             self._verified_on_github(committed.commit, self.last_verdict)  # the PR's head
 
-        if self.spec.autonomy == Autonomy.ASSISTED:
+        if self.spec.autonomy == Autonomy.ASSISTED and not self.approved():
             decision = await self._wait_for_person(
                 f"verified; {committed.branch} is ready to merge",
                 WAITING_APPROVAL,
@@ -871,6 +876,9 @@ class TaskWorkflow(TaskRecord):
         any other answer)."""
         if name != SIGNAL_APPROVE or not isinstance(payload, ApproveSignal):
             return ""
+        among = candidates.unapproved(self, payload)  # candidates waiting side by side
+        if among is not None:
+            return among
         return answers.unapproved(self.spec.id, payload.commit, self.awaiting_commit())
 
     def _taken_before(self, payload: Answer) -> str | None:
@@ -921,7 +929,7 @@ class TaskWorkflow(TaskRecord):
     def _bound_refusal(self, name: str, payload: Answer) -> str:
         """``_unbound``, in runs that record it (runs from before took any approval); an
         approval naming no commit asks for no patch (``_unbound`` has nothing to say)."""
-        if not isinstance(payload, ApproveSignal) or not payload.commit:
+        if not isinstance(payload, ApproveSignal) or not (payload.commit or self.choosing()):
             return ""
         if name != SIGNAL_APPROVE or not patches.patched(BOUND_ANSWERS):
             return ""
@@ -934,6 +942,8 @@ class TaskWorkflow(TaskRecord):
         return did
 
     def _approve(self, payload: ApproveSignal, by: str) -> str:
+        if self.choosing():
+            return candidates.approve(self, payload, by)
         if self.state == TaskState.NEEDS_HUMAN:
             did = "approved; trying the merge again"
         elif self.spec.finalize.pull_request:

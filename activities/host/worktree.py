@@ -158,6 +158,18 @@ async def changed_files(ws: Workspace, commit: str) -> list[str]:
     return sorted(printable(p) for p in split_z(out))
 
 
+async def changed_lines(ws: Workspace, commit: str) -> int:
+    """Lines the attempt adds and removes against base; a binary file counts one."""
+    out = await git(["diff", "--numstat", "--no-renames", "-z", ws.base_commit, commit], ws.path)
+    lines = 0
+    for entry in split_z(out):
+        added, _, rest = entry.partition("\t")
+        removed = rest.partition("\t")[0]
+        both = (added, removed)
+        lines += 1 if "-" in both else sum(int(n) for n in both if n.isdigit())
+    return lines
+
+
 async def restore(ws: Workspace, commit: str) -> None:
     """Put the worktree back at ``commit`` so a retry or the next attempt starts clean."""
     await git(["reset", "-q", "--hard", commit], ws.path)

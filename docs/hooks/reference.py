@@ -784,7 +784,16 @@ LOOP_HOME = {
             "worktrees/<id>/",
             "the task's worktree: a clone of its own with one branch, "
             "`loop/<id>`, handed over to the repository when committed; a dirty worktree is "
-            "never deleted",
+            "never deleted (a task's candidate's: `worktrees/<id>+<name>/`, on "
+            "`loop/<id>/<name>`, its run folder `runs/<id>+<name>/`)",
+        )
+    ],
+    "pools": [
+        (
+            "pools/<id>-<run>.jsonl",
+            "a task's budget across its candidates: one line per model call (or per "
+            "attempt, for an agent that reports its usage) and the candidate chosen, read "
+            "before each call; removed when the task closes its last candidate",
         )
     ],
     "runs": [

@@ -107,6 +107,8 @@ def print_report(out: Console, r: EvalReport) -> None:
     table = Table(
         "harness",
         "pass rate",
+        "pass@1",
+        "pass@k",
         "accepted",
         "mean attempts",
         "tokens",
@@ -120,6 +122,8 @@ def print_report(out: Console, r: EvalReport) -> None:
         table.add_row(
             h.harness,
             f"{h.pass_rate:.0%}",
+            f"{h.pass_at_1:.0%}",
+            f"{h.pass_at_k:.0%} (k={h.k})",
             f"{h.accepted}/{h.cases}",
             f"{h.mean_attempts:.2f}",
             str(h.tokens),

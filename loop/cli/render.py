@@ -8,6 +8,7 @@ from rich.text import Text
 
 from loop.contracts import (
     BudgetStatus,
+    CandidateView,
     GateResult,
     TaskResult,
     TaskState,
@@ -16,6 +17,7 @@ from loop.contracts import (
 )
 from loop.hardened.text import for_terminal
 from loop.rules.answers import waiting_words
+from loop.rules.candidates import view
 from loop.rules.explain import agent_trouble
 from loop.rules.record import spent
 
@@ -63,6 +65,21 @@ def budget_table(b: BudgetStatus) -> Table:
     return table
 
 
+def candidates_table(views: list[CandidateView]) -> Table:
+    """A task's candidates: each one's state, attempts, spend and verdict, and the choice."""
+    table = Table("candidate", "agent", "state", "attempts", "cost", "tokens", "verdict", "commit")
+    for c in views:
+        state = (
+            str(c.state) + (f" ({c.phase})" if c.phase else "") + (" · chosen" if c.chosen else "")
+        )
+        state += f" · #{c.rank}" if c.rank else ""
+        table.add_row(
+            c.name, Text(for_terminal(c.agent)), state, str(c.attempt), f"${c.cost_usd:.4f}",
+            f"{c.tokens:,}", Text(for_terminal(c.last_verdict or c.reason)), c.commit[:12],
+        )  # fmt: skip
+    return table
+
+
 def event_line(task_id: str, ev: TraceEvent) -> str:
     return f"{ev.at[11:19]}  [{task_id}] {ev.kind:<9} {ev.detail}"
 
@@ -91,6 +108,10 @@ def print_result(out: Console, r: TaskResult) -> None:
     headline = Text(f"{r.task_id}: {r.state}", style="bold")
     headline.append(f" — {for_terminal(r.reason)}", style="")
     out.print(headline)
+    if r.candidates:
+        out.print(candidates_table([view(c) for c in r.candidates]))
+        if r.choice:
+            out.print(f"chosen: {for_terminal(r.choice)}", markup=False)
     print_gates(out, r)
 
 

@@ -22,7 +22,14 @@ from temporalio.service import RPCError
 
 from loop.cli import console
 from loop.cli.environment import describe
-from loop.cli.render import budget_table, event_line, print_gates, print_result, status_line
+from loop.cli.render import (
+    budget_table,
+    candidates_table,
+    event_line,
+    print_gates,
+    print_result,
+    status_line,
+)
 from loop.client import ui_url
 from loop.contracts import (
     QUERY_STATUS,
@@ -57,6 +64,7 @@ from loop.tasks import (
     signed,
     start_task,
     task_state,
+    with_live_candidates,
 )
 
 
@@ -158,6 +166,8 @@ def status(
             return
         handle, desc = await find(client, task_id)
         st = await console.status_of(handle, desc)
+        if isinstance(st, TaskStatus) and st.candidates:
+            st = await with_live_candidates(client, st)
         if as_json:
             console.print_json(st.model_dump(mode="json"))
         elif isinstance(st, TaskResult):
@@ -171,6 +181,8 @@ def status(
 def _print_status(st: TaskStatus) -> None:
     console.out.print(status_line(st), markup=False)
     console.out.print(budget_table(st.budget))
+    if st.candidates:
+        console.out.print(candidates_table(st.candidates))
     if st.waiting_for:
         console.out.print(f"waiting for {waiting_words(st.waiting_for)}: {st.reason}", markup=False)
         if st.commit:
@@ -214,6 +226,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
                     row["commit"] = st.commit
+                    row["candidates"] = {c.name: c.commit for c in st.candidates if c.commit}
     if as_json:
         console.print_json(rows)
         return
@@ -230,6 +243,12 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
             )
             if r.get("commit"):
                 console.out.print(f"    commit to approve: {r['commit']}", markup=False)
+            for name, commit in (r.get("candidates") or {}).items():
+                console.out.print(
+                    f"    candidate {name}: {commit}  (loop approve {r['task_id']} "
+                    f"--candidate {name})",
+                    markup=False,
+                )
             console.out.print(f"    answer with: {r.get('answer', '')}", markup=False)
         return
     table = Table("task", "state", "attempts", "cost", "started", "repo", "reason")
@@ -277,8 +296,12 @@ def _answer(task_id: str, what: str, payload: BaseModel) -> None:
         sent = payload.model_copy(update={"answer_id": new_answer_id("cli")})
         if isinstance(sent, ApproveSignal) and not sent.commit:
             st = await approvable(client, task_id)
-            if st is not None and st.commit:
-                sent = sent.model_copy(update={"commit": st.commit})
+            waiting = st.commit if st is not None else ""
+            if st is not None and sent.candidate:
+                named = [c.commit for c in st.candidates if c.name == sent.candidate]
+                waiting = named[0] if named else ""
+            if waiting:
+                sent = sent.model_copy(update={"commit": waiting})
         reply = await answer(client, task_id, what, sent, local_user(), key)
         named = sent.commit if isinstance(sent, ApproveSignal) else ""
         said = f"{task_id}: {reply.did}" + (f" (commit {named})" if named else "")
@@ -293,13 +316,20 @@ COMMIT_HELP = (
 )
 
 
+CANDIDATE_HELP = (
+    "the candidate approved, where several wait (choose: person); its commit is the one approved"
+)
+
+
 def approve(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="why it may be merged")] = "",
     commit: Annotated[str, typer.Option(help=COMMIT_HELP)] = "",
+    candidate: Annotated[str, typer.Option(help=CANDIDATE_HELP)] = "",
 ) -> None:
-    """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base."""
-    _answer(task_id, "approve", ApproveSignal(note=note, commit=commit))
+    """Approve a verified task waiting in AWAITING_APPROVAL: its branch is merged into base
+    (of a task whose candidates wait side by side, the one named)."""
+    _answer(task_id, "approve", ApproveSignal(note=note, commit=commit, candidate=candidate))
 
 
 def reject(
@@ -345,6 +375,7 @@ def sign(
     task_id: Annotated[str, typer.Argument(metavar="ID")],
     note: Annotated[str, typer.Option(help="approve: why it may be merged")] = "",
     commit: Annotated[str, typer.Option(help="approve: the commit approved (7+ hex digits)")] = "",
+    candidate: Annotated[str, typer.Option(help="approve: the candidate approved")] = "",
     reason: Annotated[str, typer.Option(help="reject: why")] = "",
     text: Annotated[str, typer.Option(help="feedback: the text")] = "",
     attempts: Annotated[int, typer.Option(min=0, help="extend: more attempts")] = 0,
@@ -356,7 +387,7 @@ def sign(
     (or `workflow signal`; the key: LOOP_ANSWER_KEY_FILE, else LOOP_HOME/answer.key;
     good for 10 minutes, once)."""
     payloads: dict[str, Callable[[], BaseModel]] = {
-        "approve": lambda: ApproveSignal(note=note, commit=commit),
+        "approve": lambda: ApproveSignal(note=note, commit=commit, candidate=candidate),
         "reject": lambda: RejectSignal(reason=reason),
         "feedback": lambda: FeedbackSignal(text=text or " "),
         "extend": lambda: ExtendBudgetSignal(

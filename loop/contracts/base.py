@@ -16,6 +16,13 @@ both be first).
 from pydantic import BaseModel, ConfigDict
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+CANDIDATE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,23}$"
+CANDIDATE_MARK = "+"
+"""Joins a task's id and a candidate's name into the candidate's own id (``fix+c2``): a
+character no task id has, so no task is ever taken for another's candidate."""
+SPEC_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}(\+[a-z0-9][a-z0-9_-]{0,23})?$"
+"""A task's id, or one of its candidates' (docs/concepts/candidates.md): what a task file
+may name is ``TASK_ID_PATTERN``, which the loader holds it to."""
 GATE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 MAX_GOAL_CHARS = 20_000
 OUTPUT_TAIL_CHARS = 4_000
@@ -27,7 +34,8 @@ def workflow_id_for(task_id: str) -> str:
 
 
 def branch_for(task_id: str) -> str:
-    return f"loop/{task_id}"
+    """``loop/<id>``; a candidate's is ``loop/<id>/<name>``."""
+    return "loop/" + task_id.replace(CANDIDATE_MARK, "/")
 
 
 def relative_globs(globs: list[str]) -> list[str]:

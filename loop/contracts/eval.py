@@ -7,7 +7,15 @@ from pydantic import Field, field_validator, model_validator
 from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _Record, _TaskFileModel
 from loop.contracts.gates import Gate
 from loop.contracts.states import TaskState
-from loop.contracts.task import AgentSpec, Budget, EnvironmentSpec, auto_environment
+from loop.contracts.task import (
+    MAX_CANDIDATES,
+    AgentSpec,
+    Budget,
+    CandidateSpec,
+    Choose,
+    EnvironmentSpec,
+    auto_environment,
+)
 
 HARNESS_FORBIDDEN = ("verify", "gates", "rubric", "llm_review", "cases", "goal", "repo")
 
@@ -23,6 +31,15 @@ class Harness(_TaskFileModel):
     """The budget of each case's task."""
     instructions: str = ""
     """Prompt additions, shown to the agent after the goal."""
+    candidates: int | list[CandidateSpec] | None = None
+    """Each case's task runs this many candidates (or these), as a task file's
+    ``candidates``: the comparison then says pass@1 and pass@k (k = candidates)."""
+    choose: Choose = "best"
+    """How each case's task keeps a candidate; ``best`` (the default here) runs every one
+    to its verdict, so pass@1 counts them all (``first`` stops the others: pass@1 counts
+    those that ran to a verdict)."""
+    max_parallel: int | None = Field(default=None, ge=1, le=MAX_CANDIDATES)
+    """Candidates that run at once, per case."""
 
     @model_validator(mode="before")
     @classmethod
@@ -104,6 +121,10 @@ class CaseOutcome(_Record):
     fail_to_pass: str = ""
     """How many of the tests the case had to make pass did, at its last verdict (``2/3``);
     empty where no gate named them."""
+    candidates: int = 0
+    """The case's candidates that ran to a verdict (0: the harness has none; its one
+    attempt loop counts as one)."""
+    candidates_passed: int = 0
 
 
 class HarnessSummary(_Record):
@@ -118,6 +139,14 @@ class HarnessSummary(_Record):
     """Total cost divided by accepted tasks; None when none was accepted."""
     escalations: int
     seconds: float
+    k: int = 1
+    """Candidates per case (1 without candidates)."""
+    pass_at_1: float = 0.0
+    """The chance one try passes: the cases' mean of candidates passed over candidates
+    that ran to a verdict (without candidates: the pass rate)."""
+    pass_at_k: float = 0.0
+    """The chance at least one of k tries passes: cases where a candidate's verdict
+    passed, over cases (without candidates: the pass rate)."""
 
 
 class Flip(_Record):

@@ -27,6 +27,9 @@ class ApproveSignal(_Answer):
     answer_id: str = ""
     """Which answer this is (``cli:…``, ``page:…``, ``slack:…``, ``github:…``): the task
     takes one answer once, however often it arrives ("": not said, each is new)."""
+    candidate: str = ""
+    """The candidate approved, where several wait (``choose: person``); "" where one
+    does, or ``commit`` names it."""
 
 
 class RejectSignal(_Answer):
@@ -112,6 +115,34 @@ class BudgetStatus(_Record):
     left: BudgetFigures
 
 
+class CandidateView(_Record):
+    """One candidate of a task, as its ``status`` shows it."""
+
+    name: str
+    agent: str = ""
+    """Its agent in a few words (the command's program, or the model)."""
+    state: TaskState = TaskState.RUNNING
+    """RUNNING; DONE_WITH_EVIDENCE once its verdict passed; how it stopped otherwise
+    (BLOCKED, NEEDS_HUMAN, BUDGET_EXCEEDED, CANCELLED)."""
+    reason: str = ""
+    attempt: int = 0
+    """Its attempts so far (as of its last round's end, while it runs)."""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    last_verdict: str = ""
+    branch: str = ""
+    commit: str = ""
+    """Its verified commit (where it passed)."""
+    changed_lines: int = 0
+    chosen: bool = False
+    rank: int = 0
+    """Its place in the choice (1: chosen), once made; 0 before."""
+    workflow_id: str = ""
+    """Its own workflow (``task-<id>+<name>``), whose ``status`` is live while it runs."""
+    phase: Phase | None = None
+    """While it runs: its phase, from its own workflow (``loop.tasks.with_live_candidates``)."""
+
+
 class TaskStatus(_Record):
     """The ``status`` query."""
 
@@ -133,3 +164,5 @@ class TaskStatus(_Record):
     """While the task waits for approval: the commit an approval approves."""
     waiting_since: str = ""
     """While the task waits for a person: since when (ISO 8601)."""
+    candidates: list[CandidateView] = Field(default_factory=list)
+    """A task with candidates: each one, in the task file's order."""

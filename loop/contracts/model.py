@@ -8,7 +8,7 @@ from loop.contracts.base import _Record
 from loop.contracts.evidence import GateResult
 from loop.contracts.gates import LlmReviewGate
 from loop.contracts.results import Usage
-from loop.contracts.steps import AgentLimits, Workspace
+from loop.contracts.steps import AgentLimits, SharedBudget, Workspace
 from loop.contracts.task import SandboxPolicy, TaskSpec, ToolPolicy
 
 
@@ -31,6 +31,9 @@ class AgentResult(_Record):
     usage: Usage = Field(default_factory=lambda: Usage())
     policy_violation: str = ""
     attempt_dir: str = ""
+    stopped: str = ""
+    """Set when the task's pool refused a call (a candidate's: the task's budget spent by
+    its candidates, or another chosen): the attempt has nothing to judge."""
 
 
 class ToolCallRef(_Record):
@@ -51,6 +54,8 @@ class ModelStepInput(_Record):
     base_url: str | None = None
     max_tokens: int
     """This call's output cap: the agent's per-call limit, lowered to the budget left."""
+    shared: SharedBudget | None = None
+    """The task's budget across its candidates, where the attempt is a candidate's."""
 
 
 class ModelStepResult(_Record):
@@ -64,6 +69,8 @@ class ModelStepResult(_Record):
     cost_usd: float = 0.0
     artifact: str = ""
     artifact_sha256: str = ""
+    refused: str = ""
+    """The task's pool refused the call (``shared``): nothing was sent."""
 
 
 class ToolStepInput(_Record):

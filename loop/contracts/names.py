@@ -5,10 +5,12 @@ import re
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from loop.contracts.base import TASK_ID_PATTERN
+from loop.contracts.base import SPEC_ID_PATTERN, TASK_ID_PATTERN
 from loop.contracts.states import TaskState
 
 TASK_WORKFLOW = "TaskWorkflow"
+CANDIDATE_WORKFLOW = "CandidateWorkflow"
+"""One candidate of a task with candidates: a child of its ``TaskWorkflow``."""
 AGENT_WORKFLOW = "AgentWorkflow"
 LEDGER_WORKFLOW = "PeriodBudgetWorkflow"
 UPDATE_RESERVE = "reserve"
@@ -92,6 +94,11 @@ def ledger_id_for(repo: str) -> str:
 
 def is_valid_task_id(task_id: str) -> bool:
     return re.fullmatch(TASK_ID_PATTERN, task_id) is not None
+
+
+def is_valid_spec_id(spec_id: str) -> bool:
+    """A task's id, or one of its candidates' (``<id>+<name>``)."""
+    return re.fullmatch(SPEC_ID_PATTERN, spec_id) is not None
 
 
 EVAL_WORKFLOW = "EvalWorkflow"

@@ -148,12 +148,28 @@ CHANGED_SHOWN = 1_000
 """Changed files a ``MakeResult`` lists; an attempt of 10,000 files lists the first ones."""
 
 
+class SharedBudget(_Record):
+    """A task's budget shared by its candidates (docs/concepts/candidates.md): each of
+    their model calls is counted in one pool on the host, and none starts once the pool
+    holds the task's limit, or once another candidate is chosen."""
+
+    key: str
+    """The pool: the task and its run (``LOOP_HOME/pools/<key>.jsonl`` on the host)."""
+    member: str
+    """The candidate whose calls these are."""
+    tokens: int | None = None
+    """The task's token limit, for all its candidates together (None: no limit)."""
+    cost_usd: float | None = None
+
+
 class AgentLimits(_Record):
     """What this attempt may still spend (None: no limit)."""
 
     tokens: int | None = None
     cost_usd: float | None = None
     tool_calls: int | None = None
+    shared: SharedBudget | None = None
+    """The task's budget its candidates share, where the attempt is a candidate's."""
 
 
 CALLS_FILE = "calls.jsonl"
@@ -235,6 +251,9 @@ class MakeResult(_Record):
     context: str = ""
     """The host's copy of the task file and workspace that make kept (``MakeInput.context``):
     the attempt's later steps there are sent its path instead (empty from workers before)."""
+    changed_lines: int = 0
+    """Lines the commit adds and removes against base (a binary file counts one): how a
+    ``choose: best`` task ranks candidates that passed."""
 
 
 class VerifyInput(_StepInput):

@@ -9,6 +9,12 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from loop.contracts.candidates import (
+    CloseCandidateInput,
+    CloseCandidateResult,
+    StopCandidatesInput,
+    StopCandidatesResult,
+)
 from loop.contracts.environment import BuiltEnvironment
 from loop.contracts.eval import EvalReport, WriteEvalResult
 from loop.contracts.evidence import GateResult, Verdict
@@ -191,6 +197,9 @@ SLACK_POST = ActivityDef("slack_post", SlackPostInput, SlackMessage)
 SLACK_CLOSE = ActivityDef("slack_close", SlackCloseInput, SlackCloseResult)
 COMMIT_STATUS = ActivityDef("github_commit_status", CommitStatusInput, CommitStatusResult)
 STATUS_COMMENT = ActivityDef("github_status_comment", StatusCommentInput, StatusCommentResult)
+STOP_CANDIDATES = ActivityDef("stop_candidates", StopCandidatesInput, StopCandidatesResult)
+"""One candidate chosen: the others' model calls are refused from then on, on its host."""
+CLOSE_CANDIDATE = ActivityDef("close_candidate", CloseCandidateInput, CloseCandidateResult)
 
 ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
@@ -234,5 +243,7 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     HOOK_ISSUE,
     STATUS_COMMENT,
     COMMIT_STATUS,
+    STOP_CANDIDATES,
+    CLOSE_CANDIDATE,
 )
 """The one registry: every activity a workflow may call."""

@@ -7,7 +7,13 @@ from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel, relative_globs
+from loop.contracts.base import (
+    CANDIDATE_NAME_PATTERN,
+    MAX_GOAL_CHARS,
+    SPEC_ID_PATTERN,
+    _TaskFileModel,
+    relative_globs,
+)
 from loop.contracts.environment import DEFAULT_KEY_FILES, DEFAULT_PATHS
 from loop.contracts.gates import DiffScopeGate, Gate, HiddenTestsGate, RegressionTestGate, RunGate
 
@@ -392,12 +398,28 @@ class Finalize(_TaskFileModel):
     ``DONE_WITH_EVIDENCE`` with the pull request open. 0: it ends when it opens it."""
 
 
+MAX_CANDIDATES = 8
+Choose = Literal["first", "best", "person"]
+"""How the kept candidate is chosen (docs/concepts/candidates.md)."""
+
+
+class CandidateSpec(_TaskFileModel):
+    """One candidate of ``candidates``: an agent, and its name."""
+
+    agent: AgentSpec
+    """Who makes this candidate's attempts, as the task file's ``agent``."""
+    name: str | None = Field(default=None, pattern=CANDIDATE_NAME_PATTERN)
+    """Names the candidate in status, traces and its branch ``loop/<id>/<name>``
+    (default ``c<N>``, N its place in the list)."""
+
+
 class TaskSpec(_TaskFileModel):
     """A task file, validated. ``repo`` is absolute once the CLI has resolved it, or a
     git URL (each host keeps a mirror of it)."""
 
-    id: str = Field(pattern=TASK_ID_PATTERN)
-    """Names the task; its workflow id is ``task-<id>``, its branch ``loop/<id>``."""
+    id: str = Field(pattern=SPEC_ID_PATTERN)
+    """Names the task; its workflow id is ``task-<id>``, its branch ``loop/<id>``. Letters,
+    digits, ``.``, ``_`` and ``-`` (``<id>+<name>`` is one of its candidates')."""
     goal: str = Field(min_length=1, max_length=MAX_GOAL_CHARS)
     """What must be true when done, for the agent and for reviewers."""
     repo: str = Field(min_length=1)
@@ -433,10 +455,63 @@ class TaskSpec(_TaskFileModel):
     """The repository's own environment (its dependencies), built once and laid read-only
     into every attempt's and gate's sandbox; ``auto`` finds the setup from the layout."""
 
+    candidates: int | list[CandidateSpec] | None = None
+    """Parallel attempts at the task, judged by the same gates, one of them kept: a number
+    (the same agent that many times) or a list of candidates, each an ``agent`` with an
+    optional ``name``. Each works in a worktree of its own on ``loop/<id>/<name>``, up to
+    ``budget.max_attempts`` attempts each; ``budget`` is the task's, for all of them
+    together (docs/concepts/candidates.md)."""
+    max_parallel: int | None = Field(default=None, ge=1, le=MAX_CANDIDATES)
+    """Candidates that run at once (None: all; the host's activity slots,
+    ``LOOP_MAX_ACTIVITIES``, bound what runs beyond that)."""
+    choose: Choose = "first"
+    """Which candidate is kept: ``first`` (the first whose verdict passes; the others are
+    stopped at once), ``best`` (all run; passed, then fewer changed lines, then lower cost,
+    then name) or ``person`` (every passing one waits for ``loop approve ID --candidate
+    NAME``; ``autonomy: assisted`` only)."""
+    keep_candidates: bool = False
+    """Keep the branches of the candidates not chosen once the task ends (default: they
+    are deleted then; until then each is ``loop/<id>/<name>``)."""
+
     @field_validator("environment", mode="before")
     @classmethod
     def _auto(cls, value: object) -> object:
         return auto_environment(value)
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates(cls, value: int | list[CandidateSpec] | None) -> object:
+        count = value if isinstance(value, int) else len(value) if value is not None else None
+        if count is not None and not 2 <= count <= MAX_CANDIDATES:
+            raise ValueError(
+                f"candidates: {count} is not between 2 and {MAX_CANDIDATES} (for one, leave "
+                "candidates out)"
+            )
+        if isinstance(value, list):
+            names = [c.name or f"c{i}" for i, c in enumerate(value, 1)]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"candidates: the name {twice[0]!r} is given twice")
+        return value
+
+    @model_validator(mode="after")
+    def _choice_needs_candidates(self) -> Self:
+        if self.candidates is None:
+            # By value, not by the keys given: a payload carries every field.
+            given = {
+                "max_parallel": self.max_parallel is not None,
+                "choose": self.choose != "first",
+                "keep_candidates": self.keep_candidates,
+            }
+            chosen = [k for k, said in given.items() if said]
+            if chosen:
+                raise ValueError(f"{chosen[0]} is for a task with candidates; add candidates")
+        elif self.choose == "person" and self.autonomy != Autonomy.ASSISTED:
+            raise ValueError(
+                "choose: person waits for a person to approve one candidate, which is "
+                "autonomy: assisted; set it, or choose first or best"
+            )
+        return self
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> Self:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from loop.contracts import Harness, Suite, TaskSpec
+from loop.contracts import AgentSpec, Harness, Suite, TaskSpec
 from loop.errors import TaskFileError
 from loop.hardened import git
 from loop.loaders.common import read, validated
@@ -30,14 +30,22 @@ def load_harness(path: Path) -> Harness:
     harness = validated(
         Harness, read(path, "harness", "name, agent, budget, instructions"), str(path)
     )
-    command = harness.agent.command
-    if command:  # scripts named next to the harness file run from anywhere
-        folder = path.resolve().parent
-        resolved = [str(folder / a) if (folder / a).is_file() else a for a in command]
-        harness = harness.model_copy(
-            update={"agent": harness.agent.model_copy(update={"command": resolved})}
-        )
-    return harness
+    folder = path.resolve().parent
+    update: dict[str, object] = {"agent": _here(harness.agent, folder)}
+    if isinstance(harness.candidates, list):
+        update["candidates"] = [
+            c.model_copy(update={"agent": _here(c.agent, folder)}) for c in harness.candidates
+        ]
+    return harness.model_copy(update=update)
+
+
+def _here(agent: AgentSpec, folder: Path) -> AgentSpec:
+    """Scripts named next to the harness file run from anywhere."""
+    command = agent.command
+    if not command:
+        return agent
+    resolved = [str(folder / a) if (folder / a).is_file() else a for a in command]
+    return agent.model_copy(update={"command": resolved})
 
 
 def load_suite(path: Path, home: Path) -> Suite:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from loop.contracts import Gate, HiddenTestsGate, TaskSpec, is_remote
+from loop.contracts import CANDIDATE_MARK, AgentSpec, Gate, HiddenTestsGate, TaskSpec, is_remote
 from loop.errors import TaskFileError
 from loop.hardened import git
 from loop.loaders.common import read, validated
@@ -130,21 +130,36 @@ def _hidden_refs(spec: TaskSpec, top: Path, folder: Path, source: str) -> list[G
 
 
 def _findable(spec: TaskSpec, folders: list[Path], source: str) -> None:
-    """Every program the agent's command runs is on PATH or a file here; a token or cost
-    budget has usage to count."""
-    command = spec.agent.command or []
-    limited = [k for k in ("max_tokens", "max_cost_usd") if getattr(spec.budget, k) is not None]
-    metered = spec.agent.provider is not None  # the gateway measures every call
-    if command and limited and not metered and usage_source(command, spec.agent.usage) == "none":
+    """Every program each agent's command runs (the task's, its candidates') is on PATH or
+    a file here; a token or cost budget has usage to count. A task's id is not a
+    candidate's."""
+    if CANDIDATE_MARK in spec.id:
         raise TaskFileError(
-            f"{source}: budget.{limited[0]}: this command agent reports no usage, so the "
-            "budget could not be enforced; name its model API in agent.provider (the gateway "
-            "meters every call), have it write LOOP_USAGE_FILE and set agent.usage: file, or "
-            "remove the limit"
+            f"{source}: id: {spec.id!r}: '{CANDIDATE_MARK}' is kept for a task's candidates "
+            "(<id>+<name>); a task's id is letters, digits, '.', '_' and '-'"
+        )
+    agents = [("agent", spec.agent)]
+    if isinstance(spec.candidates, list):
+        agents += [(f"candidates[{i}].agent", c.agent) for i, c in enumerate(spec.candidates)]
+    for where, agent in agents:
+        _runs(agent, spec, where, folders, source)
+
+
+def _runs(agent: AgentSpec, spec: TaskSpec, where: str, folders: list[Path], source: str) -> None:
+    command = agent.command or []
+    limited = [k for k in ("max_tokens", "max_cost_usd") if getattr(spec.budget, k) is not None]
+    metered = agent.provider is not None  # the gateway measures every call
+    if command and limited and not metered and usage_source(command, agent.usage) == "none":
+        which = "" if where == "agent" else f" ({where})"
+        raise TaskFileError(
+            f"{source}: budget.{limited[0]}: this command agent{which} reports no usage, so "
+            "the budget could not be enforced; name its model API in agent.provider (the "
+            "gateway meters every call), have it write LOOP_USAGE_FILE and set agent.usage: "
+            "file, or remove the limit"
         )
     for exe in programs(command) if command else []:
         if shutil.which(exe) is None and not any((f / exe).exists() for f in folders):
             raise TaskFileError(
-                f"{source}: agent.command runs {exe!r}, which is not on PATH, not a file, and "
-                "not in the repo"
+                f"{source}: {where}.command runs {exe!r}, which is not on PATH, not a file, "
+                "and not in the repo"
             )

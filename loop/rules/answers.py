@@ -76,6 +76,33 @@ def unapproved(task_id: str, named: str, waiting: str) -> str:
     )
 
 
+def chosen(task_id: str, candidate: str, commit: str, waiting: dict[str, str]) -> tuple[str, str]:
+    """Which of the candidates ``waiting`` (name -> its commit) an approval approves, and
+    "", or "" and why it approves none: the one it names (whose commit must be the one it
+    names, if it names one), else the one whose commit it names, else the only one."""
+    names = ", ".join(waiting)
+    if candidate:
+        if candidate not in waiting:
+            return "", f"task {task_id} has no candidate {candidate[:40]!r} waiting ({names})"
+        return candidate, unapproved(task_id, commit, waiting[candidate])
+    if commit:
+        wanted = commit.strip().lower()
+        found = [
+            n for n, c in waiting.items() if len(wanted) >= MIN_COMMIT and c.startswith(wanted)
+        ]
+        if not found:
+            return "", unapproved(task_id, commit, "")
+        if len(found) > 1:
+            return "", f"commit {wanted[:12]} is more than one candidate's; name one"
+        return found[0], ""
+    if len(waiting) == 1:
+        return next(iter(waiting)), ""
+    return "", (
+        f"task {task_id} has {len(waiting)} candidates waiting ({names}); approve one: "
+        f"loop approve {task_id} --candidate NAME"
+    )
+
+
 def extension(payload: ExtendBudgetSignal) -> str:
     """What an ``extend_budget`` asks for, as a person reads it: ``+1 attempt, +600 s``."""
     parts = [

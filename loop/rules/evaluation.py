@@ -40,10 +40,14 @@ def spec_for(suite: Suite, harness: Harness, case: EvalCase, run: str) -> TaskSp
         approval_timeout=suite.approval_timeout,
         instructions=harness.instructions,
         environment=case.environment,
+        candidates=harness.candidates,
+        choose=harness.choose if harness.candidates is not None else "first",
+        max_parallel=harness.max_parallel if harness.candidates is not None else None,
     )
 
 
 def outcome(harness: str, case: str, r: TaskResult) -> CaseOutcome:
+    judged = [c for c in r.candidates if c.state not in (TaskState.CANCELLED, TaskState.RUNNING)]
     return CaseOutcome(
         harness=harness,
         case=case,
@@ -56,6 +60,8 @@ def outcome(harness: str, case: str, r: TaskResult) -> CaseOutcome:
         escalations=len(r.human_escalation),
         seconds=r.execution_seconds,
         fail_to_pass=fail_to_pass(r),
+        candidates=len(judged),
+        candidates_passed=sum(c.passed for c in judged),
     )
 
 
@@ -80,6 +86,7 @@ def summarize(harness: str, outcomes: list[CaseOutcome]) -> HarnessSummary:
     mine = [o for o in outcomes if o.harness == harness]
     accepted = sum(o.accepted for o in mine)
     cost = sum(o.cost_usd for o in mine)
+    one, any_ = pass_at(mine)
     return HarnessSummary(
         harness=harness,
         cases=len(mine),
@@ -91,7 +98,27 @@ def summarize(harness: str, outcomes: list[CaseOutcome]) -> HarnessSummary:
         cost_per_accepted=cost / accepted if accepted else None,
         escalations=sum(o.escalations for o in mine),
         seconds=sum(o.seconds for o in mine),
+        k=max((o.candidates for o in mine), default=0) or 1,
+        pass_at_1=one,
+        pass_at_k=any_,
     )
+
+
+def pass_at(outcomes: list[CaseOutcome]) -> tuple[float, float]:
+    """(pass@1, pass@k) over a harness's cases: per case, the share of its candidates
+    whose verdict passed, and whether any did (a case without candidates is one try:
+    whether it was accepted)."""
+    if not outcomes:
+        return 0.0, 0.0
+    ones, anys = [], []
+    for o in outcomes:
+        if o.candidates:
+            ones.append(o.candidates_passed / o.candidates)
+            anys.append(1.0 if o.candidates_passed else 0.0)
+        else:
+            ones.append(1.0 if o.accepted else 0.0)
+            anys.append(ones[-1])
+    return sum(ones) / len(ones), sum(anys) / len(anys)
 
 
 def flips(first: str, second: str, outcomes: list[CaseOutcome]) -> list[Flip]:

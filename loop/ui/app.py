@@ -167,6 +167,8 @@ def create_app(
         try:
             page = await source.task(task_id)
             diff = await source.diff(page)
+            candidates = views.candidate_rows(page.result, page.status if page.open else None)
+            diffs = await source.candidate_diffs(page, {c.name: c.commit for c in candidates})
         except (RPCError, LoopError) as e:
             return failure(request, e)
         result = page.result
@@ -194,6 +196,9 @@ def create_app(
             decisions=views.decisions(st if page.open else None),
             answer_nonce=secrets.token_hex(16),
             diff=diff,
+            candidates=candidates,
+            candidate_diffs=diffs,
+            choosing=any(c.approvable for c in candidates),
             polling=page.open,
         )
 

@@ -45,6 +45,7 @@ from loop.contracts import (
     TaskResult,
     TaskSpec,
     TaskStatus,
+    is_valid_spec_id,
     is_valid_task_id,
     workflow_id_for,
 )
@@ -52,7 +53,7 @@ from loop.errors import LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
 from loop.settings import Settings
-from loop.tasks import answer, find, task_state
+from loop.tasks import answer, find, task_state, with_live_candidates
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -219,6 +220,8 @@ class Source:
         closed_as = limits_note = ""
         if is_open:
             status = budget_from = await self._status(handle)
+            if status is not None and status.candidates:
+                status = budget_from = await with_live_candidates(self.client, status)
             result = await self._trace(handle)
             if result is None:  # no worker answers: the search attributes at least
                 result = TaskResult(task_id=task_id, state=status.state if status else "RUNNING")
@@ -345,7 +348,7 @@ class Source:
     def read_log(self, task_id: str, name: str) -> tuple[str, str]:
         """A worker log's text (the last ``LOG_LIMIT`` bytes) and a note; never follows a link
         and opens only the worker's own files, by name."""
-        if not is_valid_task_id(task_id) or not _LOG_NAME.fullmatch(name):
+        if not is_valid_spec_id(task_id) or not _LOG_NAME.fullmatch(name):
             raise UnknownTask(f"no log {name!r} for task {task_id!r}")
         folder = self.runs / task_id
         for part in Path(name).parent.parts:
@@ -371,7 +374,9 @@ class Source:
         if not waiting and (made is None or not made.commit):
             return Diff(unavailable="no attempt has made a commit yet")
         commit = waiting or (made.commit if made else "")
-        marker = _read_json(self.runs / page.task_id / "workspace.json")
+        # A task with candidates works in the chosen one's worktree.
+        folder = f"{page.task_id}+{page.result.chosen}" if page.result.chosen else page.task_id
+        marker = _read_json(self.runs / folder / "workspace.json")
         base = str(marker.get("base_commit") or "")
         repo = str(marker.get("repo") or (page.spec.repo if page.spec else ""))
         if marker.get("isolated") and Path(str(marker.get("path") or "")).is_dir():
@@ -392,6 +397,22 @@ class Source:
         if not diff.unavailable:
             self._diffs.put(key, diff)
         return diff
+
+    async def candidate_diffs(self, page: TaskPage, commits: dict[str, str]) -> dict[str, Diff]:
+        """Each candidate's diff against base by its record's worktree: of the commit it
+        waits with (``commits``), else of its verified one."""
+        found: dict[str, Diff] = {}
+        for c in page.result.candidates:
+            ws, commit = c.workspace, commits.get(c.name) or (c.commit if c.passed else "")
+            if ws is None or not commit:
+                continue
+            repo = ws.path if ws.isolated and Path(ws.path).is_dir() else ws.repo
+            key = f"{repo}\0{ws.base_commit}\0{commit}"
+            diff = self._diffs.get_or(key) or await git_diff(repo, ws.base_commit, commit)
+            if not diff.unavailable:
+                self._diffs.put(key, diff)
+            found[c.name] = diff
+        return found
 
     # ------------------------------------------------------------------ ledgers
 

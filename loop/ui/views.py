@@ -458,6 +458,62 @@ def timeline(
 
 
 @dataclass
+class CandidateRow:
+    """One candidate of a task with candidates, side by side with the others."""
+
+    name: str
+    agent: str
+    state: str
+    attempts: int
+    spent: str
+    verdict: str
+    gates: list[GateRow]
+    changed_lines: int
+    branch: str
+    commit: str
+    chosen: bool
+    rank: int
+    reason: str
+    approvable: bool
+    """It waits for an approval that names it (``choose: person``)."""
+    logs: str
+    """Its own log folder's id (``<id>+<name>``): its attempts' logs are there."""
+
+
+def candidate_rows(result: TaskResult, st: TaskStatus | None) -> list[CandidateRow]:
+    """Each candidate with its evidence and cost; those an approval may name now marked."""
+    waiting = {c.name: c.commit for c in st.candidates if c.commit} if st is not None else {}
+    choosing = st is not None and applies("approve", st.state, st.waiting_for) and not st.commit
+    live = {c.name: c for c in st.candidates if c.phase} if st is not None else {}
+    rows = []
+    for c in result.candidates:
+        verdict = c.attempts[-1].verdict if c.attempts else None
+        now = live.get(c.name)  # a running one's own figures so far
+        said = verdict.summary() if verdict is not None else ""
+        used = (now.tokens, now.cost_usd, 0) if now else (c.tokens, c.cost_usd, c.tool_calls)
+        rows.append(
+            CandidateRow(
+                name=c.name,
+                agent=c.agent,
+                state=f"{c.state} ({now.phase})" if now else str(c.state),
+                attempts=now.attempt if now else len(c.attempts),
+                spent=spent(*used) or "nothing metered",
+                verdict=now.last_verdict if now else said,
+                gates=[gate_row(g) for g in verdict.gates] if verdict is not None else [],
+                changed_lines=c.changed_lines,
+                branch=c.workspace.branch if c.workspace is not None else "",
+                commit=waiting.get(c.name, c.commit if c.passed else ""),
+                chosen=c.chosen,
+                rank=c.rank,
+                reason=c.reason,
+                approvable=choosing and c.name in waiting,
+                logs=c.workflow_id.removeprefix("task-"),
+            )
+        )
+    return rows
+
+
+@dataclass
 class EscalationRow:
     at: str
     reason: str
@@ -613,6 +669,16 @@ def eval_view(r: EvalReport) -> EvalView:
     ]
     if any(h.cost_per_accepted is None for h in r.harnesses):
         charts[2].note = "-: no task accepted, so no cost per accepted task"
+    if any(h.k > 1 for h in r.harnesses):  # a harness with candidates: k tries per case
+        charts += [
+            chart("pass@1", [(h.harness, h.pass_at_1) for h in r.harnesses], "{:.0%}", top=1.0),
+            chart(
+                "pass@k",
+                [(f"{h.harness} (k={h.k})", h.pass_at_k) for h in r.harnesses],
+                "{:.0%}",
+                top=1.0,
+            ),
+        ]
     by_case: dict[str, dict[str, tuple[str, str, str, str]]] = {}
     for o in r.outcomes:
         cell = (str(o.state), str(o.attempts), o.task_id, o.fail_to_pass)

@@ -71,3 +71,28 @@ async def test_cli_refuses_a_cheating_harness_with_exit_2(tmp_path: Path):
     _, err = await proc.communicate()
     assert proc.returncode == 2
     assert "may not change the gates" in err.decode() and "Traceback" not in err.decode()
+
+
+async def test_a_harness_with_candidates_reports_pass_at_1_and_pass_at_k(
+    client: Client, settings: Settings
+) -> None:
+    """Two tries per case, one attempt each: the hasty guess fails slugify and wordcount,
+    the sure fix passes all three. pass@1 is the share of tries that passed per case,
+    pass@k whether one did; the cost per accepted task counts both tries."""
+    suite = load_suite(EVAL / "suite.yaml", settings.home)
+    careful, tries = load_harness(EVAL / "careful.yaml"), load_harness(EVAL / "two-tries.yaml")
+    async with build_worker(client, settings):
+        report = await run_eval(client, suite, [careful, tries], settings.task_queue)
+    by = {h.harness: h for h in report.harnesses}
+    two = by["two-tries"]
+    assert (two.k, two.accepted, two.pass_at_k) == (2, 3, 1.0)
+    assert two.pass_at_1 == pytest.approx((1 / 2 + 2 / 2 + 1 / 2) / 3)
+    assert by["careful"].k == 1 and by["careful"].pass_at_1 == by["careful"].pass_rate == 1.0
+    outcomes = [o for o in report.outcomes if o.harness == "two-tries"]
+    assert sorted((o.case, o.candidates, o.candidates_passed) for o in outcomes) == [
+        ("clamp", 2, 2), ("slugify", 2, 1), ("wordcount", 2, 1)
+    ]  # fmt: skip
+    console = Console(record=True, width=160)
+    print_report(console, report)
+    text = console.export_text()
+    assert "67%" in text and "100% (k=2)" in text, text

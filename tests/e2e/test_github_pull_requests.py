@@ -360,3 +360,55 @@ async def test_a_failed_required_check_is_fed_back_with_its_annotations(
     said = status_comment(hub, 1)
     assert "E999 keep ＠hyphens" not in said  # the table shows the last verdict: passed
     assert "| ci | pass |" in said and "@" not in said
+
+
+async def test_a_chosen_candidates_pull_request_is_its_tasks(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,  # noqa: F811
+):
+    """A task with candidates opens its pull request from the chosen one's branch,
+    ``loop/<id>/<name>``: a review of it reaches the task (the chosen candidate alone
+    attempts again, on the same branch), and its merge on GitHub ends the task."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    wrong = write_agent(tmp_path, 'pathlib.Path("slugify.py").write_text("x = 1\\n")\n')
+    fixer = write_agent(tmp_path, FIX_THEN_REVISE)
+    candidates = [{"name": "one", "agent": {"command": wrong}},
+                  {"name": "two", "agent": {"command": fixer}}]  # fmt: skip
+    name, file, secret = sources(
+        tmp_path, demo_repo, remote_of(demo_repo, tmp_path), candidates=candidates
+    )
+    task_id = f"{name}-1"
+    branch = f"loop/{task_id}/two"
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        _, started = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        await delivered(client, started)
+        handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST, within=120)
+        (pr,) = hub.pulls
+        hub.reviews[91] = []
+        review = review_event(REPO, pr["number"], branch, 91, "changes_requested", "Say so.", "ann")
+        _, reviewed = await deliver(url, "pull_request_review", review, SECRET)
+        reviewed_did = await delivered(client, reviewed)
+        await wait_for(
+            handle,
+            lambda st: st.waiting_for == WAITING_PULL_REQUEST and st.attempt == 2,
+            within=120,
+        )
+        merged = closed_event(REPO, pr["number"], branch, merged=True, sender="ann")
+        _, closing = await deliver(url, "pull_request", merged, SECRET)
+        closed_did = await delivered(client, closing)
+        result = await result_of(handle)
+    assert pr["head"]["ref"] == branch
+    assert reviewed_did.did[0].endswith(f"{task_id}: your feedback goes into the next attempt")
+    assert closed_did.did == ["merged; the task ends DONE_WITH_EVIDENCE"]
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
+    assert result.final_action == FinalAction.MERGED_BY_PERSON and result.chosen == "two"
+    two = next(c for c in result.candidates if c.name == "two")
+    assert [a.attempt for a in two.attempts] == [1, 2]  # the review's attempt was its own
+    one = next(c for c in result.candidates if c.name == "one")
+    assert len(one.attempts) == 1

@@ -437,3 +437,68 @@ async def test_without_the_key_every_task_is_listed_and_the_sealed_ones_say_so(
                 f"task {ended['id']}: the payloads are encrypted: set LOOP_CODEC_KEY_FILE"
                 in shown.text
             )
+
+
+FIX_SIGNED = """
+pathlib.Path("slugify.py").write_text(COMPLETE + "# by NAME\\n")
+out.write_text("fixed, NAME's way")
+"""
+WRONG = """
+pathlib.Path("slugify.py").write_text("def slugify(t):\\n    return 'wrong'\\n")
+"""
+
+
+async def test_choose_person_shows_each_passing_candidate_and_merges_the_one_approved(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    """Three candidates, two of which pass: the page shows both side by side, each with
+    its diff, its gates and its cost, and an Approve of its own; the third (it failed) has
+    none. Approving the second merges exactly its commit."""
+    answers.create_key(settings.home / answers.KEY_NAME)
+    agents = {"one": FIX_SIGNED, "two": FIX_SIGNED, "three": WRONG}
+    spec = task(demo_repo, ["true"], choose="person", autonomy="assisted",
+                budget={"max_attempts": 1},
+                candidates=[{"name": n, "agent": {"command": write_agent(tmp_path,
+                             body.replace("NAME", n))}} for n, body in agents.items()])  # fmt: skip
+    async with build_worker(client, settings), loop_ui(env, settings) as url:
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL, 120)
+        waiting = {c.name: c.commit for c in st.candidates if c.commit}
+        assert set(waiting) == {"one", "two"}
+
+        await page.goto(f"{url}/tasks/{spec['id']}")
+        await page.wait_for_selector("#state[data-state=AWAITING_APPROVAL]")
+        shown = page.locator("#candidates article.candidate")
+        assert await shown.count() == 3
+        for name in ("one", "two"):
+            card = page.locator(f"article[data-candidate='{name}']")
+            text = await card.inner_text()
+            assert "DONE_WITH_EVIDENCE" in text and "changed lines" in text, text
+            assert f"# by {name}" in await card.locator(".diff-file").inner_text()
+            assert "pass" in await card.locator("tr.gate[data-gate='tests']").text_content()
+            form = card.locator("form.approve")
+            assert await form.locator("input[name=commit]").get_attribute("value") == waiting[name]
+        three = page.locator("article[data-candidate='three']")
+        assert await three.locator("form.approve").count() == 0
+        assert "FAIL" in await three.locator("tr.gate[data-gate='tests']").text_content()
+        # One Approve per passing candidate, none for the task as a whole.
+        assert await page.locator("form.approve").count() == 2
+        await page.screenshot(path=str(tmp_path / "candidates.png"), full_page=True)
+
+        card = page.locator("article[data-candidate='two']")
+        await card.locator("input[name=note]").fill("two reads better")
+        await card.locator("form.approve button[type=submit]").click()
+        flash = await page.wait_for_selector("[data-flash=ok]")
+        assert flash is not None and "approved candidate two" in await flash.inner_text()
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
+        result = await result_of(handle)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE and result.chosen == "two"
+    merged = git_show(demo_repo, "main:slugify.py")
+    assert "# by two" in merged and "# by one" not in merged
+    decided = [e.detail for e in result.events if e.kind == "signal"]
+    assert decided == [f"approve: candidate two; two reads better (by {local_user()})"]

@@ -283,7 +283,10 @@ def test_a_form_becomes_a_payload_with_who_decided() -> None:
         "signature": "",
         "commit": "0a1b2c3d",
         "answer_id": "page:ab:approve",
+        "candidate": "",
     }
+    chosen = payload_for("approve", {"candidate": " two ", "commit": "0a1b2c3d"}, "ann")
+    assert (chosen.candidate, chosen.commit) == ("two", "0a1b2c3d")
     assert payload_for("reject", {"reason": "no"}, "ann").reason == "no"
     ext = payload_for("extend", {"attempts": "2", "cost_usd": "0.5", "tokens": ""}, "bo")
     assert (ext.attempts, ext.cost_usd, ext.tokens, ext.by) == (2, 0.5, 0, "bo")
@@ -548,6 +551,9 @@ class FakeSource:
     async def diff(self, page: TaskPage) -> Diff:
         return Diff(files=slugify_diff(), base="b" * 40, commit="c" * 40)
 
+    async def candidate_diffs(self, page: TaskPage, commits: dict[str, str]) -> dict[str, Diff]:
+        return {name: await self.diff(page) for name in commits}
+
     async def answer(self, task_id: str, answer: str, payload: Any) -> AnswerReply:
         if self.refuse:
             raise BadInput(self.refuse)
@@ -695,3 +701,40 @@ def test_the_source_reads_an_attempts_calls_and_transcripts_from_the_worker_file
     assert "attempt-1/call-0001.log" in source.logs_of("t1")
     assert "attempt-1/call-1.log" not in source.logs_of("t1")
     assert source.read_log("t1", "attempt-1/call-0001.log")[0] == "POST /v1/chat/completions"
+
+
+def test_candidates_side_by_side_and_only_the_waiting_ones_approvable() -> None:
+    """Each candidate's gates, spend and verdict; while several wait for a person, an
+    Approve for each waiting one (its commit) and none for the others; a running one
+    shows its own figures so far, from its workflow."""
+    from loop.contracts import AttemptRecord, CandidateRecord, CandidateView
+
+    t = trace()
+    one, two = t.attempts
+    t.candidates = [
+        CandidateRecord(name="one", state=TaskState.DONE_WITH_EVIDENCE, attempts=[two],
+                        commit="a" * 40, tokens=10, cost_usd=0.01, changed_lines=3),
+        CandidateRecord(name="two", state=TaskState.NEEDS_HUMAN, attempts=[one],
+                        reason="attempts exhausted"),
+        CandidateRecord(name="three", state=TaskState.RUNNING,
+                        attempts=[AttemptRecord(attempt=1)]),
+    ]  # fmt: skip
+    st = status("t1", TaskState.AWAITING_APPROVAL, waiting_for="approve/reject")
+    st.candidates = [
+        CandidateView(name="one", commit="b" * 40, state=TaskState.DONE_WITH_EVIDENCE),
+        CandidateView(name="two", state=TaskState.NEEDS_HUMAN),
+        CandidateView(name="three", phase="verify", attempt=2, tokens=500, cost_usd=0.5,
+                      last_verdict="tests FAIL"),
+    ]  # fmt: skip
+    rows = {r.name: r for r in views.candidate_rows(t, st)}
+    assert rows["one"].approvable and rows["one"].commit == "b" * 40  # the commit waiting
+    assert not rows["two"].approvable and not rows["three"].approvable
+    assert [g.name for g in rows["one"].gates] == ["tests", "scope"]
+    assert rows["two"].reason == "attempts exhausted" and rows["two"].commit == ""
+    three = rows["three"]
+    assert (three.state, three.attempts, three.verdict) == ("RUNNING (verify)", 2, "tests FAIL")
+    assert "500" in three.spent
+    # The task waiting with one commit of its own (no candidates waiting): none approvable.
+    st.commit = "c" * 40
+    assert not any(r.approvable for r in views.candidate_rows(t, st))
+    assert not any(r.approvable for r in views.candidate_rows(t, None))

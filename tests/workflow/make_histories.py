@@ -42,6 +42,11 @@ the way its name says, then writes each workflow's history
   ``requirements.txt`` so its setup fails (that verdict's ``environment`` gate), attempt 2
   is judged with one built for its commit; recorded by ``LOOP_RECORD_HISTORIES=DIR pytest
   tests/e2e/test_environment.py -k key_file`` (``DIR``: tests/workflow/histories).
+- ``candidates_best`` (its chosen candidate's workflow ``candidates_best_two``),
+  ``candidates_person``: tasks with three candidates, one ranked best and approved,
+  one whose passing candidates waited side by side and a person approved one by name;
+  recorded by ``LOOP_RECORD_HISTORIES=DIR pytest tests/e2e/test_candidates.py -k
+  "best_ranks and basic or person_approves"``.
 - ``slack_answer``, ``slack_refused``: a ``SlackAnswerWorkflow`` whose answer the task
   took (pressed while no worker ran), and one the task refused (it had ended), said in
   the message; recorded the same way, copied alone (the older files stay as recorded).

@@ -53,6 +53,13 @@ REPRESENTATIVE = {
     # key files, the next attempt judged with one built for it (the environment patch);
     # recorded by tests/e2e/test_environment.py with LOOP_RECORD_HISTORIES.
     "environment",
+    # A task with three candidates (choose: best, assisted: approved, merged) and its
+    # chosen candidate's own workflow; one whose passing candidates waited side by side
+    # and a person approved one by name (choose: person). Recorded by
+    # tests/e2e/test_candidates.py with LOOP_RECORD_HISTORIES.
+    "candidates_best",
+    "candidates_best_two",
+    "candidates_person",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",

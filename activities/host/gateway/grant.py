@@ -18,6 +18,7 @@ from pathlib import Path
 
 from opentelemetry.context import Context
 
+from activities.host.pool import Pool
 from loop.contracts import PROVIDER_VARIABLES, Provider, ProviderApi, Usage
 from loop.errors import permanent
 from loop.pricing import BUILTIN_PRICES
@@ -84,16 +85,32 @@ class Grant:
     trace_context: Context | None = None
     """The attempt's trace where the grant was made (its ``make`` activity's span): each
     call's span is its child, though the gateway runs on a thread of its own."""
+    pool: Pool | None = None
+    """The task's budget across its candidates, where the run is a candidate's: checked
+    before each call, added to as each call ends."""
+    stopped: str = ""
+    """Why the pool refused a call (its budget spent, or another candidate chosen)."""
 
     @property
     def limited(self) -> bool:
-        return self.max_tokens is not None or self.max_cost_usd is not None
+        limits = (self.max_tokens, self.max_cost_usd)
+        return self.pool is not None or any(x is not None for x in limits)
 
     def spent(self) -> str:
         """Which budget is spent ("token budget spent", ""): the rule the model loop of
         the ``openai`` backend applies before each of its calls."""
         used = Usage(tokens=self.tokens, cost_usd=self.cost_usd)
         return budget.spent(used, self.max_tokens, self.max_cost_usd, None)
+
+    def shared(self) -> str:
+        """Why the task's pool refuses this run's next call ("" when it does not), in the
+        words the agent is answered with; ``stopped`` keeps the short reason."""
+        if self.pool is None:
+            return ""
+        short, said = self.pool.check()
+        if short:
+            self.stopped = short
+        return said
 
     def add(self, call: Call) -> None:
         self.count += 1
@@ -104,7 +121,10 @@ class Grant:
 
     def note(self, call: Call) -> None:
         """Count ``call`` and append it to the journal, so no try of the attempt forgets
-        what it cost (a provider bills a call whose try was killed)."""
+        what it cost (a provider bills a call whose try was killed). The task's pool
+        first: a crash between the two leaves the task's count high, never low."""
+        if self.pool is not None:
+            self.pool.add(call.tokens_in + call.tokens_out, call.cost_usd)
         self.add(call)
         if self.journal is not None:
             with self.journal.open("a") as f:

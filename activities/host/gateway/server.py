@@ -21,7 +21,9 @@ the way (``loop.rules.metering``), counting and journaling it before the answer'
 reaches the agent (``Grant.note``), and tracing it where tracing is on (``spans``).
 While a budget is set the run's calls go one at a time, so no attempt overshoots by
 more than the one call in flight; after an answer whose usage could not be read, such
-a run gets no more calls.
+a run gets no more calls. A candidate's run also asks its task's pool before each call
+(``activities.host.pool``): the task's budget across its candidates, and whether
+another candidate was chosen.
 
 One gateway serves every run of the worker process, on an event loop of its own in a
 thread: a slow upstream never stalls the worker's activities and workflows.
@@ -349,12 +351,14 @@ class Gateway:
         one_at_a_time = grant.one_at_a_time if grant.limited else None
         async with one_at_a_time or contextlib.nullcontext():
             spent = grant.spent()
-            if spent:
+            shared = "" if spent else grant.shared()
+            if spent or shared:
                 if grant.spent_after is None:
                     grant.spent_after = grant.count
                 message = (f"Loopwork: this task's {spent.removesuffix(' spent')} is spent "
-                           f"({_spent_words(grant)} after {grant.count} calls)")  # fmt: skip
-                self._refused(grant, spent)
+                           f"({_spent_words(grant)} after {grant.count} calls)"
+                           if spent else f"Loopwork: {shared}")  # fmt: skip
+                self._refused(grant, spent or grant.stopped)
                 await self._send(conn, writer, grant, 400, message)
                 return
             if grant.limited and grant.unmetered:
