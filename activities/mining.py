@@ -91,15 +91,14 @@ class MiningActivities:
                 continue
             existing = await _changed(clone, parents[0], commit, "--diff-filter=AM")
             tests = [f for f in existing if is_test_path(f)]
-            others = [f for f in await _changed(clone, parents[0], commit) if not is_test_path(f)]
+            _, others = mining.split(await _changed(clone, parents[0], commit))
             if not tests or not others:
                 skipped += 1
                 continue
             message = await git(["log", "-1", "--format=%B", commit], clone)
             candidates.append(
                 FixCandidate(
-                    commit=commit, parent=parents[0], message=message, test_files=tests,
-                    other_files=others,
+                    commit=commit, parent=parents[0], message=message, test_files=tests
                 )
             )  # fmt: skip
         return ListFixesResult(

@@ -49,7 +49,6 @@ class FixCandidate(_Record):
     """The commit's whole message: the case's goal."""
     test_files: list[str]
     """The test files it changes (existing at the commit)."""
-    other_files: list[str]
 
 
 class ListFixesResult(_Record):

@@ -13,7 +13,7 @@ from tests.support.repos import git
 
 CANDIDATE = FixCandidate(
     commit="c" * 40, parent="p" * 40, message="Pad cents\n\ncents(105) gave '1.5'.",
-    test_files=["tests/test_money.py"], other_files=["textkit/money.py"],
+    test_files=["tests/test_money.py"],
 )  # fmt: skip
 
 
