@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         Workspace,
     )
-    from loop.rules import answers, budget, explain
+    from loop.rules import answers, budget, explain, reasons
     from workflows.clock import WallClock
 
 
@@ -151,9 +151,13 @@ class TaskRecord:
         waits = self.result.human_escalation
         return waits[-1].at if self.waiting_for and waits else ""
 
-    def _with_trouble(self, reason: str) -> str:
-        """An escalation's reason, with what went wrong with the agent's last run, if
-        anything did: a person reads the cause, not only "no new evidence"."""
+    def _stuck(self, head: str) -> str:
+        """Why the loop stopped on its own (``head``: "no new evidence", "attempts
+        exhausted"), after its cause: the gate that kept failing and what it saw
+        (``loop.rules.reasons``), and what went wrong with the agent's last run, if
+        anything did. A person reads the cause, not only that the loop gave up."""
+        cause = reasons.repeated(self.result.attempts)
+        reason = f"{cause}; {head}" if cause else head
         last = self.result.attempts[-1].make if self.result.attempts else None
         trouble = explain.agent_trouble(last)
         return f"{reason}; last attempt: {trouble}" if trouble else reason

@@ -87,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
     )
     from loop.contracts.step_context import sent_once
-    from loop.rules import answers, budget, explain, status
+    from loop.rules import answers, budget, explain, reasons, status
     from loop.rules import feedback as fb
     from loop.rules.answers import waiting_words
     from loop.rules.fingerprint import fingerprint
@@ -120,6 +120,9 @@ A = TypeVar(
 )
 Take = Callable[[A, str], str]
 """Takes an answer that applies, credited as ``by``; returns what it did, in a few words."""
+GOAL_MET_AT_BASE = "goal-met-at-base"
+"""The patch under which a task whose gates all pass before any change waits for a person
+at explore (before it, it spent its attempts on a goal no verdict could show)."""
 BOUND_ANSWERS = "bound-answers"
 """The patch under which an answer is taken once by its ``answer_id`` and an approval
 must name the commit waiting (before it, each answer was taken as it came)."""
@@ -259,14 +262,16 @@ class TaskWorkflow(TaskRecord):
                 # Nothing an attempt did could be judged: a person answers before any is spent.
                 asks = "; ".join(f"{g.name}: {g.evidence.detail}" for g in unsure)
                 return _Stop(TaskState.NEEDS_HUMAN, f"at base, {asks}")
+            met = reasons.met_at_base(self.spec, explored.reproducer)
+            if met and patches.patched(GOAL_MET_AT_BASE):
+                # No attempt could show a fix: a person says what is still wrong, or rejects.
+                return _Stop(TaskState.NEEDS_HUMAN, met)
 
         while True:
             if self.last_verdict is not None and self.last_verdict.passed:
                 return None  # verified on a host lost before the end: finalize again
             if self.result.attempts and len(self.result.attempts) >= self.max_attempts:
-                return _Stop(
-                    TaskState.NEEDS_HUMAN, self._with_trouble("attempts exhausted"), budget=True
-                )
+                return _Stop(TaskState.NEEDS_HUMAN, self._stuck("attempts exhausted"), budget=True)
             spent = self._spent_budget()
             if spent:
                 return _Stop(TaskState.NEEDS_HUMAN, spent, budget=True)
@@ -405,7 +410,7 @@ class TaskWorkflow(TaskRecord):
         self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
         self.cited = Cited.of(verdict, self.ws.host)
         if self.stalled >= self.spec.budget.max_stalled_attempts:
-            return _Stop(TaskState.NEEDS_HUMAN, self._with_trouble("no new evidence"), budget=True)
+            return _Stop(TaskState.NEEDS_HUMAN, self._stuck("no new evidence"), budget=True)
         return None
 
     def _verified_on_github(self, sha: str, verdict: Verdict) -> None:

@@ -1,0 +1,105 @@
+"""Reasons that name the cause, end to end: a gate failing the same way again and again is
+named with what it saw; a provider that refuses the key or lacks the model ends the task
+BLOCKED before any attempt, in the provider's words; a goal that holds at base waits for a
+person at explore, before any attempt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.client import Client
+
+from loop.contracts import SIGNAL_FEEDBACK, FeedbackSignal, TaskState
+from loop.settings import Settings
+from tests.support.agents import COMPLETE_FIX, FIX_AT_ONCE, agent_calls, write_agent
+from tests.support.model_server import ScriptedModel
+from tests.support.repos import git
+from tests.support.tasks import result_of, start, task, wait_for
+from worker import build_worker
+
+
+async def test_a_gate_failing_alike_names_itself_and_what_it_saw(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """The fix is in slugify.py, the scope allows src/** and tests/** only: three attempts
+    fail scope identically, and the reason says so rather than "no new evidence" alone."""
+    scope = {"name": "scope", "diff_scope": {"allow": ["src/**", "tests/**"]}}
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), approval_timeout=600)
+    spec["verify"] = [spec["verify"][0], scope]
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN, within=120)
+        memo = await (await handle.describe()).memo()
+        await handle.cancel()
+        await result_of(handle)
+    cause = "scope failed 3 times: slugify.py outside src/** and tests/**"
+    assert st.reason == f"{cause}; no new evidence", st.reason
+    assert st.attempt == 3
+    assert str(memo["reason"]).startswith(cause)  # what `loop inbox` and the list read
+
+
+async def test_a_model_the_provider_lacks_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    with ScriptedModel(key="sk-right-0000", models=("gpt-4o-mini",)) as model:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-right-0000")
+        spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+        spec["agent"] |= {"provider": {"api": "openai", "base_url": model.url}, "model": "gpt-nope"}
+        async with build_worker(client, settings):
+            r = await result_of(await start(client, settings, spec))
+    assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
+    assert f"agent.provider: {model.url} has no model gpt-nope" in r.reason
+    assert "404 Not Found): scripted 404 Not Found" in r.reason  # the provider's words
+    assert agent_calls(settings, spec["id"]) == [] and model.requests == []
+
+
+async def test_a_key_the_provider_refuses_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    with ScriptedModel(key="sk-right-0000") as model:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-1111")
+        spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+        spec["agent"] |= {"provider": {"api": "openai", "base_url": model.url}}
+        async with build_worker(client, settings):
+            r = await result_of(await start(client, settings, spec))
+    assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
+    assert f"{model.url} refused the key in OPENAI_API_KEY (401 Unauthorized)" in r.reason
+    assert "scripted 401 Unauthorized" in r.reason and "sk-wrong-1111" not in r.reason
+    assert agent_calls(settings, spec["id"]) == []
+
+
+async def test_a_provider_without_a_model_list_is_not_judged_by_it(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The cheapest way to fool the check: a server that lists its models but answers a
+    model's name with 404 for another reason. Listed models pass without asking; a model
+    not listed but found by name passes too (lists are paged); neither spends a call."""
+    with ScriptedModel() as model:  # lists "scripted", finds any model by name
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-any-0000")
+        spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE))
+        spec["agent"] |= {"provider": {"api": "openai", "base_url": model.url}, "model": "gpt-x"}
+        async with build_worker(client, settings):
+            r = await result_of(await start(client, settings, spec))
+    assert r.state == TaskState.DONE_WITH_EVIDENCE, r.reason
+    assert len(r.attempts) == 1
+
+
+async def test_a_goal_met_at_base_waits_at_explore_spending_no_attempt(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """slugify is fixed on main already: every gate passes before any change, so no
+    attempt could show a fix. The task asks a person at explore; feedback then lets it go
+    on (the goal may be more than its gates say)."""
+    (demo_repo / "slugify.py").write_text(COMPLETE_FIX)
+    git(demo_repo, "commit", "-qam", "fixed by hand")
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), approval_timeout=600)
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
+        assert agent_calls(settings, spec["id"]) == []
+        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text="check it anyway"))
+        r = await result_of(handle)
+    assert r.state == TaskState.DONE_WITH_EVIDENCE and len(r.attempts) == 1, r.reason
+    assert st.attempt == 0 and st.waiting_for == "feedback/extend_budget/reject"
+    assert st.reason.startswith("goal already met at base: every gate passes before any change")
+    assert "tests: " in st.reason and "add a test that fails at base" in st.reason
