@@ -103,3 +103,17 @@ async def test_a_goal_met_at_base_waits_at_explore_spending_no_attempt(
     assert st.attempt == 0 and st.waiting_for == "feedback/extend_budget/reject"
     assert st.reason.startswith("goal already met at base: every gate passes before any change")
     assert "tests: " in st.reason and "add a test that fails at base" in st.reason
+
+
+async def test_a_known_cli_without_its_key_is_pointed_at_agent_provider(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    """Claude Code run without ``agent.provider`` and without its key: the fix is the
+    gateway, never the key in the sandbox."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    spec = task(demo_repo, ["claude", "-p", "fix slugify"])
+    async with build_worker(client, settings):
+        r = await result_of(await start(client, settings, spec))
+    assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
+    assert "the agent needs ANTHROPIC_API_KEY for its model API" in r.reason
+    assert "agent.provider ({api: anthropic})" in r.reason and "sandbox.env" not in r.reason
