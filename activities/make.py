@@ -38,7 +38,8 @@ from activities.host.files import write_atomic
 from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git, path_lock
-from activities.host.proc import tail_of
+from activities.host.proc import ProcResult, reporting, tail_of
+from activities.host.progress import AttemptProgress
 from activities.host.remote import publish
 from activities.host.step_files import keep
 from activities.host.worktree import (
@@ -237,27 +238,13 @@ class MakeActivities:
         grant = await self._grant(inp, folder)
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
                  gateway=grant.upstream if grant else None)  # fmt: skip
-        ran = await sandbox.run_sandboxed(
-            sandbox.SandboxRun(
-                argv=argv,
-                kind="agent",
-                policy=inp.task.sandbox,
-                task_id=inp.task.id,
-                home=self.settings.home,
-                tree=Path(ws.path),
-                state_dir=folder,
-                name="agent",
-                limit_s=inp.task.agent.timeout,
-                env=env,
-                writable=[agent_dir(folder)],
-                readable=readable,
-                agent_home=agent_home(ws),
-                protected=inp.task.protected_paths(),
-                allow_hosts=endpoints(inp.task),
-                hidden=sandbox.hidden_for(ws),
-                gateway=grant,
-            )
+        source = usage_source(argv, inp.task.agent.usage)
+        # Each heartbeat says how far the agent got (``loop status``, the review page).
+        progress = AttemptProgress(
+            n, folder / "agent.log", usage_file, source, grant, inp.task.agent.model, self.prices
         )
+        with reporting(progress):
+            ran = await self._run(inp, folder, env, readable, grant)
         if superseded(folder):
             # A later try opened the attempt meanwhile (``owning`` holds one off on this
             # host; this is for a lock that could not): it owns the worktree now.
@@ -273,7 +260,6 @@ class MakeActivities:
         )
         # What the agent printed or claimed leaves this activity without secrets.
         await asyncio.to_thread(redact_file, Path(ran.log_path))
-        source = usage_source(inp.task.agent.command or [], inp.task.agent.usage)
         cli = BY_NAME.get(source)
         said = await asyncio.to_thread(tail_of, Path(ran.log_path), USAGE_LOG_CHARS)
         # The claim is what the agent said last to a person: its output file where it wrote
@@ -321,6 +307,34 @@ class MakeActivities:
         )
         run.update(metered)  # the gateway's measurement, where it ran, over the report
         return finished(closed, **run)
+
+    async def _run(
+        self, inp: MakeInput, folder: Path, env: dict[str, str], readable: list[Path],
+        grant: Grant | None,
+    ) -> ProcResult:  # fmt: skip
+        """The agent's run in its sandbox: the worktree, the protocol's files, the gateway."""
+        ws = inp.workspace
+        return await sandbox.run_sandboxed(
+            sandbox.SandboxRun(
+                argv=list(inp.task.agent.command or []),
+                kind="agent",
+                policy=inp.task.sandbox,
+                task_id=inp.task.id,
+                home=self.settings.home,
+                tree=Path(ws.path),
+                state_dir=folder,
+                name="agent",
+                limit_s=inp.task.agent.timeout,
+                env=env,
+                writable=[agent_dir(folder)],
+                readable=readable,
+                agent_home=agent_home(ws),
+                protected=inp.task.protected_paths(),
+                allow_hosts=endpoints(inp.task),
+                hidden=sandbox.hidden_for(ws),
+                gateway=grant,
+            )
+        )
 
     async def _grant(self, inp: MakeInput, folder: Path) -> Grant | None:
         """The attempt's right to call its model through the gateway (``agent.provider``):

@@ -113,10 +113,12 @@ class TaskRecord:
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
         self.answering = 0
+        """Answer updates being checked now: the task closes only once none is."""
         self.status_comment: StatusComment | None = None
         """The issue's status comment (``spec.github_issue``), when the task keeps one."""
         self.pull_request_url = ""
-        """Answer updates being checked now: the task closes only once none is."""
+        self.attempt_started = ""
+        """When the current attempt began (its status says so, for its elapsed time)."""
 
     def _placed(self, moved_from: str = "") -> None:
         """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""
@@ -180,6 +182,9 @@ class TaskRecord:
             host=self.ws.host if self.ws is not None else "",
             commit=self.awaiting_commit(),
             waiting_since=self.waiting_since(),
+            as_of=workflow.now().isoformat(),
+            ticking=self.clock.running,
+            attempt_started=self.attempt_started if self.state == TaskState.RUNNING else "",
         )
 
     @workflow.query(name=QUERY_TRACE)

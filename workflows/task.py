@@ -296,7 +296,7 @@ class TaskWorkflow(TaskRecord):
         assert self.ws is not None
         record = AttemptRecord(attempt=n, feedback=self.next_feedback)
         self.result.attempts.append(record)
-        self.last_verdict = None
+        self.last_verdict, self.attempt_started = None, now()
         self._event("attempt", f"attempt {n} of {self.max_attempts}")
         self._publish()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from loop.cli import console
-from loop.cli.render import budget_table, event_line, print_gates, print_result, status_line
+from loop.cli.render import (
+    ProgressLine,
+    budget_table,
+    event_line,
+    print_gates,
+    print_result,
+    status_line,
+)
 from loop.client import ui_url
 from loop.contracts import (
     QUERY_STATUS,
@@ -38,10 +46,12 @@ from loop.contracts import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TraceEvent,
 )
 from loop.errors import BadInput, LoopError, Sealed, ServerUnavailable, UnknownTask
 from loop.hardened.text import for_terminal
 from loop.loaders import load_task
+from loop.rules import progress
 from loop.rules.answers import answer_with, waiting_words
 from loop.settings import Settings
 from loop.tasks import (
@@ -99,6 +109,7 @@ def start(
         console.print_json(spec.model_dump(mode="json"))
         return
     settings = Settings.from_env()
+    following: list[str] = []
 
     async def main() -> int:
         client = await console.client()
@@ -109,17 +120,31 @@ def start(
             console.out.print(f"started {handle.id} (task queue {settings.task_queue})")
         console.out.print(f"UI: {ui_url(client, handle.id)}", markup=False)
         if not await has_worker(client, settings.task_queue):
-            console.err.print(
-                f"note: no worker polls task queue {settings.task_queue!r} yet; start one "
-                "with `loop worker`"
-            )
+            console.err.print(_no_worker(settings.task_queue))
         if not wait:
             return 0
+        following.append(spec.id)
+        line = ProgressLine(console.out)
+
+        def on_event(ev: TraceEvent) -> None:
+            line.clear()
+            console.out.print(event_line(spec.id, ev), markup=False)
+
+        async def on_quiet() -> None:
+            # Said again while nothing happens: a task waiting for a worker looks stuck.
+            if not await has_worker(client, settings.task_queue):
+                line.clear()
+                console.err.print(_no_worker(settings.task_queue))
+
         result, waiting = await follow(
             handle,
-            lambda ev: console.out.print(event_line(spec.id, ev), markup=False),
+            on_event,
             until_waiting=not keep_waiting,
+            client=client,
+            on_progress=lambda p: line.show(progress.line(p)),
+            on_quiet=on_quiet,
         )
+        line.clear()
         if waiting:
             so_far = await handle.query(QUERY_TRACE, result_type=TaskResult)
             if so_far.attempts:
@@ -129,7 +154,24 @@ def start(
         print_result(console.out, result)
         return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
 
-    raise typer.Exit(console.run(main))
+    try:
+        code = console.run(main)
+    except KeyboardInterrupt:
+        if not following:
+            raise
+        # Only the following stops: the task is the server's, and goes on.
+        console.err.print(
+            f"\nstopped following {spec.id}; the task goes on. Follow it again: "
+            f"loop start {file} --wait · see it: loop status {spec.id} · "
+            f"cancel it: loop cancel {spec.id}",
+            markup=False,
+        )
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+def _no_worker(queue: str) -> str:
+    return f"note: no worker polls task queue {queue!r} yet; start one with `loop worker`"
 
 
 def _load(file: Path, repo: str | None = None) -> TaskSpec:
@@ -153,7 +195,7 @@ def status(
             await _list(client, "", as_json)
             return
         handle, desc = await find(client, task_id)
-        st = await console.status_of(handle, desc)
+        st = await console.status_of(handle, desc, client)
         if as_json:
             console.print_json(st.model_dump(mode="json"))
         elif isinstance(st, TaskResult):
@@ -166,6 +208,9 @@ def status(
 
 def _print_status(st: TaskStatus) -> None:
     console.out.print(status_line(st), markup=False)
+    running = progress.line(st.progress, progress.attempt_seconds(st, datetime.now(UTC)))
+    if running:
+        console.out.print(running, markup=False)  # the agent's words: inert
     console.out.print(budget_table(st.budget))
     if st.waiting_for:
         console.out.print(f"waiting for {waiting_words(st.waiting_for)}: {st.reason}", markup=False)
@@ -205,7 +250,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
         for row in rows:
             with contextlib.suppress(LoopError, RPCError):
                 handle, desc = await find(client, row["task_id"])
-                st = await console.status_of(handle, desc)
+                st = await console.status_of(handle, desc, client)
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
@@ -415,7 +460,7 @@ def trace(
             if desc.status == WorkflowExecutionStatus.RUNNING:
                 result = await handle.query(QUERY_TRACE, result_type=TaskResult)
             else:
-                result = await console.status_of(handle, desc)  # type: ignore[assignment]  # checked below
+                result = await console.status_of(handle, desc, client)  # type: ignore[assignment]  # checked below
         assert isinstance(result, TaskResult)
         if as_json:
             console.print_json(result.model_dump(mode="json"))

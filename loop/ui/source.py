@@ -51,8 +51,9 @@ from loop.contracts import (
 from loop.errors import LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
+from loop.rules import progress
 from loop.settings import Settings
-from loop.tasks import answer, find, task_state
+from loop.tasks import answer, find, progress_of, task_state
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -218,7 +219,12 @@ class Source:
         budget_from: TaskStatus | None = None
         closed_as = limits_note = ""
         if is_open:
-            status = budget_from = await self._status(handle)
+            status = await self._status(handle)
+            if status is not None:
+                # Its figures as of now, the running attempt's own among them.
+                found = await progress_of(self.client, desc)
+                status = progress.live(status, found, datetime.now(UTC))
+            budget_from = status
             result = await self._trace(handle)
             if result is None:  # no worker answers: the search attributes at least
                 result = TaskResult(task_id=task_id, state=status.state if status else "RUNNING")

@@ -31,6 +31,14 @@ from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
 from loop.hardened import answers
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
+from tests.e2e.test_progress import (
+    SLOW_AGENT,
+    SLOW_MODEL_AGENT,
+    WATCH_S,
+    Seen,
+    assert_moving,
+    slow_model,
+)
 from tests.support.agents import write_agent
 from tests.support.tasks import answers_in_history, result_of, task
 from tests.support.ui import LOOP, loop_ui, ui_env
@@ -331,6 +339,57 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             result = await result_of(handle)
     assert result.state == TaskState.CANCELLED
     assert not [e for e in result.events if e.kind in ("signal-ignored", "answer-refused")]
+
+
+@pytest.mark.parametrize("agent", ["scripted", "model"])
+async def test_a_running_attempt_moves_on_the_page_without_a_reload(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    agent: str,
+) -> None:
+    """A 50 s attempt of a slow scripted agent (its usage in LOOP_USAGE_FILE) and of an
+    agent calling a slow model through the gateway: the page's progress line shows its
+    time, tokens and cost moving at least every 5 s, refreshed in place."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-progress-0000")
+    with slow_model() as model:
+        if agent == "scripted":
+            spec = task(demo_repo, write_agent(tmp_path, SLOW_AGENT))
+            spec["agent"] |= {"timeout": 120, "usage": "file"}
+        else:
+            spec = task(demo_repo, write_agent(tmp_path, SLOW_MODEL_AGENT))
+            spec["agent"] |= {"timeout": 120, "provider": {"api": "openai", "base_url": model.url}}
+        async with build_worker(client, settings), loop_ui(env, settings) as url:
+            handle = await start(client, settings, spec)
+            try:
+                await wait_for(handle, lambda s: s.phase == "make")
+                await page.goto(f"{url}/tasks/{spec['id']}")
+                await page.wait_for_selector("#progress", timeout=20_000)
+                await page.evaluate("window.__notReloaded = true")
+                seen: list[Seen] = []
+                deadline = time.monotonic() + WATCH_S
+                while time.monotonic() < deadline:
+                    shown = page.locator("#progress")
+                    seen.append(
+                        Seen(
+                            time.monotonic(),
+                            float(await shown.get_attribute("data-seconds") or 0),
+                            int(await shown.get_attribute("data-tokens") or 0),
+                            float(await shown.get_attribute("data-cost") or 0),
+                            await page.locator("#progress .last-line").inner_text(),
+                        )
+                    )
+                    await asyncio.sleep(1)
+                assert await page.evaluate("window.__notReloaded === true")
+            finally:
+                await handle.cancel()
+                await result_of(handle)
+    assert_moving(seen)
+    assert seen[-1].line.startswith("step " if agent == "scripted" else "call ")
 
 
 async def test_beyond_loopback_without_a_token_exits_2(
