@@ -117,7 +117,7 @@ async def follow(
     client: Client | None = None,
     on_progress: Callable[[Progress | None], None] | None = None,
     on_quiet: Callable[[], Awaitable[None]] | None = None,
-    quiet_s: float = 15.0,
+    quiet_s: float = 10.0,
 ) -> tuple[TaskResult, bool]:
     """Report each trace event (state changes, attempts, verdicts) until the task ends,
     or, with ``until_waiting``, until it waits for a person: (result so far, waiting).

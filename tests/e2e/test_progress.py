@@ -247,3 +247,28 @@ async def test_wait_without_a_tty_prints_plain_progress_lines(
     handle = client.get_workflow_handle(f"task-{spec['id']}")
     await handle.cancel()
     await result_of(handle)
+
+
+async def test_wait_says_again_that_no_worker_polls(
+    env: WorkflowEnvironment, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """No worker: the note at the start, and again while nothing happens, rather than
+    a silent minute that looks like a task at work."""
+    spec = task(demo_repo, write_agent(tmp_path, SLOW_AGENT))
+    file = tmp_path / "idle.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    proc = await asyncio.create_subprocess_exec(
+        LOOP, "start", str(file), "--wait", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=ui_env(env, settings, COLUMNS="200"),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    notes: list[float] = []
+    began = time.monotonic()
+    while len(notes) < 2:
+        said = await asyncio.wait_for(proc.stderr.readline(), 30)
+        if b"no worker polls task queue" in said:
+            notes.append(time.monotonic() - began)
+    proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(proc.communicate(), 30)
+    assert notes[0] < 10 and 8 <= notes[1] - notes[0] <= 20, notes
+    await env.client.get_workflow_handle(f"task-{spec['id']}").terminate("test over")
