@@ -33,7 +33,7 @@ import opentelemetry.context
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.host import artifact, sandbox
+from activities.host import artifact, clone, sandbox
 from activities.host.files import write_atomic
 from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
@@ -513,6 +513,10 @@ class MakeActivities:
             why = f"git could not commit the attempt: {e.message}"
             return made.model_copy(update={"not_committed": why})
         await publish(ws, self.settings.locks)
+        try:
+            await clone.keep_attempt(ws, commit, self.settings.locks)
+        except GitError as e:  # the diff's keeping is no reason to lose the attempt
+            log_for(task.id, n, "make").warning("attempt not kept", error=e.message)
         changed = await changed_files(ws, commit)
         return made.model_copy(
             update={

@@ -422,6 +422,33 @@ def sign(
     console.print_json(payload.model_dump(mode="json"))
 
 
+async def _print_diff(runs: Path, result: TaskResult) -> None:
+    """The last attempt's change against base, file by file, and the command that shows it
+    whole: read from the task's clone, or from the repository's ``refs/loopwork/<id>``
+    once the clone is gone (a merged task's, too)."""
+    from loop.ui.source import Diff, git_diff, where_diff  # here: the page's git reader
+
+    found = where_diff(runs, result.task_id, result, "")
+    diff = found if isinstance(found, Diff) else await git_diff(*found)
+    if diff.unavailable:
+        console.out.print(f"diff: {diff.unavailable}", markup=False)
+        return
+    assert not isinstance(found, Diff)
+    repo, base, commit = found
+    added = sum(f.additions for f in diff.files)
+    removed = sum(f.deletions for f in diff.files)
+    console.out.print(
+        f"diff {base[:12]}..{commit[:12]}: {len(diff.files)} file(s), +{added} −{removed} "
+        f"(whole: git -C {repo} diff {base[:12]} {commit[:12]})",
+        markup=False,
+    )
+    for f in diff.files:
+        moved = f" (from {f.old_path})" if f.old_path else ""
+        console.out.print(
+            f"  {f.status:<9} {f.path}{moved}  +{f.additions} −{f.deletions}", markup=False
+        )
+
+
 def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED."""
 
@@ -466,6 +493,7 @@ def trace(
             console.print_json(result.model_dump(mode="json"))
             return
         print_result(console.out, result)
+        await _print_diff(Settings.from_env().runs, result)
         console.out.print()
         for ev in result.events:
             console.out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)

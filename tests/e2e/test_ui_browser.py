@@ -234,10 +234,43 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         await page.screenshot(path=str(tmp_path / "task-done.png"), full_page=True)
 
         result = await result_of(handle)
+        # Merged: its clone and branch are gone, its diff is not (refs/loopwork/<id>).
+        assert not Path(result.worktree).exists()
+        await page.reload()
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]")
+        assert "findall" in await page.locator(".diff-file[data-file='slugify.py']").inner_text()
+        assert "bad object" not in await page.locator("#diff").inner_text()
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
     assert "findall" in git_show(demo_repo, "main:slugify.py")  # merged into the repository
     decided = [e.detail for e in result.events if e.kind == "signal"]
     assert decided == [f"approve: reviewed on the page (by {local_user()})"]
+
+
+async def test_a_task_approved_with_loop_approve_keeps_its_diff_on_the_page(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(client, settings), loop_ui(env, settings) as url:
+        handle = await start(client, settings, spec)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        approving = await asyncio.create_subprocess_exec(
+            LOOP, "approve", spec["id"], env=ui_env(env, settings),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(approving.communicate(), 60)
+        assert approving.returncode == 0, (out, err)
+        result = await result_of(handle)
+        assert result.final_action == "merged" and not Path(result.worktree).exists()
+        await page.goto(f"{url}/tasks/{spec['id']}")
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]")
+        diff_file = page.locator(".diff-file[data-file='slugify.py']")
+        assert "findall" in await diff_file.inner_text()
+        assert await diff_file.locator("tr.add").count() > 0
 
 
 async def test_reject_from_the_page_signed_in_with_a_token(
