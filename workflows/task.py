@@ -934,12 +934,13 @@ class TaskWorkflow(TaskRecord):
 
     def _approve(self, payload: ApproveSignal, by: str) -> str:
         if self.state == TaskState.NEEDS_HUMAN:
-            did = "approved; trying the merge again"
+            did = "approved; merge requested again"
         elif self.spec.finalize.pull_request:
-            did = "approved; opening a pull request"
+            did = "approved; pull request requested"
         else:
+            # Requested, not done: the merge may still fail (a dirty checkout of base).
             base = self.ws.base_ref if self.ws is not None else "base"
-            did = f"approved; merging {self.result.branch} into {base}"
+            did = f"approved; merge of {self.result.branch} into {base} requested"
         self._decide(Decision("approve", payload.note, by), f"approve: {payload.note}{by}")
         return did
 

@@ -8,6 +8,7 @@ takes the answer and says what it did, or refuses it with the reason, which is o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
 
 from loop.cli import console
@@ -61,6 +62,7 @@ from loop.tasks import (
     find,
     follow,
     has_worker,
+    live_status,
     local_user,
     new_answer_id,
     signed,
@@ -324,8 +326,36 @@ def _answer(task_id: str, what: str, payload: BaseModel) -> None:
         named = sent.commit if isinstance(sent, ApproveSignal) else ""
         said = f"{task_id}: {reply.did}" + (f" (commit {named})" if named else "")
         console.out.print(said, markup=False)
+        if what == "approve" and not reply.did.startswith("already taken"):
+            await _approval_outcome(client, task_id)
 
     console.run(main)
+
+
+OUTCOME_WAIT_S = 120.0
+"""How long ``loop approve`` waits to say what the approval came to."""
+
+
+async def _approval_outcome(client: Client, task_id: str) -> None:
+    """What an approval came to, once the task says: merged (or its pull request opened),
+    or why not (a dirty checkout of base, a conflict) and what to answer."""
+    handle, _ = await find(client, task_id)
+    try:
+        result, waiting = await asyncio.wait_for(
+            follow(handle, lambda _: None, until_waiting=True), OUTCOME_WAIT_S
+        )
+    except TimeoutError:
+        console.out.print(
+            f"{task_id}: still finishing after {OUTCOME_WAIT_S:.0f} s; see `loop status {task_id}`",
+            markup=False,
+        )
+        return
+    if not waiting:
+        console.out.print(f"{task_id}: {result.state}: {result.reason}", markup=False)
+        return
+    st = await live_status(handle)
+    console.out.print(f"{task_id}: {st.state}: {st.reason}", markup=False)
+    console.out.print(f"answer with: {answer_with(task_id, st.waiting_for)}", markup=False)
 
 
 COMMIT_HELP = (
@@ -449,8 +479,13 @@ async def _print_diff(runs: Path, result: TaskResult) -> None:
         )
 
 
+CANCEL_WAIT_S = 30.0
+"""How long ``loop cancel`` waits for the task to stop (its running step stops first)."""
+
+
 def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
-    """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED."""
+    """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED.
+    Waits for that (at most 30 s), or says how to follow it."""
 
     async def main() -> None:
         client = await console.client()
@@ -458,7 +493,29 @@ def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise BadInput(f"task {task_id} has already ended ({desc.status.name})")
         await handle.cancel()
-        console.out.print(f"cancel requested for {task_id}")
+        queue = Settings.from_env().task_queue
+        if not await has_worker(client, queue):
+            console.out.print(
+                f"cancel requested for {task_id}; no worker polls task queue {queue!r}, so "
+                f"it ends CANCELLED once one runs (`loop worker`); follow it with "
+                f"`loop status {task_id}`",
+                markup=False,
+            )
+            return
+        console.out.print(f"cancel requested for {task_id}; waiting for it to stop", markup=False)
+        try:
+            result = await asyncio.wait_for(handle.result(), CANCEL_WAIT_S)
+        except TimeoutError:
+            console.out.print(
+                f"{task_id} is still stopping after {CANCEL_WAIT_S:.0f} s (its running step "
+                f"is being stopped); follow it with `loop status {task_id}`",
+                markup=False,
+            )
+            return
+        except WorkflowFailureError:  # closed other than by returning (terminated)
+            console.out.print(f"{task_id}: {task_state(await handle.describe())}", markup=False)
+            return
+        console.out.print(f"{task_id}: {result.state}: {result.reason}", markup=False)
 
     console.run(main)
 

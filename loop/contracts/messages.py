@@ -92,7 +92,7 @@ class AnswerReply(_Record):
     """What an answer sent as an update did, for the person who sent it."""
 
     did: str
-    """In a few words: "approved; merging loop/x into main", "one more attempt with your
+    """In a few words: "approved; merge of loop/x into main requested", "one more attempt with your
     feedback"."""
     signed: bool = False
     """True when the worker checked its signature with the answer key (False: the worker

@@ -225,7 +225,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         await page.click("form.approve button[type=submit]")
         flash = await page.wait_for_selector("[data-flash=ok]")
         assert flash is not None
-        said = f"{waiting['id']}: approved; merging loop/{waiting['id']} into main"
+        said = f"{waiting['id']}: approved; merge of loop/{waiting['id']} into main requested"
         assert said in await flash.inner_text()  # what the task said it did
         await page.evaluate("window.__notReloaded = true")
         await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
