@@ -757,6 +757,7 @@ class TaskWorkflow(TaskRecord):
                 repo=self.spec.repo,
                 channel=self.spec.slack_channel,
                 commit=self.awaiting_commit(),
+                verdict=self._last_verdict_said(),
             )
         )
         failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)
@@ -764,6 +765,12 @@ class TaskWorkflow(TaskRecord):
             if why:
                 self._event("notify-failed", why)
         return posted
+
+    def _last_verdict_said(self) -> str:
+        verdict = self.last_verdict
+        if verdict is None and self.result.attempts:
+            verdict = self.result.attempts[-1].verdict
+        return verdict.summary() if verdict is not None else ""
 
     def _close_message(self, notifying: asyncio.Task[SlackMessage | None], outcome: str) -> None:
         """Once the wait is over, its Slack message says how, its buttons gone; beside
