@@ -488,6 +488,7 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
     tmp_path: Path,
     hub: GitHubStandIn,
 ):
+    answers.create_key(settings.home / answers.KEY_NAME)  # signs the status marker
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
     task_id = f"{name}-3"
 
@@ -515,7 +516,22 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
         no_reason = await said(url, "/loop reject")
         rejected = await said(url, "/loop reject not needed after all")
         result = await result_of(handle)
+        before = status_comment(hub, 3)
+        # A retry runs the task again: the issue's one status comment follows the new run
+        # (found by its signed marker), rather than a second one beside a stale REJECTED.
+        retried = await said(url, "/loop retry")
+        rerun = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(rerun, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        for _ in range(100):
+            if "**NEEDS_HUMAN**" in status_comment(hub, 3):
+                break
+            await asyncio.sleep(0.1)
+        after = status_comment(hub, 3)
+        await said(url, "/loop reject still not needed")
+        await result_of(rerun)
 
+    assert "**REJECTED**" in before and "**NEEDS_HUMAN**" in after, after
+    assert f": started {task_id}: task ended REJECTED" in retried.did[0], retried.did
     assert not_started.did == [f"not started {task_id}: needs a label of: loop"]
     assert run.did[0].endswith(f": started {task_id}: new item")
     assert feedback.did[0].endswith(f": {task_id}: one more attempt with your feedback"), feedback
@@ -525,6 +541,6 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
     )
     assert result.state == TaskState.REJECTED and result.reason == "not needed after all"
     assert rejected.did[0].endswith(f": {task_id}: rejected; the task ends REJECTED")
-    assert len(replies(hub)) == 4, "one reply per command"
+    assert len(replies(hub)) == 6, "one reply per command"
     assert all(c["number"] == 3 for c in hub.comments)
-    assert "**REJECTED**" in status_comment(hub, 3)
+    assert "**REJECTED**" in status_comment(hub, 3)  # one status comment, the rerun's end
