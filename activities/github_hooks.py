@@ -92,14 +92,16 @@ class GitHubHookActivities:
     @activity.defn(name=CANCEL_TASK.name)
     async def cancel_task(self, inp: CancelTaskInput) -> CancelTaskResult:
         """Cancel the item's open task with the reason, which its trace then records."""
+        client = activity.client()
+        task_id = await known_as(client, inp.task_id, inp.former_id)
         try:
-            handle, desc = await find(activity.client(), inp.task_id)
+            handle, desc = await find(client, task_id)
         except UnknownTask:
-            return CancelTaskResult(did=f"no task {inp.task_id}")
+            return CancelTaskResult(did=f"no task {task_id}")
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            return CancelTaskResult(did=f"{inp.task_id} already ended {task_state(desc)}")
+            return CancelTaskResult(did=f"{task_id} already ended {task_state(desc)}")
         await handle.cancel(reason=inp.reason)
-        return CancelTaskResult(did=f"cancelled {inp.task_id}: {inp.reason}")
+        return CancelTaskResult(did=f"cancelled {task_id}: {inp.reason}")
 
     @activity.defn(name=GITHUB_PERMISSION.name)
     async def github_permission(self, inp: PermissionInput) -> PermissionResult:
@@ -254,6 +256,7 @@ class GitHubHookActivities:
         result, not a failure: the person hears it where they answered."""
         client = activity.client()
         fields = dict(inp.fields)
+        inp = inp.model_copy(update={"task_id": await known_as(client, inp.task_id, inp.former_id)})
         try:
             if inp.answer == "approve" and not fields.get("commit"):
                 fields["commit"] = await waiting_commit(client, inp)
@@ -264,6 +267,20 @@ class GitHubHookActivities:
         except (BadInput, UnknownTask) as e:
             return HookAnswerResult(refused=str(e))
         return HookAnswerResult(did=reply.did)
+
+
+async def known_as(client: Client, task_id: str, former_id: str) -> str:
+    """The id the item's task has: ``task_id``, or, where no task has it, the id a task
+    started before ids named the repository still has (``former_id``, when there is one)."""
+    if not former_id:
+        return task_id
+    for candidate in (task_id, former_id):
+        try:
+            await find(client, candidate)
+        except UnknownTask:
+            continue
+        return candidate
+    return task_id
 
 
 async def waiting_commit(client: Client, inp: HookAnswerInput) -> str:
