@@ -213,6 +213,41 @@ async def test_aider_example(
         assert "Tokens:" not in a.make.claim and "Aider v" not in a.make.claim
 
 
+NEW_TEST = """import unittest
+
+from slugify import slugify
+
+
+class RunsOfPunctuation(unittest.TestCase):
+    def test_runs_become_one_hyphen(self):
+        self.assertEqual(slugify("a -- b!!"), "a-b")
+"""
+
+
+@needs_cli("aider")
+@pytest.mark.parametrize("level", LEVELS)
+async def test_aider_adds_a_file_on_its_first_attempt(
+    client: Client, settings: Settings, demo_repo: Path, level: str, monkeypatch
+) -> None:
+    """A fix that needs a new file: aider creates it (its git use never reaches the
+    sandbox's read-only index) and its edit of the existing file is kept beside it."""
+    answer = (
+        f"Here it is.\n\nslugify.py\n```python\n{COMPLETE_FIX}```\n\n"
+        f"tests/test_runs.py\n```python\n{NEW_TEST}```\n"
+    )
+    with ScriptedModel() as model:
+        model.script([reply(answer)])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-aider-0000")
+        spec = example("aider.yaml", demo_repo, level, model.url)
+        async with build_worker(client, settings):
+            r = await approved(client, spec, settings.task_queue)
+    assert r.state == TaskState.DONE_WITH_EVIDENCE and len(r.attempts) == 1, r.reason
+    assert (demo_repo / "tests" / "test_runs.py").read_text() == NEW_TEST
+    assert (demo_repo / "slugify.py").read_text() == COMPLETE_FIX
+    log = attempt_log(settings, r, 1)
+    assert "index.lock" not in log and "Permission denied" not in log, log
+
+
 # --------------------------------------------------------------------------- Codex
 
 PATCH = """apply_patch <<'EOF'
