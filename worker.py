@@ -31,6 +31,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.answers import AnswerActivities, AnswerChecks
 from activities.budget import BudgetActivities
 from activities.discover import DiscoverActivities
+from activities.environment import EnvironmentActivities
 from activities.escalate import EscalateActivities
 from activities.evaluation import EvalActivities
 from activities.explore import ExploreActivities
@@ -138,6 +139,7 @@ def host_activities(settings: Settings) -> list[Callable]:
         ws.merge,
         ws.remove_workspace,
         ExploreActivities(settings).explore,
+        EnvironmentActivities(settings).build_environment,
         make.make,
         make.begin_attempt,
         make.end_attempt,

@@ -76,6 +76,7 @@ class ExploreActivities:
         lines = ["### Files", "", *[f"- {f}" for f in shown]]
         if len(files) > len(shown):
             lines.append(f"- … and {len(files) - len(shown)} more (git ls-files)")
+        lines += environment_brief(inp.task, ws)
         learned = memory.digest(await asyncio.to_thread(_read, self.settings.memory), ws.repo)
         if learned:
             lines += ["", "### What earlier runs on this repository learned", "", learned]
@@ -134,6 +135,7 @@ class ExploreActivities:
             agent_home=agent_home(ws),
             allow_hosts=endpoints(task),
             hidden=sandbox.hidden_for(ws),
+            environment=sandbox.Laid.of(ws.environment),
         )
         await sandbox.check_runnable(run)
         missing = await sandbox.missing_programs(run)
@@ -177,6 +179,24 @@ class ExploreActivities:
         return Verdict(
             passed=all(g.passed for g in results), gates=results, artifact=ws.base_commit
         )
+
+
+def environment_brief(task: TaskSpec, ws: Workspace) -> list[str]:
+    """What the agent must know of the repository's environment: where it is, that it
+    cannot change it, and how a dependency gets in (docs/guides/environment.md)."""
+    built, env = ws.environment, task.environment
+    if built is None or env is None:
+        return []
+    keys = ", ".join(f"`{g}`" for g in env.key_globs())
+    return [
+        "",
+        "### The environment",
+        "",
+        f"- {', '.join(f'`{p}`' for p in built.paths)}: the repository's dependencies, "
+        f"installed by `{'; '.join(built.setup)}`, read-only (a write there is refused).",
+        f"- To add or change a dependency, change a key file ({keys}): the attempt's "
+        "commit is judged with an environment built from it.",
+    ]
 
 
 async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:

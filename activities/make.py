@@ -333,6 +333,7 @@ class MakeActivities:
                 allow_hosts=endpoints(inp.task),
                 hidden=sandbox.hidden_for(ws),
                 gateway=grant,
+                environment=sandbox.Laid.of(ws.environment),
             )
         )
 

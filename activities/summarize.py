@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.host import sandbox
+from activities.host import environments, sandbox
 from activities.host.files import update_atomic, write_atomic
 from loop.contracts import SUMMARIZE, SummarizeInput, SummarizeResult, TaskResult, TaskState
 from loop.redact import redact, redact_obj
@@ -57,9 +57,11 @@ class SummarizeActivities:
 
 
 def release_task(settings: Settings, task_id: str) -> None:
-    """Give the task's uid back and remove the HOME only it used (links not followed)."""
+    """Give the task's uid back and remove the HOME only it used (links not followed); it
+    holds no environment any more (``loop env prune`` may remove one nobody holds)."""
     sandbox.release(settings.home, task_id)
     shutil.rmtree(settings.runs / task_id / "home", ignore_errors=True)
+    environments.release(settings.home, task_id)
 
 
 def _marker(task_id: str) -> str:

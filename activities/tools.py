@@ -134,6 +134,7 @@ class ToolActivities:
                 agent_home=agent_home(inp.workspace),
                 allow_hosts=tuple(sandbox.endpoint_entries(inp.base_url, openai=True)),
                 hidden=tuple(sandbox.hidden_for(inp.workspace)),
+                environment=sandbox.Laid.of(inp.workspace.environment),
             )
         )
         result = ToolStepResult(

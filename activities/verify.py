@@ -27,6 +27,7 @@ from activities.host.worktree import changed_files
 from loop.contracts import (
     REFUSALS,
     VERIFY,
+    BuiltEnvironment,
     Evidence,
     Gate,
     GateResult,
@@ -52,13 +53,16 @@ class VerifyActivities:
         refused = _refused(inp, changed)
         if refused is not None:
             return Verdict(passed=False, artifact=made.commit, gates=[refused])
+        own = inp.environment  # the attempt changed the key files: built for its commit
         log_dir = Path(ws.run_dir) / f"attempt-{inp.attempt}"
         elsewhere = checkouts(self.settings, inp.task, ws, log_dir, activity.info().attempt)
         async with artifact.checkout(
             ws.commits, made.commit, log_dir, activity.info().attempt, self.settings.locks
         ) as tree:
             bench = gates.Bench(tree=tree, log_dir=log_dir, home=self.settings.home)
-            judging = gates.Judging(inp.task, ws, made, bench, elsewhere, _changed=changed)
+            judging = gates.Judging(
+                inp.task, ws, made, bench, elsewhere, _changed=changed, environment=own
+            )
             results = await gates.evaluate(judging)
         for log in log_dir.rglob("gate-*.log"):
             await asyncio.to_thread(redact_file, log)
@@ -69,6 +73,7 @@ class VerifyActivities:
             gates=results,
             artifact=made.commit,
             ignored_files=made.ignored_files,
+            environment=_rebuilt(own),
         )
         kept = log_dir / "verdict.json"
         await asyncio.to_thread(write_atomic, kept, verdict.model_dump_json())
@@ -100,6 +105,13 @@ def _refused(inp: VerifyInput, changed: list[str]) -> GateResult | None:
         return _failed("disk", requirement, made.disk_exceeded)
     if made.not_committed:
         return _failed("commit", "git can store the attempt as it is", made.not_committed)
+    own = inp.environment
+    if own is not None and own.failed:
+        # The attempt changed what the environment is built from, and it no longer builds.
+        changes = ", ".join(own.changed) or "its key files"
+        return _failed(
+            "environment", f"the environment builds from the attempt's {changes}", own.failed
+        )
     attributes = [f for f in changed if f.rsplit("/", 1)[-1] == ".gitattributes"]
     if attributes:
         # Attributes change what a checkout holds (encodings, line ends, filters), so the
@@ -110,6 +122,14 @@ def _refused(inp: VerifyInput, changed: list[str]) -> GateResult | None:
             f"the attempt changes {', '.join(attributes)}",
         )
     return None
+
+
+def _rebuilt(own: BuiltEnvironment | None) -> str:
+    """What the verdict says of an environment built for the attempt's own commit."""
+    if own is None:
+        return ""
+    changes = ", ".join(own.changed) or "its key files"
+    return f"built for this attempt, which changes {changes}: {own.said()}"
 
 
 def _failed(name: str, requirement: str, detail: str) -> GateResult:

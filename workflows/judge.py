@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         REVIEW,
         VERIFY,
+        BuiltEnvironment,
         LlmReviewGate,
         MakeResult,
         RegressionTestGate,
@@ -38,15 +39,23 @@ def verify_seconds(spec: TaskSpec) -> int:
     return sum(g.seconds() * (runs if isinstance(g, RunGate) else 1) for g in spec.verify) + 120
 
 
-async def judge(spec: TaskSpec, ws: Workspace, n: int, made: MakeResult) -> Verdict:
+async def judge(
+    spec: TaskSpec,
+    ws: Workspace,
+    n: int,
+    made: MakeResult,
+    environment: BuiltEnvironment | None = None,
+) -> Verdict:
     # The gates judge the commit and read the claim, never what the agent printed: its
     # tail is in history once (make's result), not again in verify's input; nor the task
-    # file and workspace where make kept them on this host.
+    # file and workspace where make kept them on this host. ``environment``: the one the
+    # attempt's commit was built with, where it changes the key files.
     step = VerifyInput(
         task=spec,
         workspace=ws,
         attempt=n,
         make=made.model_copy(update={"output_tail": "", "context": ""}),
+        environment=environment,
     )
     verdict = await act(
         VERIFY,

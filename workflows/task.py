@@ -24,6 +24,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.environment as environment
     import workflows.hosts as hosts
     import workflows.patches as patches
     import workflows.period as period
@@ -190,15 +191,19 @@ class TaskWorkflow(Answering):
         """Prepare and explore once, then make -> verify until pass or a reason to stop."""
         explore_s = sum(g.seconds() for g in self.spec.verify) + 60 + ENDPOINT_PREFLIGHT_S
         explored: ExploreResult | None = None
+        laying = environment.wanted(self.spec)
         if self.ws is None:
             self.phase = Phase.EXPLORE
-            if self.explored or not patches.patched("explore-where-prepared"):
+            if self.explored or laying or not patches.patched("explore-where-prepared"):
                 self.ws = await hosts.prepare(self.spec)
             else:
                 # Both first steps in one: they run on one host anyway.
                 prepared = await hosts.prepare_and_explore(self.spec, explore_s)
                 self.ws, explored = prepared.workspace, prepared.explored
             self._placed()
+        if laying and self.ws.environment is None:
+            # Before explore (its runs at base use it), and again on a host moved to.
+            self.ws = await environment.lay(self.spec, self.ws, self._event)
         if not self.explored:
             if explored is None:
                 explored = await act(
@@ -339,7 +344,8 @@ class TaskWorkflow(Answering):
             return _Stop(TaskState.NEEDS_HUMAN, made.budget_spent, budget=True)
 
         self.phase = Phase.VERIFY
-        verdict = await judge(self.spec, self.ws, n, made)
+        own = await environment.for_attempt(self.spec, self.ws, made, self.kept, self._event)
+        verdict = await judge(self.spec, self.ws, n, made, own)
         self._verified_on_github(verdict.artifact or made.commit, verdict)
         record.verdict = verdict
         self.last_verdict = verdict

@@ -93,6 +93,7 @@ def gate_run(
         writable=list(reports.writable) if reports is not None else [],
         pass_fds=reports.pass_fds if reports is not None else (),
         hidden=sandbox.hidden_for(ws),
+        environment=sandbox.Laid.of(ws.environment),
     )
 
 

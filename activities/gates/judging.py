@@ -30,7 +30,7 @@ from pathlib import Path
 from activities.gates.command import Ran, run_command
 from activities.host import diffscan, worktree
 from activities.host.git import git
-from loop.contracts import MakeResult, RunGate, TaskSpec, Workspace
+from loop.contracts import BuiltEnvironment, MakeResult, RunGate, TaskSpec, Workspace
 from loop.hardened.files import open_untrusted
 from loop.rules import baseline
 from loop.rules.tamper import Finding, is_test_path
@@ -65,6 +65,9 @@ class Judging:
     _findings: list[Finding] | None = None
     _changed: list[str] | None = None
     _base_code: set[str] | None = None
+    environment: BuiltEnvironment | None = None
+    """The attempt's own environment (its commit changes the key files): the commit's runs
+    use it; base's keep the workspace's."""
 
     @property
     def commit(self) -> str:
@@ -75,11 +78,19 @@ class Judging:
         gates about tests (``no_removed_tests``, ``regression_test``) compare."""
         return [g for g in self.task.verify if isinstance(g, RunGate) and g.reports]
 
+    @property
+    def at_the_commit(self) -> Workspace:
+        """The workspace the commit's runs see: with the attempt's own environment where
+        its commit changed what that is built from."""
+        if self.environment is None:
+            return self.ws
+        return self.ws.model_copy(update={"environment": self.environment})
+
     async def at_commit(self, gate: RunGate) -> Ran:
         if gate.name not in self._runs:
             self._runs[gate.name] = await run_command(
                 gate,
-                self.ws,
+                self.at_the_commit,
                 self.bench.tree,
                 self.bench.log_dir,
                 self.bench.home,
@@ -88,9 +99,11 @@ class Judging:
         return self._runs[gate.name]
 
     def _key(self, gate: RunGate) -> str:
+        laid = self.ws.environment
         return hashlib.sha256(
             f"{self.ws.base_commit}\0{gate.model_dump_json()}\0"
-            f"{self.task.sandbox.model_dump_json()}".encode()
+            f"{self.task.sandbox.model_dump_json()}"
+            f"{f'{chr(0)}{laid.key}' if laid is not None else ''}".encode()
         ).hexdigest()[:16]
 
     def base_file(self, gate: RunGate) -> Path:
@@ -149,14 +162,14 @@ class Judging:
     async def rerun(self, gate: RunGate, ids: list[str]) -> Ran:
         """The gate's command again at the commit, limited to ``ids`` (tests that failed)."""
         return await run_command(
-            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            gate, self.at_the_commit, self.bench.tree, self.bench.log_dir, self.bench.home,
             self.task.sandbox, only=ids,
         )  # fmt: skip
 
     async def witness(self, gate: RunGate, plan: dict[str, object]) -> Ran:
         """The second observation of ``plan``'s tests at the commit, outside the runner."""
         return await run_command(
-            gate, self.ws, self.bench.tree, self.bench.log_dir, self.bench.home,
+            gate, self.at_the_commit, self.bench.tree, self.bench.log_dir, self.bench.home,
             self.task.sandbox, witness=plan,
         )  # fmt: skip
 

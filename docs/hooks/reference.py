@@ -754,6 +754,16 @@ LOOP_HOME = {
             "once by the next worker of the host if it dies",
         )
     ],
+    "envs": [
+        (
+            "envs/<key>/",
+            "a repository's environment (`environment:`): what its setup made at its `paths` "
+            "(`tree/`), the setup's HOME without caches (`home/`), `meta.json` (written last), "
+            "the tasks holding it (`users/`) and when it was last used (`used`); bound "
+            "read-only into every sandboxed run of a task on that key",
+        ),
+        ("envs/<key>.lock", "held while that key is built: one build per key on the host"),
+    ],
     "base": [
         (
             "base/<repo hash>/<gate>-<key>/",

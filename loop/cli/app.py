@@ -1,7 +1,7 @@
 """``loop``: the one Typer app; it registers the commands of the modules beside it.
 
 Only this module imports the command modules (``tasks``, ``budget``, ``triage``,
-``evals``, ``server``); they share ``console`` and never import the app back.
+``evals``, ``server``, ``environment``); they share ``console`` and never import the app back.
 Typer/click give the help texts and usage errors (which also exit 2).
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from loop.cli import budget, console, evals, server, tasks, triage, ui
+from loop.cli import budget, console, environment, evals, server, tasks, triage, ui
 
 app = typer.Typer(
     help="Loopwork: AI coding agents in durable, verified loops on Temporal.",
@@ -42,6 +42,7 @@ app.command("codec-server")(server.codec_server)
 app.command("ui")(ui.ui)
 app.add_typer(budget.budget_app, name="budget")
 app.add_typer(triage.schedule_app, name="schedule")
+app.add_typer(environment.env_app, name="env")
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError
 
 from loop.cli import console
+from loop.cli.environment import describe
 from loop.cli.render import (
     ProgressLine,
     budget_table,
@@ -101,7 +102,8 @@ def start(
         typer.Option(
             "--print",
             help="print the workflow input (the resolved task file as JSON, what `temporal "
-            "workflow start --input-file` and the SDK take) and start nothing",
+            "workflow start --input-file` and the SDK take) and start nothing; what the "
+            "task's environment will run goes to stderr",
         ),
     ] = False,
 ) -> None:
@@ -109,6 +111,8 @@ def start(
     spec = _load(file, repo)
     if print_input:
         console.print_json(spec.model_dump(mode="json"))
+        for line in describe(spec):  # what its environment will run, beside the input
+            console.err.print(line, markup=False)
         return
     settings = Settings.from_env()
     following: list[str] = []

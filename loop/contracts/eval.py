@@ -2,12 +2,12 @@
 
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _Record, _TaskFileModel
 from loop.contracts.gates import Gate
 from loop.contracts.states import TaskState
-from loop.contracts.task import AgentSpec, Budget
+from loop.contracts.task import AgentSpec, Budget, EnvironmentSpec, auto_environment
 
 HARNESS_FORBIDDEN = ("verify", "gates", "rubric", "llm_review", "cases", "goal", "repo")
 
@@ -52,6 +52,14 @@ class EvalCase(_TaskFileModel):
     """A plain folder snapshotted into a repository with a deterministic commit."""
     verify: list[Gate] = Field(min_length=1)
     """The case's gates, fixed: no harness can change them."""
+    environment: EnvironmentSpec | None = None
+    """The repository's own environment, as in a task file (``auto`` too): every harness's
+    task on the case takes the same one, built once per host."""
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _auto(cls, value: object) -> object:
+        return auto_environment(value)
 
     @model_validator(mode="after")
     def _one_origin(self) -> Self:

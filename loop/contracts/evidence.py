@@ -135,9 +135,10 @@ class GateResult(_Record):
     """The checker could not decide (an LLM review that did not validate): escalate."""
 
 
-REFUSALS = ("disk", "commit", "attributes")
+REFUSALS = ("disk", "commit", "attributes", "environment")
 """Kinds of the results that end a verdict before any gate runs (``activities/verify.py``):
-an attempt past its disk limit, one git cannot store, one that changes git attributes."""
+an attempt past its disk limit, one git cannot store, one that changes git attributes,
+one whose changed key files the environment's setup fails on."""
 
 
 class Verdict(_Record):
@@ -150,6 +151,9 @@ class Verdict(_Record):
     kept: str = ""
     """Where verify kept this verdict on its host: the next attempt's feedback there cites
     its evidence from the file (``PromptParts.evidence_from``)."""
+    environment: str = ""
+    """The environment the gates ran with, where the attempt's commit changed its key
+    files and it was built again for this verdict."""
 
     @property
     def failed(self) -> list[GateResult]:

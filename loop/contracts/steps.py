@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from loop.contracts.base import _Record
+from loop.contracts.environment import BuiltEnvironment
 from loop.contracts.evidence import Feedback, Verdict
 from loop.contracts.states import TaskState
 from loop.contracts.step_context import _StepInput, read_evidence
@@ -41,6 +42,9 @@ class Workspace(_Record):
     sandbox can read. False in histories from before: a worktree of ``repo``."""
     store: str = ""
     """The base store's objects folder (the clone's alternates)."""
+    environment: BuiltEnvironment | None = None
+    """The repository's environment on this host, laid read-only into each sandboxed run
+    in the worktree and in the gates' checkouts (None: the task has none)."""
 
     @property
     def commits(self) -> str:
@@ -234,6 +238,22 @@ class VerifyInput(_StepInput):
     workspace: Workspace
     attempt: int
     make: MakeResult
+    environment: BuiltEnvironment | None = None
+    """The attempt's own environment, where its commit changes the key files: its gates
+    run with it instead of the workspace's (base's runs keep base's)."""
+
+
+class BuildEnvironmentInput(_StepInput):
+    """Find or build the task's environment on its host, for base or an attempt's commit."""
+
+    task: TaskSpec
+    workspace: Workspace
+    commit: str = ""
+    """The commit whose key files it is built from ("": base)."""
+    attempt: int = 0
+    """The attempt whose commit changes the key files (0: base, whose setup must work)."""
+    changed: list[str] = Field(default_factory=list)
+    """The key files that attempt changed, for the record."""
 
 
 class CommitInput(_Record):

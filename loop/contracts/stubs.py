@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from loop.contracts.environment import BuiltEnvironment
 from loop.contracts.eval import EvalReport, WriteEvalResult
 from loop.contracts.evidence import GateResult, Verdict
 from loop.contracts.hooks import (
@@ -53,6 +54,7 @@ from loop.contracts.model import (
 from loop.contracts.results import SummarizeInput, SummarizeResult
 from loop.contracts.slack import SlackCloseInput, SlackCloseResult, SlackMessage, SlackPostInput
 from loop.contracts.steps import (
+    BuildEnvironmentInput,
     CommitInput,
     CommitResult,
     EscalateInput,
@@ -99,6 +101,10 @@ EXPLORE = ActivityDef("explore", ExploreInput, ExploreResult)
 
 PREPARE_AND_EXPLORE = ActivityDef("prepare_and_explore", PrepareExploreInput, Prepared)
 """``prepare_workspace`` and then ``explore``, on the host that takes it."""
+
+
+BUILD_ENVIRONMENT = ActivityDef("build_environment", BuildEnvironmentInput, BuiltEnvironment)
+"""The repository's environment, found on the task's host or built there."""
 
 
 MAKE = ActivityDef("make", MakeInput, MakeResult)
@@ -177,6 +183,7 @@ ALL_ACTIVITIES: tuple[ActivityDef[Any, Any], ...] = (
     PREPARE_WORKSPACE,
     EXPLORE,
     PREPARE_AND_EXPLORE,
+    BUILD_ENVIRONMENT,
     MAKE,
     BEGIN_ATTEMPT,
     END_ATTEMPT,

@@ -8,6 +8,7 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from loop.contracts.base import MAX_GOAL_CHARS, TASK_ID_PATTERN, _TaskFileModel, relative_globs
+from loop.contracts.environment import DEFAULT_KEY_FILES, DEFAULT_PATHS
 from loop.contracts.gates import DiffScopeGate, Gate, RegressionTestGate, RunGate
 
 
@@ -277,6 +278,95 @@ class SandboxPolicy(_TaskFileModel):
         return self
 
 
+_PATH_PART = re.compile(r"[A-Za-z0-9_.@+-]+")
+
+
+def _environment_path(path: str) -> str:
+    """A folder the setup makes, relative to the tree, in plain words: no glob, no ``..``,
+    not the tree itself, nothing of ``.git``."""
+    parts = path.strip("/").split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or any(p in ("", ".", "..") or not _PATH_PART.fullmatch(p) for p in parts)
+        or parts[0].lower().rstrip(" .") == ".git"
+    ):
+        raise ValueError(
+            f"environment path {path!r} must be a folder inside the tree, like .venv or "
+            "web/node_modules (letters, digits, . _ - @ +; no .., no globs, not .git)"
+        )
+    return "/".join(parts)
+
+
+class EnvironmentSpec(_TaskFileModel):
+    """The repository's own environment (its dependencies): built once per key on each
+    host, stored under ``LOOP_HOME/envs/``, and laid read-only into every attempt's and
+    every gate's sandbox where the setup made it (docs/guides/environment.md)."""
+
+    setup: list[str] | Literal["auto"]
+    """Shell commands run once at base, in the sandbox as the task's uid, each in a shell
+    of its own with the tree as its cwd (``["python -m venv .venv", ".venv/bin/pip install
+    -e .[test]"]``, ``["npm ci"]``); or ``auto``: what the repository's layout at base
+    calls for (its ``.loopwork/setup.sh``, a devcontainer's ``postCreateCommand``, a uv or
+    poetry lock, a pyproject, requirements files, a package lock, a go.sum)."""
+    key_files: list[str] | None = None
+    """Globs of the files whose content decides when it is built again (None: the
+    lockfiles and manifests found: ``pyproject.toml``, ``setup.py``, ``setup.cfg``,
+    ``requirements*.txt``, ``uv.lock``, ``poetry.lock``, ``package-lock.json``, ``go.sum``
+    and the like)."""
+    paths: list[str] | None = None
+    """What the setup makes that attempts and gates use, relative to the tree (None:
+    ``.venv`` and ``node_modules``, or what ``auto`` found); those it made are kept."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """What the setup may reach through the egress proxy (the package registries, as in
+    ``sandbox.allow_hosts``); the agent and the gates keep ``sandbox``'s network."""
+    timeout: int = Field(default=1_800, ge=1, le=86_400)
+    """Seconds all of the setup's commands may take together."""
+
+    @field_validator("setup")
+    @classmethod
+    def _commands(cls, setup: list[str] | str) -> list[str] | str:
+        if isinstance(setup, list) and (not setup or not all(c.strip() for c in setup)):
+            raise ValueError("environment.setup needs at least one command, or auto")
+        return setup
+
+    @field_validator("key_files")
+    @classmethod
+    def _key_globs(cls, globs: list[str] | None) -> list[str] | None:
+        return None if globs is None else relative_globs(globs)
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, paths: list[str] | None) -> list[str] | None:
+        if paths is None:
+            return None
+        if not paths:
+            raise ValueError("environment.paths needs at least one folder (default .venv)")
+        clean = [_environment_path(p) for p in paths]
+        for p in clean:
+            inside = [q for q in clean if q != p and q.startswith(p + "/")]
+            if inside or clean.count(p) > 1:
+                raise ValueError(f"environment.paths: {p!r} is named twice or holds another")
+        return clean
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, entries: list[str]) -> list[str]:
+        return [_allow_entry(e) for e in entries]
+
+    def wanted_paths(self, found: list[str] | None = None) -> list[str]:
+        """The paths to keep: the task file's, else what ``auto`` found, else the defaults."""
+        return list(self.paths or found or DEFAULT_PATHS)
+
+    def key_globs(self) -> list[str]:
+        return list(self.key_files if self.key_files is not None else DEFAULT_KEY_FILES)
+
+
+def auto_environment(value: object) -> object:
+    """``environment: auto`` is short for ``environment: {setup: auto}``."""
+    return {"setup": "auto"} if value == "auto" else value
+
+
 class GitHubIssueRef(_TaskFileModel):
     """The GitHub issue a task was started from, where its status comment is kept."""
 
@@ -339,6 +429,14 @@ class TaskSpec(_TaskFileModel):
     """The Slack channel's id (``C0123…``) this task's waits post to, over the worker's
     ``LOOP_SLACK_CHANNEL``; a source's ``template`` sets it for its items: a channel per
     source. Empty: the worker's channel for the repository."""
+    environment: EnvironmentSpec | None = None
+    """The repository's own environment (its dependencies), built once and laid read-only
+    into every attempt's and gate's sandbox; ``auto`` finds the setup from the layout."""
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _auto(cls, value: object) -> object:
+        return auto_environment(value)
 
     @model_validator(mode="after")
     def _key_stays_in_worker(self) -> Self:

@@ -39,6 +39,7 @@ def spec_for(suite: Suite, harness: Harness, case: EvalCase, run: str) -> TaskSp
         budget=harness.budget,
         approval_timeout=suite.approval_timeout,
         instructions=harness.instructions,
+        environment=case.environment,
     )
 
 

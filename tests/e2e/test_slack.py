@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,10 +20,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from loop.contracts import WAITING_APPROVAL, FinalAction, TaskState, slack_answer_workflow_id
 from loop.devserver import DevServer
@@ -46,10 +44,10 @@ from tests.support.slack import (
     serving,
     submitted,
 )
-from tests.support.tasks import result_of, start, task, wait_for
+from tests.support.tasks import replays, result_of, start, task, wait_for
 from tests.support.triage import NOTHING
 from tests.support.ui import LOOP, loop_ui, ui_env
-from worker import WORKFLOWS, build_worker
+from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,20 +90,6 @@ async def until(what: str, cond: Callable[[], object], within: float = 30) -> No
 async def posted(slack: SlackStandIn, n: int = 1) -> Posted:
     await until(f"message {n} in Slack", lambda: len(slack.messages) >= n)
     return slack.messages[n - 1]
-
-
-async def replays(handle: WorkflowHandle, name: str) -> None:
-    """The run replays on the code that made it: the Slack steps are deterministic.
-    ``LOOP_RECORD_HISTORIES=DIR`` keeps it as ``DIR/<name>.json`` (for
-    tests/workflow/histories)."""
-    history = await handle.fetch_history()
-    replayed = await Replayer(
-        workflows=WORKFLOWS, data_converter=pydantic_data_converter
-    ).replay_workflow(history)
-    assert replayed.replay_failure is None
-    keep = os.environ.get("LOOP_RECORD_HISTORIES")
-    if keep:
-        (Path(keep) / f"{name}.json").write_text(history.to_json())
 
 
 async def test_the_approve_button_merges_and_the_message_says_who_approved(

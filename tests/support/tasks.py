@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -173,3 +174,21 @@ def _local_activity(e: HistoryEvent) -> str:
     if marker.marker_name != "core_local_activity":
         return ""
     return json.loads(marker.details["data"].payloads[0].data).get("activity_type", "")
+
+
+async def replays(handle: WorkflowHandle, name: str) -> None:
+    """The run replays on the code that made it; ``LOOP_RECORD_HISTORIES=DIR`` keeps it as
+    ``DIR/<name>.json`` (for tests/workflow/histories)."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from worker import WORKFLOWS
+
+    history = await handle.fetch_history()
+    replayed = await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+    assert replayed.replay_failure is None
+    keep = os.environ.get("LOOP_RECORD_HISTORIES")
+    if keep:
+        (Path(keep) / f"{name}.json").write_text(history.to_json())

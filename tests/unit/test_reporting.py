@@ -309,3 +309,20 @@ def test_the_reporters_folder_is_readable_by_everyone(tmp_path: Path) -> None:
     assert len(files) == 6  # two sources, their bytecode, the entry point and its metadata
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in files)
     assert reporting.site_dir(tmp_path / "home") == folder
+
+
+async def test_a_subtest_that_skips_is_not_a_rewritten_pass(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_k.py").write_text(
+        "import unittest\n\n\nclass K(unittest.TestCase):\n"
+        "    def test_some_skip(self):\n"
+        "        for i in range(2):\n"
+        "            with self.subTest(i=i):\n"
+        "                if i:\n"
+        "                    self.skipTest('not here')\n"
+        "                self.assertEqual(i, 0)\n"
+    )
+    found = await run(tmp_path, [sys.executable, "-m", "pytest", "-q", "tests"], tmp_path / "home")
+    assert found is not None and found.complete, found
+    case = found.tests["tests/test_k.py::K::test_some_skip"]
+    assert case.outcome == "passed", case

@@ -40,6 +40,10 @@ the way its name says, then writes each workflow's history
   button (approve; reject with a reason from the modal) and closed; recorded by
   ``LOOP_RECORD_HISTORIES=tests/workflow/histories pytest tests/e2e/test_slack.py``
   (the Slack stand-in and ``loop ui`` live there), not by this script.
+- ``environment``: a task with an ``environment:``, built at base; attempt 1 changes
+  ``requirements.txt`` so its setup fails (that verdict's ``environment`` gate), attempt 2
+  is judged with one built for its commit; recorded by ``LOOP_RECORD_HISTORIES=DIR pytest
+  tests/e2e/test_environment.py -k key_file`` (``DIR``: tests/workflow/histories).
 - ``slack_answer``, ``slack_refused``: a ``SlackAnswerWorkflow`` whose answer the task
   took (pressed while no worker ran), and one the task refused (it had ended), said in
   the message; recorded the same way, copied alone (the older files stay as recorded).

@@ -49,6 +49,10 @@ REPRESENTATIVE = {
     # message; recorded the same way.
     "slack_answer",
     "slack_refused",
+    # A task with an environment: built at base, an attempt's setup failed on its changed
+    # key files, the next attempt judged with one built for it (the environment patch);
+    # recorded by tests/e2e/test_environment.py with LOOP_RECORD_HISTORIES.
+    "environment",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",

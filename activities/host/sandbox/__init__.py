@@ -10,7 +10,7 @@ and ``launcher`` (the first process of a run and how the worker talks to it), ``
 (the worker's one long-lived launcher, which forks each run),
 ``egress*`` (the proxy), ``uids`` (leases), ``cgroups``, ``seccomp``,
 ``ownership`` (the worktree lent and taken back), ``refusals``, ``credentials`` (the
-worker's secret files), ``run``.
+worker's secret files), ``laid`` (a repository's environment in the tree), ``run``.
 """
 
 from activities.host.sandbox.capabilities import Capabilities
@@ -19,6 +19,7 @@ from activities.host.sandbox.credentials import named_files as credential_files
 from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.egress import endpoint_entries, protect
 from activities.host.sandbox.egress import warm as warm_egress
+from activities.host.sandbox.laid import Laid
 from activities.host.sandbox.probe import GUARANTEES, HostSupport, host_record, inspect_host
 from activities.host.sandbox.run import (
     SandboxRun,
@@ -34,6 +35,7 @@ __all__ = [
     "GUARANTEES",
     "Capabilities",
     "HostSupport",
+    "Laid",
     "SandboxRun",
     "check_credentials",
     "check_runnable",

@@ -13,7 +13,8 @@ from typing import Literal
 
 from loop.contracts import SandboxLevel, SandboxPolicy
 
-Kind = Literal["agent", "tool", "gate"]
+Kind = Literal["agent", "tool", "gate", "setup"]
+"""``setup`` builds a repository's environment in a checkout of its own (``builds``)."""
 
 
 @dataclass(frozen=True)

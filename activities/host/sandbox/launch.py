@@ -171,20 +171,24 @@ def _view(ops):
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "cannot make mount and IPC namespaces")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "cannot make / private")
     # Every bind source is opened before anything covers it (a tmpfs over /root hides
-    # a toolchain below it); binds then come from /proc/self/fd.
+    # a toolchain below it, LOOP_HOME an environment); binds then come from /proc/self/fd.
     sources = {}
     for op in ops:
-        if op["kind"] == "bind" and op["path"] not in sources:
+        source = op.get("source") or op["path"]
+        if op["kind"] == "bind" and source not in sources:
             try:
-                sources[op["path"]] = os.open(op["path"], O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                sources[source] = os.open(source, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as e:
-                raise SetupError(f"cannot open {op['path']}: {e.strerror}") from None
+                raise SetupError(f"cannot open {source}: {e.strerror}") from None
     null = os.open("/dev/null", O_PATH | os.O_CLOEXEC)
     for path, fd in sources.items():
         if stat.S_ISLNK(os.fstat(fd).st_mode):
             raise SetupError(f"{path} became a symbolic link; not bound")
     for op in ops:
         kind, path = op["kind"], op["path"]
+        if kind == "bind" and op.get("source") and os.path.realpath(path) != path:
+            # Laid from elsewhere into a tree: never through a link planted on the way.
+            raise SetupError(f"{path} leads through a symbolic link; not bound")
         if kind == "tmpfs":
             mode = "1777" if op.get("size") else "0755"
             size = f",size={op['size']}" if op.get("size") else ""
@@ -193,8 +197,11 @@ def _view(ops):
         elif kind == "dir":
             os.makedirs(path, 0o755, exist_ok=True)
             os.chmod(path, 0o755)
+        elif kind == "symlink":
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            os.symlink(op["source"], path)
         elif kind == "bind":
-            fd = sources[path]
+            fd = sources[op.get("source") or path]
             is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
             _make_target(path, is_dir)
             _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None, f"bind {path}")

@@ -198,7 +198,14 @@ def plan(
         "proxy_port": proxy_port,
         "gateway_port": gateway_port,
         "mounts": [
-            {"kind": o.kind, "path": o.path, "writable": o.writable, "size": o.size} for o in ops
+            {
+                "kind": o.kind,
+                "path": o.path,
+                "writable": o.writable,
+                "size": o.size,
+                "source": o.source,
+            }
+            for o in ops
         ],
         "cwd": cwd,
         "argv": argv,

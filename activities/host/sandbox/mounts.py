@@ -16,6 +16,10 @@ with mount(2) in a mount namespace of its own. The rules:
 - bound: each needed path at its own place, read-only unless it is the agent's to
   write (the worktree for agents and the ``run`` tool, the agent's output folder
   and HOME). The repository's git folders and protected files stay read-only.
+- laid: a repository's environment, bound read-only from where the worker keeps it
+  to where its setup made it in the tree (``.venv``), with a link from
+  ``SETUP_TREE`` to the tree, so what the setup recorded there points at the tree
+  being judged; a setup's own run sees its tree at ``SETUP_TREE`` (a second bind).
 
 Operations are ordered parents first; folders leading to a bind inside a tmpfs are
 made 0755 so the task's uid can walk to it. Hidden tmpfs turn read-only last, so a
@@ -36,7 +40,7 @@ STRICT_FRESH = ("/dev", "/proc")
 """bubblewrap's own /dev (with a new /dev/shm) and /proc in strict (``launcher.STRICT_FIXED``):
 nothing of the host's is under them."""
 
-OpKind = Literal["tmpfs", "dir", "bind", "null", "remount_ro"]
+OpKind = Literal["tmpfs", "dir", "bind", "null", "remount_ro", "symlink"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class Op:
     """For ``bind``: read-write."""
     size: int | None = None
     """For ``tmpfs``: its size in bytes (the private scratch folders)."""
+    source: str = ""
+    """For ``bind``: what is bound at ``path`` ("": ``path`` itself); for ``symlink``: where
+    the link points."""
 
 
 @dataclass
@@ -57,6 +64,10 @@ class View:
     scratch: list[tuple[str, int]] = field(default_factory=list)
     binds: list[tuple[str, bool]] = field(default_factory=list)
     nulls: list[str] = field(default_factory=list)
+    moved: list[tuple[str, str, bool]] = field(default_factory=list)
+    """Binds from elsewhere: (where, what, writable)."""
+    links: list[tuple[str, str]] = field(default_factory=list)
+    """Links made in a fresh folder: (where, pointing to)."""
 
     def operations(self) -> list[Op]:
         """The view as mount operations, in the order they must be applied."""
@@ -87,6 +98,12 @@ class View:
         for path, writable in self.binds:
             folders_to(path)
             keyed.append((depth(path), 2, path, Op("bind", path, writable=writable)))
+        for path, source, writable in self.moved:
+            folders_to(path)
+            keyed.append((depth(path), 2, path, Op("bind", path, writable, source=source)))
+        for path, target in self.links:
+            folders_to(path)
+            keyed.append((depth(path), 2, path, Op("symlink", path, source=target)))
         for path in self.nulls:
             folders_to(path)
             keyed.append((depth(path), 3, path, Op("null", path)))
@@ -104,7 +121,9 @@ def bwrap_args(ops: list[Op]) -> list[str]:
         elif op.kind == "dir":
             args += ["--perms", "0755", "--dir", op.path]
         elif op.kind == "bind":
-            args += ["--bind" if op.writable else "--ro-bind", op.path, op.path]
+            args += ["--bind" if op.writable else "--ro-bind", op.source or op.path, op.path]
+        elif op.kind == "symlink":
+            args += ["--symlink", op.source, op.path]
         elif op.kind == "null":
             args += ["--ro-bind", "/dev/null", op.path]
         else:
@@ -126,6 +145,9 @@ def plan_view(
     secrets: list[str],
     tmp_bytes: int,
     shared: list[str] = (),  # type: ignore[assignment]  # a tuple: never mutated
+    laid: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    tree_link: str = "",
+    tree_also: str = "",
 ) -> View:
     """The view of one run.
 
@@ -133,7 +155,10 @@ def plan_view(
     ``writable``: the agent's own folders; ``protected``: worktree-relative files kept
     read-only in a writable tree; ``hide``: folders to cover (LOOP_HOME); ``secrets``:
     files to cover with /dev/null wherever they are; ``shared``: the host's world-writable
-    folders, each a private tmpfs in basic (strict's host is read-only anyway).
+    folders, each a private tmpfs in basic (strict's host is read-only anyway); ``laid``:
+    an environment's folders, (kept at, laid at in the tree), read-only; ``tree_link``: a
+    link to the tree made there (in the private /tmp); ``tree_also``: a second place the
+    tree is bound at, as writable as the tree (an environment's setup).
     """
     hides = [*(STRICT_HIDDEN if strict else ()), *hide]
     hides = [h for h in hides if os.path.isdir(h)]
@@ -165,11 +190,16 @@ def plan_view(
         for s in secrets
         if os.path.lexists(s) and not os.path.isdir(s) and shows(s, fresh, list(binds))
     ]
+    moved = [(target, source, False) for source, target in laid]
+    if tree_also:
+        moved.append((tree_also, tree, tree_writable))
     return View(
         hides=hides,
         scratch=scratch,
         binds=sorted(binds.items(), key=lambda b: (depth(b[0]), b[0])),
         nulls=sorted(set(nulls)),
+        moved=moved,
+        links=[(tree_link, tree)] if tree_link else [],
     )
 
 

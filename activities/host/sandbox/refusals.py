@@ -73,9 +73,11 @@ def _tail(log_path: Path) -> str:
         return ""
 
 
-def refused_protected(log_path: Path, worktree: str, protected: list[str]) -> list[str]:
+def refused_protected(
+    log_path: Path, worktree: str, protected: list[str], aliases: tuple[str, ...] = ()
+) -> list[str]:
     """Protected files of the worktree (relative paths) that the output says a write to
-    was refused."""
+    was refused; ``aliases`` are other places the worktree is at (a link to it)."""
     if not protected:
         return []
     wanted = set(protected)
@@ -86,21 +88,25 @@ def refused_protected(log_path: Path, worktree: str, protected: list[str]) -> li
         for raw, _ in _found(line.replace("\\n", "\n").replace('\\"', '"')):
             path = raw.strip()
             if path.startswith("/"):
-                if not under(os.path.normpath(path), worktree):
+                path = os.path.normpath(path)
+                top = next((t for t in (worktree, *aliases) if under(path, t)), "")
+                if not top:
                     continue
-                path = os.path.relpath(os.path.normpath(path), worktree)
+                path = os.path.relpath(path, top)
             path = os.path.normpath(path)
             if path in wanted and path not in found:
                 found.append(path)
     return found[:MAX_REFUSED]
 
 
-def refused_writes(log_path: Path, worktree: str) -> list[str]:
+def refused_writes(log_path: Path, worktree: str, aliases: tuple[str, ...] = ()) -> list[str]:
     """Paths outside the worktree that the output says a write to was refused.
 
     Read-only file system (EROFS) is a refused write by definition; Permission denied
     (EACCES) may also be a refused read of something the task had no business reading.
-    Inside the worktree the sandbox refuses only protected files: ``diff_scope``'s call.
+    Inside the worktree the sandbox refuses only protected files (``diff_scope``'s call)
+    and its environment (read-only, laid there); ``aliases`` are other places the
+    worktree is at.
     """
     refused: dict[str, str] = {}
     for line in _tail(log_path).splitlines():
@@ -108,7 +114,7 @@ def refused_writes(log_path: Path, worktree: str) -> list[str]:
             continue
         for raw, why in _found(line):
             path = os.path.normpath(raw.strip())
-            if not path.startswith("/") or under(path, worktree):
+            if not path.startswith("/") or any(under(path, t) for t in (worktree, *aliases)):
                 continue  # relative paths are inside the worktree
             if any(under(path, p) for p in NEVER_BOUND):
                 continue

@@ -45,10 +45,11 @@ from activities.host.proc import (
     kill_stale,
     run_process,
 )
-from activities.host.sandbox import cgroups, egress, known, launcher, ownership, seccomp, uids
+from activities.host.sandbox import cgroups, egress, known, laid, launcher, ownership, seccomp, uids
 from activities.host.sandbox.capabilities import Capabilities, Kind
 from activities.host.sandbox.credentials import refusal as credential_refusal
 from activities.host.sandbox.credentials import secret_files
+from activities.host.sandbox.laid import Laid
 from activities.host.sandbox.mounts import View, plan_view
 from activities.host.sandbox.paths import (
     DEFAULT_PATH,
@@ -63,7 +64,7 @@ from activities.host.sandbox.paths import (
 from activities.host.sandbox.probe import inspect_host
 from activities.host.sandbox.refusals import refused_protected, refused_writes
 from activities.host.sandbox.zygote import ZYGOTE
-from loop.contracts import SandboxPolicy, Workspace
+from loop.contracts import SETUP_TREE, SandboxPolicy, Workspace
 from loop.errors import permanent
 from loop.rules.commands import programs
 
@@ -119,6 +120,10 @@ class SandboxRun:
     which holds other tasks' branches once they are handed over."""
     gateway: Grant | None = None
     """The agent's model calls go through the worker's gateway under this grant."""
+    environment: Laid | None = None
+    """The repository's environment, laid read-only into the tree (``laid``)."""
+    builds: bool = False
+    """The run is an environment's setup: its tree is at ``SETUP_TREE`` too, its cwd."""
 
     @property
     def launched(self) -> list[str]:
@@ -209,6 +214,7 @@ class _Prepared:
     view: View
     keep: list[str]
     places: list[str]
+    cwd: str
 
 
 async def _prepare(run: SandboxRun) -> _Prepared | None:
@@ -247,6 +253,7 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
         places.append(os.path.realpath(home))
 
     home_dir = os.path.realpath(run.home)
+    lay = run.environment
 
     def plan() -> tuple[View, list[str]]:
         # A run tool call is the model's: it names nothing into view, whatever it says.
@@ -256,6 +263,7 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
         shown = [p for p in toolchain(named) if not under(p, home_dir)]
         shown += [os.path.expanduser(p) for p in policy.readonly]
         shown += [os.path.realpath(p) for p in run.readable]
+        shown += list(lay.shows) if lay is not None else []
         keep = protected_files(tree, run.protected) if can.writes_tree else []
         view = plan_view(
             strict=can.namespaces,
@@ -270,6 +278,9 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
             secrets=secret_files(),
             tmp_bytes=policy.limits.tmp_mb * 1024 * 1024,
             shared=list(host.shared),
+            laid=lay.binds(tree) if lay is not None else [],
+            tree_link=SETUP_TREE if lay is not None else "",
+            tree_also=SETUP_TREE if run.builds else "",
         )
         return view, keep
 
@@ -283,7 +294,8 @@ async def _prepare(run: SandboxRun) -> _Prepared | None:
         why = await asyncio.to_thread(cannot_execute, program, uid, gid)
         if why:
             raise permanent(f"the sandbox cannot start the {run.kind}: {why}")
-    return _Prepared(host.level, uid, tree, env, view, keep, places)
+    cwd = SETUP_TREE if run.builds else tree
+    return _Prepared(host.level, uid, tree, env, view, keep, places, cwd)
 
 
 def _gateway_inside(run: SandboxRun) -> bool:
@@ -367,6 +379,7 @@ def _probe_key(run: SandboxRun, words: list[str]) -> tuple[object, ...] | None:
         os.path.realpath(run.home),
         tuple(os.path.realpath(p) for p in run.hidden),  # the view covers these
         tuple(os.path.realpath(p) for p in run.readable),
+        run.environment,
         inspect_host().bwrap,
         files,
     )
@@ -399,22 +412,31 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         dropped = ("LOOP_", *run.drop_env)
         env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         env.update(run.env)
-        ran = await run_process(
-            run.launched,
-            cwd=run.tree,
-            env=env,
-            limit_s=run.limit_s,
-            log_path=run.log_path,
-            pid_file=run.pid_file,
-            pass_fds=run.pass_fds,
+        tree_path = str(run.tree)
+        linked = (
+            await asyncio.to_thread(laid.places, tree_path, run.environment, links=True)
+            if run.environment is not None
+            else []
         )
+        try:
+            ran = await run_process(
+                run.launched,
+                cwd=run.tree,
+                env=env,
+                limit_s=run.limit_s,
+                log_path=run.log_path,
+                pid_file=run.pid_file,
+                pass_fds=run.pass_fds,
+            )
+        finally:
+            await asyncio.to_thread(laid.remove, tree_path, linked)
         level = (await asyncio.to_thread(inspect_host)).level
         return ran.model_copy(update={"sandbox": f"off uid={os.getuid()}; host={level}"})
     uid = gid = ready.uid
     tree, env, view, keep, places = ready.tree, ready.env, ready.view, ready.keep, ready.places
     can = run.can
 
-    state: dict[str, Any] = {"uid": uid, "cgroups": [], "lent": []}
+    state: dict[str, Any] = {"uid": uid, "cgroups": [], "lent": [], "laid": []}
 
     def save() -> None:
         run.state_file.write_text(json.dumps(state))
@@ -431,6 +453,10 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
     try:
         # Recorded before anything changes: a crash half-way is undone by the retry.
         state["lent"] = [ownership.record(tree, keep)] if can.writes_tree else []
+        if run.environment is not None:
+            state["laid"] = [tree, []]
+            save()
+            state["laid"][1] = await asyncio.to_thread(laid.places, tree, run.environment)
         save()
         await _beating(_lend, state["lent"], places, uid, gid, set(keep))
         seccomp_fd = seccomp.memfd()
@@ -441,7 +467,7 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
                 gid=gid,
                 network=can.network,
                 ops=view.operations(),
-                cwd=tree,
+                cwd=ready.cwd,
                 argv=run.launched,
                 rlimits=_rlimits(policy, bool(cg and cg.memory)),
                 cgroup_procs=cg.procs_files if cg is not None else [],
@@ -501,8 +527,17 @@ async def run_sandboxed(run: SandboxRun) -> ProcResult:
         run.state_file.unlink(missing_ok=True)
     # A command that never started wrote nothing: its launcher's "Permission denied" is
     # about executing it, not a refused write.
-    refused = [] if exec_failure else await asyncio.to_thread(refused_writes, run.log_path, tree)
-    tried = await asyncio.to_thread(refused_protected, run.log_path, tree, keep) if keep else []
+    # The tree is also at SETUP_TREE in a run with an environment (a link): a path there
+    # is the tree's.
+    aliases = (SETUP_TREE,) if run.environment is not None or run.builds else ()
+    refused = (
+        [] if exec_failure else await asyncio.to_thread(refused_writes, run.log_path, tree, aliases)
+    )
+    tried = (
+        await asyncio.to_thread(refused_protected, run.log_path, tree, keep, aliases)
+        if keep
+        else []
+    )
     who = f"uid={uid}"
     return ran.model_copy(
         update={
@@ -548,6 +583,9 @@ def _clean_up(state: Mapping[str, Any]) -> list[str]:
     for record in reversed(state.get("lent") or []):
         with contextlib.suppress(OSError):
             removed += ownership.take_back(record)
+    made = state.get("laid") or []
+    if len(made) == 2 and isinstance(made[0], str) and isinstance(made[1], list):
+        laid.remove(made[0], [str(p) for p in made[1]])
     return removed
 
 

@@ -63,6 +63,8 @@ class _Call:
     allow_hosts: tuple[str, ...] = ()
     hidden: tuple[Path, ...] = ()
     """Host folders covered besides LOOP_HOME (``SandboxRun.hidden``)."""
+    environment: sandbox.Laid | None = None
+    """The repository's environment, laid read-only into the tree (``SandboxRun``)."""
 
     @property
     def limit(self) -> int:
@@ -310,6 +312,7 @@ async def _run(call: _Call, args: dict[str, Any]) -> ToolOutcome:
             allow_hosts=list(call.allow_hosts),
             drop_env=HIDDEN_ENV_PREFIXES,
             hidden=list(call.hidden),
+            environment=call.environment,
         )
     )
     output = _log_text(log_path, call.limit) or "(no output)"
@@ -373,6 +376,7 @@ async def execute(
     agent_home: Path | None = None,
     allow_hosts: tuple[str, ...] = (),
     hidden: tuple[Path, ...] = (),
+    environment: sandbox.Laid | None = None,
 ) -> ToolOutcome:
     """Run one tool call in the worktree ``root``; never raises for the model's mistakes.
 
@@ -402,6 +406,7 @@ async def execute(
         agent_home=agent_home,
         allow_hosts=tuple(allow_hosts),
         hidden=tuple(hidden),
+        environment=environment,
     )
     try:
         args = parse_arguments(name, arguments)

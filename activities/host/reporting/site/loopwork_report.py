@@ -230,10 +230,14 @@ class _Session:
 
 def _pytest_hooks(send, only):
     """The session's hooks, as closures over ``send``."""
+    import unittest
+
     import pytest
 
     phases = {}
     raised = {}
+    skips = (unittest.SkipTest, pytest.skip.Exception)
+    """What a test raises to be skipped (a subtest's ``skipTest`` too): not a failure."""
 
     def makereport(item, call):
         # What each phase raised, noted before any other wrapper runs (tryfirst, and
@@ -243,7 +247,7 @@ def _pytest_hooks(send, only):
         info = call.excinfo
         yield
         info = info or call.excinfo
-        if info is not None:
+        if info is not None and not info.errisinstance(skips):
             exc, where = _raised(info.type, info.tb)
             raised.setdefault(item.nodeid, []).append((call.when, exc, where))
 
@@ -329,6 +333,8 @@ def _pytest_record(nodeid, reports, raised=()):
     phases_raised = {when for when, _, _ in raised}
     for r in reports:
         phase = _phase(r)
+        if phase in ("skipped", "xfailed") and hasattr(r, "context"):
+            continue  # a subtest skipped (pytest's subtests, pytest-subtests): its test goes on
         if phase == "passed" and r.when in phases_raised:
             phase = "failed" if r.when == "call" else "error"
             message = "the test raised, but its report was changed to say passed"
