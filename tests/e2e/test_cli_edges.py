@@ -4,7 +4,6 @@ note during ``--wait`` are in test_progress.py; unknown keys in tests/unit.)"""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from temporalio.client import Client
@@ -15,22 +14,12 @@ from loop.settings import Settings
 from tests.support.agents import FIX_AT_ONCE, write_agent
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
-from tests.support.ui import LOOP, ui_env
+from tests.support.ui import run_loop
 from worker import build_worker
 
 SLOW = """
 time.sleep(60)
 """
-
-
-async def loop_cli(env: WorkflowEnvironment, settings: Settings, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=ui_env(env, settings, COLUMNS="300"),
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    assert proc.returncode is not None and b"Traceback" not in err, err
-    return proc.returncode, out.decode() + err.decode()
 
 
 async def test_approve_says_merge_requested_then_why_the_merge_did_not_happen(
@@ -43,11 +32,11 @@ async def test_approve_says_merge_requested_then_why_the_merge_did_not_happen(
         handle = await start(client, settings, spec)
         await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
         (demo_repo / "README.md").write_text("a person's edit, not committed\n")
-        code, said = await loop_cli(env, settings, "approve", spec["id"])
+        code, said = await run_loop(env, settings, "approve", spec["id"])
         await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
         (demo_repo / "README.md").unlink()
         git(demo_repo, "checkout", "--", "README.md")
-        retried, again = await loop_cli(env, settings, "approve", spec["id"])
+        retried, again = await run_loop(env, settings, "approve", spec["id"])
         r = await result_of(handle)
     assert code == 0, said
     lines = said.strip().splitlines()
@@ -71,7 +60,7 @@ async def test_cancel_waits_for_the_task_to_stop(
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
         await wait_for(handle, lambda s: s.phase == Phase.MAKE)
-        code, said = await loop_cli(env, settings, "cancel", spec["id"])
+        code, said = await run_loop(env, settings, "cancel", spec["id"])
         desc = await handle.describe()
     assert code == 0, said
     assert said.splitlines() == [
@@ -86,7 +75,7 @@ async def test_cancel_without_a_worker_says_how_to_follow_it(
 ) -> None:
     spec = task(demo_repo, write_agent(tmp_path, SLOW))
     handle = await start(client, settings, spec)  # no worker: it cannot stop yet
-    code, said = await loop_cli(env, settings, "cancel", spec["id"])
+    code, said = await run_loop(env, settings, "cancel", spec["id"])
     assert code == 0, said
     assert f"cancel requested for {spec['id']}; no worker polls task queue" in said
     assert "ends CANCELLED once one runs (`loop worker`)" in said

@@ -1,7 +1,8 @@
 """Every shipped example and every task file of the guides runs as written, with the
 ``loop`` a person types, against a scripted model endpoint: the examples on the demo's
 repository (where their relative ``repo`` names it), the guides' task files on a second
-repository laid out as they expect (``src/``, pytest). Only the endpoint is the test's.
+repository laid out as they expect (``src/``, pytest). Only the model endpoint is the
+test's, and, for an environment that installs from PyPI, this machine's way there.
 
 The agent CLIs' own examples (claude-code.yaml, codex.yaml, aider.yaml) run in
 test_agents.py, fleet.yaml in test_fleet.py, examples/eval in test_eval.py and
@@ -10,9 +11,9 @@ examples/triage in test_readme.py.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,27 +25,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from loop.contracts import FinalAction, TaskResult, TaskState, workflow_id_for
 from loop.settings import Settings
+from tests.e2e.test_environment_registry import allowed, trusted
 from tests.support.agent_endpoints import ScriptedClaude, turn
 from tests.support.agents import COMPLETE_FIX
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import EXAMPLES, ROOT, git, make_demo_repo, make_src_repo
 from tests.support.tasks import result_of
-from tests.support.ui import LOOP, ui_env
+from tests.support.ui import run_loop
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(300)
-
-
-async def loop_cli(
-    env: WorkflowEnvironment, settings: Settings, cwd: Path, *args: str, **extra: str
-) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=ui_env(env, settings, COLUMNS="300", **extra), cwd=cwd,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 240)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode() + err.decode()
 
 
 async def approved_to_the_end(
@@ -52,10 +42,10 @@ async def approved_to_the_end(
 ) -> TaskResult:
     """``loop start FILE --wait`` until it waits for approval (exit 3), ``loop approve``,
     and the task's result."""
-    code, said = await loop_cli(env, settings, cwd, "start", str(file), "--wait")
+    code, said = await run_loop(env, settings, "start", str(file), "--wait", cwd=cwd, within=240)
     assert code == 3 and "AWAITING_APPROVAL" in said, said
     task_id = yaml.safe_load(file.read_text())["id"]
-    code, said = await loop_cli(env, settings, cwd, "approve", task_id)
+    code, said = await run_loop(env, settings, "approve", task_id, cwd=cwd, within=240)
     assert code == 0 and "DONE_WITH_EVIDENCE: verified and merged" in said, said
     handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
     return await result_of(handle)
@@ -124,6 +114,20 @@ def test_runs_of_punctuation_become_one_hyphen():
 """
 
 
+def to_the_registry(environment: dict[str, Any]) -> dict[str, Any]:
+    """The environment as written, on this machine's way to PyPI (as test_environment_
+    registry.py reaches it): its hosts' addresses where they resolve to a mirror's
+    non-public one, pip with the system's CA bundle and none of the host's pip
+    configuration. Skipped where the registry cannot be reached."""
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError as e:
+        pytest.skip(f"the package registry (pypi.org) cannot be reached: {e}")
+    pip = f"{trusted()}PIP_CONFIG_FILE=/dev/null "
+    setup = [f"{pip}{line}" if " pip " in f" {line} " else line for line in environment["setup"]]
+    return environment | {"setup": setup, "allow_hosts": allowed(environment["allow_hosts"])}
+
+
 def task_file_of(page: Path) -> dict[str, Any]:
     """The page's task file: its one YAML block with a goal, as written."""
     blocks = re.findall(r"^```yaml\n(.*?)^```", page.read_text(), re.S | re.M)
@@ -146,6 +150,8 @@ async def test_a_guides_task_file_runs_as_written(
     approval merges it."""
     data = task_file_of(GUIDES[guide])
     data["id"] = f"{data['id']}-{uuid.uuid4().hex[:6]}"
+    if "environment" in data:
+        data["environment"] = to_the_registry(data["environment"])
     repo = make_src_repo(tmp_path / "repo")
     turns = [
         turn("Reading the code.", ("Read", {"file_path": "{cwd}/src/slugify.py"})),

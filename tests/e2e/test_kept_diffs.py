@@ -4,7 +4,6 @@ read from the repository's ``refs/loopwork/<id>`` once the task's clone is gone.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 
@@ -16,18 +15,8 @@ from loop.settings import Settings
 from tests.support.agents import FIX_AT_ONCE, write_agent
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
-from tests.support.ui import LOOP, ui_env
+from tests.support.ui import run_loop
 from worker import build_worker
-
-
-async def loop_cli(env: WorkflowEnvironment, settings: Settings, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=ui_env(env, settings, COLUMNS="200"),
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode() + err.decode()
 
 
 def assert_diff_shown(said: str, base: str) -> None:
@@ -43,7 +32,7 @@ async def test_a_merged_tasks_diff_is_kept_under_a_ref_of_its_own(
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
         await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
-        code, said = await loop_cli(env, settings, "approve", spec["id"])
+        code, said = await run_loop(env, settings, "approve", spec["id"])
         assert code == 0, said
         r = await result_of(handle)
     assert r.state == TaskState.DONE_WITH_EVIDENCE and r.final_action == "merged"
@@ -51,13 +40,13 @@ async def test_a_merged_tasks_diff_is_kept_under_a_ref_of_its_own(
     assert git(demo_repo, "branch", "--list", f"loop/{spec['id']}") == ""
     wip = r.attempts[-1].make.commit
     assert git(demo_repo, "rev-parse", f"refs/loopwork/{spec['id']}") == wip
-    code, said = await loop_cli(env, settings, "trace", spec["id"])
+    code, said = await run_loop(env, settings, "trace", spec["id"])
     assert code == 0, said
     assert_diff_shown(said, base)
     assert f"git -C {demo_repo} diff {base[:12]} {wip[:12]}" in said
     # The cheapest way to lose it again: git's own garbage collection.
     git(demo_repo, "gc", "-q", "--prune=now")
-    code, said = await loop_cli(env, settings, "trace", spec["id"])
+    code, said = await run_loop(env, settings, "trace", spec["id"])
     assert_diff_shown(said, base)
 
 
@@ -69,19 +58,19 @@ async def test_a_rejected_tasks_diff_outlives_its_clone(
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
         await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
-        code, said = await loop_cli(env, settings, "reject", spec["id"], "--reason", "no")
+        code, said = await run_loop(env, settings, "reject", spec["id"], "--reason", "no")
         assert code == 0, said
         r = await result_of(handle)
     assert r.state == TaskState.REJECTED and Path(r.worktree).is_dir()
-    code, said = await loop_cli(env, settings, "trace", spec["id"])
+    code, said = await run_loop(env, settings, "trace", spec["id"])
     assert_diff_shown(said, base)
     assert f"git -C {r.worktree} diff" in said  # read from its clone while it is there
     shutil.rmtree(r.worktree)  # a person tidies up
-    code, said = await loop_cli(env, settings, "trace", spec["id"])
+    code, said = await run_loop(env, settings, "trace", spec["id"])
     assert_diff_shown(said, base)
     assert f"git -C {demo_repo} diff" in said  # then from the repository's kept ref
     # Without the clone and the kept ref, the trace says why, in one line.
     git(demo_repo, "update-ref", "-d", f"refs/loopwork/{spec['id']}")
     git(demo_repo, "gc", "-q", "--prune=now")
-    code, said = await loop_cli(env, settings, "trace", spec["id"])
+    code, said = await run_loop(env, settings, "trace", spec["id"])
     assert code == 0 and "diff: git diff " in said and "bad object" in said, said

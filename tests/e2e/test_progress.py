@@ -32,7 +32,7 @@ from loop.settings import Settings
 from tests.support.agents import write_agent
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.tasks import result_of, start, task, wait_for
-from tests.support.ui import LOOP, ui_env
+from tests.support.ui import LOOP, run_loop, ui_env
 from worker import build_worker
 
 pytestmark = pytest.mark.timeout(180)
@@ -96,16 +96,6 @@ def assert_moving(seen: list[Seen]) -> None:
         still = longest_still(seen, figure)
         assert still <= EVERY_S, f"{figure} stood still for {still:.1f} s: {seen}"
         assert getattr(seen[-1], figure) > getattr(seen[0], figure), figure
-
-
-async def run_loop(env: WorkflowEnvironment, settings: Settings, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=ui_env(env, settings, COLUMNS="200"),
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode() + err.decode()
 
 
 async def watch_status(
