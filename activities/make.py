@@ -381,15 +381,20 @@ class MakeActivities:
         spent = ""
         if grant.spent_after is not None:
             spent = f"{grant.spent()} during the attempt after {grant.spent_after} calls"
-        return {
-            "tokens": grant.tokens,
-            "cost_usd": grant.cost_usd,
-            "usage_reported": True,
-            "metered": True,
-            "model_calls": grant.count,
-            "budget_spent": spent,
-            "gateway_refused": [r for r in grant.refused if not r.endswith("budget spent")],
-        }
+        metered = _Run(
+            tokens=grant.tokens,
+            cost_usd=grant.cost_usd,
+            usage_reported=True,
+            metered=True,
+            model_calls=grant.count,
+            budget_spent=spent,
+            gateway_refused=[r for r in grant.refused if not r.endswith("budget spent")],
+        )
+        refused = grant.provider_refused()
+        if refused:
+            # No later attempt does better: the task ends BLOCKED in the provider's words.
+            metered["agent_error"], metered["agent_error_fatal"] = refused, True
+        return metered
 
     async def _usage(
         self, task: TaskSpec, source: str, text: str, usage_file: Path

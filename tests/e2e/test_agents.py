@@ -348,6 +348,22 @@ async def test_an_endpoint_that_is_down_blocks_before_any_attempt(
 
 
 @needs_cli("claude")
+async def test_a_key_refused_at_its_model_list_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    """The example as shipped, its endpoint taking another key: explore asks the model
+    list with the worker's key, and the task ends BLOCKED before Claude Code runs."""
+    with ScriptedClaude(key="sk-ant-right") as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-wrong")
+        r = await blocked(
+            client, settings, example("claude-code.yaml", demo_repo, "basic", model.url)
+        )
+    assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
+    assert f"{model.url} refused the key in ANTHROPIC_API_KEY (401 Unauthorized)" in r.reason
+    assert "scripted 401" in r.reason and model.requests == []  # no model call was made
+
+
+@needs_cli("claude")
 async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
     client: Client, settings: Settings, demo_repo: Path, monkeypatch
 ) -> None:
@@ -358,7 +374,9 @@ async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
         )
     assert r.state == TaskState.BLOCKED, r.reason
     assert len(r.attempts) == 1 and r.attempts[0].verdict is None
-    assert "claude:" in r.reason and "(log: " in r.reason
+    # The gateway saw every call refused: the provider's own words, where the log is.
+    assert f"agent.provider: {model.url} answered 401 to every model call" in r.reason
+    assert "scripted 401" in r.reason and "(log: " in r.reason
 
 
 async def test_an_agent_that_is_not_installed_blocks_before_any_attempt(

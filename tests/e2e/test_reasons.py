@@ -12,7 +12,7 @@ from temporalio.client import Client
 from loop.contracts import SIGNAL_FEEDBACK, FeedbackSignal, TaskState
 from loop.settings import Settings
 from tests.support.agents import COMPLETE_FIX, FIX_AT_ONCE, agent_calls, write_agent
-from tests.support.model_server import ScriptedModel
+from tests.support.model_server import ScriptedModel, reply, status
 from tests.support.repos import git
 from tests.support.tasks import result_of, start, task, wait_for
 from worker import build_worker
@@ -117,3 +117,56 @@ async def test_a_known_cli_without_its_key_is_pointed_at_agent_provider(
     assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
     assert "the agent needs ANTHROPIC_API_KEY for its model API" in r.reason
     assert "agent.provider ({api: anthropic})" in r.reason and "sandbox.env" not in r.reason
+
+
+CALLS_ITS_MODEL = """
+import urllib.error, urllib.request
+base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+body = json.dumps({"model": "its-own-default", "messages": [{"role": "user", "content": "go"}]})
+req = urllib.request.Request(base + "/chat/completions", data=body.encode(),
+                             headers={"Authorization": f"Bearer {key}",
+                                      "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=30).read()
+except urllib.error.HTTPError as e:
+    print(f"the API said {e.code}", flush=True)
+    sys.exit(1)
+"""
+"""An agent that picks its own model (the task names none, so explore cannot ask about
+it): one call, and it gives up on an error, as CLIs do."""
+
+
+async def test_a_provider_refusing_every_call_of_an_attempt_blocks_in_its_words(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The model the agent asks for is not there (404 on every call): BLOCKED after that
+    one attempt, with what the provider said, rather than attempts spent to a stall."""
+    with ScriptedModel() as model:
+        model.script([status(404, {"error": {"message": "model its-own-default not found"}})])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-any-0000")
+        spec = task(demo_repo, write_agent(tmp_path, CALLS_ITS_MODEL))
+        spec["agent"] |= {"provider": {"api": "openai", "base_url": model.url}}
+        async with build_worker(client, settings):
+            r = await result_of(await start(client, settings, spec))
+    assert r.state == TaskState.BLOCKED and len(r.attempts) == 1, r.reason
+    assert f"agent.provider: {model.url} answered 404 to every model call" in r.reason
+    assert "model its-own-default not found" in r.reason
+
+
+async def test_a_provider_that_answers_one_call_is_not_refusing(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The cheapest way to end a task for good by mistake: one 404 among answered calls
+    (a side request, a probe). Only every call refused is the provider's final word."""
+    probe = CALLS_ITS_MODEL.replace("try:", "try:\n    urllib.request.urlopen(req, timeout=30)")
+    with ScriptedModel() as model:
+        model.script([reply("fine"), status(404), reply("fine"), status(404)])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-any-0000")
+        spec = task(demo_repo, write_agent(tmp_path, probe), budget={"max_attempts": 2})
+        spec["agent"] |= {"provider": {"api": "openai", "base_url": model.url}}
+        async with build_worker(client, settings):
+            handle = await start(client, settings, spec)
+            st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN, within=90)
+            await handle.cancel()
+            await result_of(handle)
+    assert st.attempt == 2 and "answered 404 to every" not in st.reason, st.reason

@@ -12,6 +12,7 @@ first call says more.
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 from typing import Any
 
@@ -71,14 +72,19 @@ def _status(answer: Any) -> str:
 
 
 def _said(answer: Any, key: str) -> str:
-    """The provider's message (OpenAI's and Anthropic's ``error.message``), one line,
-    without the key."""
-    try:
-        body = answer.json()
-    except ValueError:
-        body = None
-    inner = body.get("error", body) if isinstance(body, dict) else None
-    message = inner.get("message") if isinstance(inner, dict) else None
-    text = message if isinstance(message, str) else answer.text
-    text = " ".join(redact(text, also=(key,)).split())[:MESSAGE_CHARS]
+    text = provider_message(answer.content, key)
     return f": {text}" if text else ""
+
+
+def provider_message(body: bytes, key: str) -> str:
+    """What a provider's error answer says (OpenAI's and Anthropic's ``error.message``,
+    else its text), one line, without the key: a provider may quote part of it."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    inner = doc.get("error", doc) if isinstance(doc, dict) else None
+    message = inner.get("message") if isinstance(inner, dict) else None
+    said = message if isinstance(message, str) else text
+    return " ".join(redact(said, also=(key,)).split())[:MESSAGE_CHARS]
