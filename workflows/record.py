@@ -148,6 +148,12 @@ class TaskRecord:
         """The commit an approval approves now ("" unless the task waits for one)."""
         return self.result.commit if self.waiting_for == WAITING_APPROVAL else ""
 
+    def _latest_verdict(self) -> Verdict | None:
+        """The verdict a person is shown: the last one, else the last attempt's."""
+        if self.last_verdict is None and self.result.attempts:
+            return self.result.attempts[-1].verdict
+        return self.last_verdict
+
     def waiting_since(self) -> str:
         """When the wait for a person began ("" when the task waits for none)."""
         waits = self.result.human_escalation

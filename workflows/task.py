@@ -143,9 +143,7 @@ class TaskWorkflow(Answering):
 
     def _status_view(self) -> TaskStatusView:
         """What the issue's status comment shows now (``loop.rules.status``)."""
-        verdict = self.last_verdict
-        if verdict is None and self.result.attempts:
-            verdict = self.result.attempts[-1].verdict
+        verdict = self._latest_verdict()
         return status.view(
             self.spec.id,
             self.state,
@@ -704,6 +702,7 @@ class TaskWorkflow(Answering):
             if failed:
                 self._event("notify-failed", failed)
             return None
+        verdict = self._latest_verdict()
         posting = post_slack(
             SlackPostInput(
                 task_id=self.spec.id,
@@ -715,7 +714,7 @@ class TaskWorkflow(Answering):
                 repo=self.spec.repo,
                 channel=self.spec.slack_channel,
                 commit=self.awaiting_commit(),
-                verdict=self._last_verdict_said(),
+                verdict=verdict.summary() if verdict is not None else "",
             )
         )
         failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)
@@ -723,12 +722,6 @@ class TaskWorkflow(Answering):
             if why:
                 self._event("notify-failed", why)
         return posted
-
-    def _last_verdict_said(self) -> str:
-        verdict = self.last_verdict
-        if verdict is None and self.result.attempts:
-            verdict = self.result.attempts[-1].verdict
-        return verdict.summary() if verdict is not None else ""
 
     def _close_message(self, notifying: asyncio.Task[SlackMessage | None], outcome: str) -> None:
         """Once the wait is over, its Slack message says how, its buttons gone; beside
