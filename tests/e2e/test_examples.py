@@ -5,8 +5,8 @@ repository laid out as they expect (``src/``, pytest). Only the model endpoint i
 test's, and, for an environment that installs from PyPI, this machine's way there.
 
 The agent CLIs' own examples (claude-code.yaml, codex.yaml, aider.yaml) run in
-test_agents.py, fleet.yaml in test_fleet.py, examples/eval in test_eval.py and
-examples/triage in test_readme.py.
+test_agents.py, examples/eval in test_eval.py, examples/triage in test_readme.py and
+examples/demo in test_devserver.py (``loop demo``).
 """
 
 from __future__ import annotations
@@ -90,6 +90,29 @@ async def test_the_openai_example_runs_as_written_on_the_demo(
     ]  # fmt: skip
     assert (repo / "slugify.py").read_text() == COMPLETE_FIX
     assert model.exhausted == 0 and len(model.requests) == 4
+
+
+async def test_the_fleet_example_runs_as_written_on_a_bare_clone(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """examples/fleet.yaml, on a bare clone of the demo's as its comment makes one (at a
+    path of the test's own, given with ``--repo``, where the file names /tmp/loop-app.git);
+    its scripted agent without its 30 s wait (FLEET_AGENT_DELAY, which the file passes)."""
+    bare = tmp_path / "loop-app.git"
+    git(tmp_path, "clone", "-q", "--bare", str(demo_repo), str(bare))
+    monkeypatch.setenv("FLEET_AGENT_DELAY", "0")  # the worker's, in this process
+    async with build_worker(client, settings):
+        code, said = await run_loop(
+            env, settings, "start", str(EXAMPLES / "fleet.yaml"), "--repo", f"file://{bare}",
+            "--wait", cwd=tmp_path, within=240,
+        )  # fmt: skip
+    assert code == 0 and "DONE_WITH_EVIDENCE" in said, said
+    assert git(bare, "show", "main:slugify.py") == COMPLETE_FIX.strip()
 
 
 # --------------------------------------------------------------------------- the guides
