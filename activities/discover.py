@@ -137,7 +137,19 @@ class DiscoverActivities:
                 closed_at=desc.close_time,
             )
 
-        found = await asyncio.gather(*(one(t) for t in dict.fromkeys(inp.task_ids)))
+        async def either(task_id: str) -> ExistingTask | None:
+            """The task under its id; where there is none, one still open under the id
+            its item had before ids named the repository is that item's."""
+            found = await one(task_id)
+            former = inp.former.get(task_id, "")
+            if found is not None or not former:
+                return found
+            earlier = await one(former)
+            if earlier is None or earlier.status != "RUNNING":
+                return None
+            return earlier.model_copy(update={"task_id": task_id})
+
+        found = await asyncio.gather(*(either(t) for t in dict.fromkeys(inp.task_ids)))
         counted = await client.count_workflows(
             f'WorkflowType="{TASK_WORKFLOW}" AND ExecutionStatus="Running" '
             f'AND TaskQueue="{inp.task_queue}"'
@@ -349,11 +361,12 @@ def github_item(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]
         str(label.get("name", "")) if isinstance(label, dict) else str(label)
         for label in issue.get("labels") or []
     ]
-    task_id = triage.task_id_for(source.name, key)
+    task_id, former_id = _ids(source, key)
     if issue.get("pull_request"):
         return TriageItem(
-            source=source.name, key=key, task_id=task_id, title=title, skip_reason="pull request"
-        )
+            source=source.name, key=key, task_id=task_id, title=title,
+            skip_reason="pull request", former_id=former_id,
+        )  # fmt: skip
     state = str(issue.get("state") or "open").lower()
     if state != "open":
         return TriageItem(
@@ -363,6 +376,7 @@ def github_item(source: GitHubIssuesSource | GitHubSource, issue: dict[str, Any]
             title=title,
             labels=labels,
             skip_reason=state,
+            former_id=former_id,
         )
     body = str(issue.get("body") or "").strip()
     where = issue.get("html_url") or f"#{key}"
@@ -463,18 +477,27 @@ def item_of(
     fields: dict[str, Any],
 ) -> TriageItem:
     """The item with its task: the source's template, the item's fields over it."""
-    task_id = triage.task_id_for(source.name, key)
+    task_id, former_id = _ids(source, key)
     data = triage.merge(source.template, fields)
     data["id"] = task_id
     data["repo"] = source.template.get("repo")  # never the item's
     if isinstance(data.get("goal"), str) and len(data["goal"]) > MAX_GOAL_CHARS:
         data["goal"] = data["goal"][: MAX_GOAL_CHARS - 20] + "\n[… cut]"
-    base = TriageItem(source=source.name, key=key, task_id=task_id, title=title, labels=labels)
+    base = TriageItem(source=source.name, key=key, task_id=task_id, title=title, labels=labels,
+                      former_id=former_id)  # fmt: skip
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as e:
         return base.model_copy(update={"skip_reason": f"invalid task: {describe(e)}"})
     return base.model_copy(update={"spec": spec})
+
+
+def _ids(source: Any, key: str) -> tuple[str, str]:
+    """(task id, former id) of a source's item: a ``github`` source's ids name its
+    repository, and its items' tasks from before that keep the id they had."""
+    if not isinstance(source, GitHubSource):
+        return triage.task_id_for(source.name, key), ""
+    return triage.task_id_for(source.name, key, source.repo), triage.task_id_for(source.name, key)
 
 
 def _with_ci_gate(source: CiSource) -> list[dict[str, Any]]:

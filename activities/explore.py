@@ -19,6 +19,7 @@ from activities import gates
 from activities.gates import run as run_gate
 from activities.host import sandbox
 from activities.host.gateway import provider_key
+from activities.host.gateway.preflight import provider_refusal
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import git
 from activities.host.sandbox.egress_rules import listed
@@ -30,6 +31,7 @@ from activities.workspace import WorkspaceActivities
 from loop.contracts import (
     EXPLORE,
     PREPARE_AND_EXPLORE,
+    PROVIDER_VARIABLES,
     ExploreInput,
     ExploreResult,
     GateResult,
@@ -52,6 +54,8 @@ from loop.rules.commands import programs
 from loop.rules.verdicts import headline
 from loop.settings import Settings
 
+API_OF_KEY = {key: api for api, (_, key) in PROVIDER_VARIABLES.items()}
+"""The model API a known CLI's key variable is for (``ANTHROPIC_API_KEY``: anthropic)."""
 BRIEF_CHARS = 6_000
 FILE_MAP_ENTRIES = 200
 
@@ -200,7 +204,7 @@ async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
     (the openai backend, llm_review gates), or from the sandbox (a known agent CLI)."""
     provider = task.agent.provider
     if provider is not None:
-        await _provider_answers(provider, wait_s)
+        await _provider_answers(provider, task.agent.model, wait_s)
     elif task.agent.backend == "command":
         cli = BY_NAME.get(usage_source(task.agent.command or [], task.agent.usage))
         if cli is not None:
@@ -217,29 +221,30 @@ async def _endpoints_answer(task: TaskSpec, wait_s: float) -> None:
         await preflight(base_url, model, bound_s=wait_s)
 
 
-async def _provider_answers(provider: Provider, wait_s: float) -> None:
-    """``agent.provider``: the worker holds the key, may call the upstream, and something
-    answers there (the gateway calls it from the worker, not from the sandbox)."""
-    provider_key(provider)
+async def _provider_answers(provider: Provider, model: str | None, wait_s: float) -> None:
+    """``agent.provider``: the worker holds the key, may call the upstream, something
+    answers there (the gateway calls it from the worker, not from the sandbox), and it
+    takes the key and serves the model."""
+    key = provider_key(provider)
     refused = await asyncio.to_thread(upstream_refusal, provider.upstream)
     if refused:
         raise permanent(f"agent.provider.base_url: {refused}; name the model API's endpoint")
     await _answers(provider.upstream, wait_s)
+    refused = await provider_refusal(provider, key, model)
+    if refused:
+        raise permanent(refused)
 
 
 async def _cli_endpoint_answers(task: TaskSpec, cli: CliEndpoint, wait_s: float) -> None:
     """A known agent CLI: its key reaches it (set here, passed by sandbox.env), its
     endpoint is one the sandbox lets it reach, and something answers there."""
     passed = set(task.sandbox.env)
-    if cli.key_variable not in passed:
+    if cli.key_variable not in passed or not os.environ.get(cli.key_variable):
+        api = API_OF_KEY.get(cli.key_variable, "openai")
         raise permanent(
-            f"the agent needs {cli.key_variable}, which sandbox.env does not pass to it; "
-            f"add {cli.key_variable} to sandbox.env"
-        )
-    if not os.environ.get(cli.key_variable):
-        raise permanent(
-            f"{cli.key_variable} is not set where the worker runs; set it there (the agent "
-            "gets it by name through sandbox.env)"
+            f"the agent needs {cli.key_variable} for its model API; name the API in "
+            f"agent.provider ({{api: {api}}}): the worker's gateway holds the key, which "
+            f"stays out of the sandbox (set {cli.key_variable} where the worker runs)"
         )
     given = os.environ.get(cli.url_variable) if cli.url_variable in passed else None
     url = given or cli.default_url

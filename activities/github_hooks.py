@@ -11,6 +11,8 @@ Temporal's retry policy is the only one: a rate-limited answer waits until the r
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -56,6 +58,7 @@ from loop.contracts import (
     workflow_id_for,
 )
 from loop.errors import BadInput, UnknownTask, permanent
+from loop.hardened import answers
 from loop.hardened.text import for_github
 from loop.rules import status
 from loop.settings import Settings
@@ -71,6 +74,17 @@ class GitHubHookActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
+    def _marker_key(self) -> bytes | None:
+        """The answer key, which signs status comments' markers (None: the worker has none,
+        or it cannot be read: the marker is then the plain one)."""
+        path = self.settings.answer_key
+        if path is None:
+            return None
+        try:
+            return answers.read_key(path)
+        except answers.AnswerKeyError:
+            return None
+
     @activity.defn(name=HOOK_ITEM.name)
     async def github_hook_item(self, inp: HookItemInput) -> HookItemResult:
         return HookItemResult(item=github_item(inp.source, inp.issue))
@@ -78,14 +92,16 @@ class GitHubHookActivities:
     @activity.defn(name=CANCEL_TASK.name)
     async def cancel_task(self, inp: CancelTaskInput) -> CancelTaskResult:
         """Cancel the item's open task with the reason, which its trace then records."""
+        client = activity.client()
+        task_id = await known_as(client, inp.task_id, inp.former_id)
         try:
-            handle, desc = await find(activity.client(), inp.task_id)
+            handle, desc = await find(client, task_id)
         except UnknownTask:
-            return CancelTaskResult(did=f"no task {inp.task_id}")
+            return CancelTaskResult(did=f"no task {task_id}")
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            return CancelTaskResult(did=f"{inp.task_id} already ended {task_state(desc)}")
+            return CancelTaskResult(did=f"{task_id} already ended {task_state(desc)}")
         await handle.cancel(reason=inp.reason)
-        return CancelTaskResult(did=f"cancelled {inp.task_id}: {inp.reason}")
+        return CancelTaskResult(did=f"cancelled {task_id}: {inp.reason}")
 
     @activity.defn(name=GITHUB_PERMISSION.name)
     async def github_permission(self, inp: PermissionInput) -> PermissionResult:
@@ -138,7 +154,8 @@ class GitHubHookActivities:
             links.append(f"[Temporal UI]({temporal}/namespaces/{namespace}/workflows/{wid})")
         if links:
             body += "\n\n" + " · ".join(links)
-        marker = status_marker(inp.view.task_id)
+        key = self._marker_key()
+        marker = status_marker(inp.view.task_id, key, inp.repo, inp.number)
         body += "\n\n" + marker
         async with hook_client(inp.repo, inp.token_env) as gh:
             if inp.comment_id:
@@ -150,9 +167,10 @@ class GitHubHookActivities:
                 except github_sdk.RequestFailed as e:
                     if e.response.status_code != 404:
                         raise failure(inp.repo, f"edit comment {inp.comment_id}", e) from None
-            if activity.info().attempt > 1:
-                # A create whose answer was lost (a timeout) may have made the comment:
-                # find it by its marker rather than post a second one.
+            if key is not None or activity.info().attempt > 1:
+                # The task's comment may be there: made by an earlier run of the task (a
+                # `/loop retry`), found by its signed marker, which no one else can write;
+                # or, without a key, by a create whose answer was lost (a timeout).
                 made = await _marked(gh, inp.repo, inp.number, marker)
                 if made:
                     await _edit(gh, inp.repo, made, body)
@@ -238,6 +256,7 @@ class GitHubHookActivities:
         result, not a failure: the person hears it where they answered."""
         client = activity.client()
         fields = dict(inp.fields)
+        inp = inp.model_copy(update={"task_id": await known_as(client, inp.task_id, inp.former_id)})
         try:
             if inp.answer == "approve" and not fields.get("commit"):
                 fields["commit"] = await waiting_commit(client, inp)
@@ -248,6 +267,20 @@ class GitHubHookActivities:
         except (BadInput, UnknownTask) as e:
             return HookAnswerResult(refused=str(e))
         return HookAnswerResult(did=reply.did)
+
+
+async def known_as(client: Client, task_id: str, former_id: str) -> str:
+    """The id the item's task has: ``task_id``, or, where no task has it, the id a task
+    started before ids named the repository still has (``former_id``, when there is one)."""
+    if not former_id:
+        return task_id
+    for candidate in (task_id, former_id):
+        try:
+            await find(client, candidate)
+        except UnknownTask:
+            continue
+        return candidate
+    return task_id
 
 
 async def waiting_commit(client: Client, inp: HookAnswerInput) -> str:
@@ -274,17 +307,22 @@ def _when(iso: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def status_marker(task_id: str) -> str:
-    """The hidden last line of a task's status comment: how a retried create finds the
-    comment an earlier try made (task ids are ``[A-Za-z0-9._-]``, so it cannot end the
-    HTML comment early)."""
-    return f"<!-- loopwork:{task_id} -->"
+def status_marker(task_id: str, key: bytes | None = None, repo: str = "", number: int = 0) -> str:
+    """The hidden last line of a task's status comment: how a later run of the task (or a
+    retried create) finds the comment made before. With the worker's answer key it is
+    signed for the issue and the task, so a marker someone typed into a comment of their
+    own is never taken for it. Task ids are ``[A-Za-z0-9._-]``: it cannot end the HTML
+    comment early."""
+    if key is None:
+        return f"<!-- loopwork:{task_id} -->"
+    said = f"status-comment\0{repo}#{number}\0{task_id}".encode()
+    return f"<!-- loopwork:{task_id} {hmac.new(key, said, hashlib.sha256).hexdigest()[:32]} -->"
 
 
 async def _marked(gh: github_sdk.GitHub[object], repo: str, number: int, marker: str) -> int:
-    """The newest comment on the issue that ends with ``marker`` (0: none). Read only
-    when a create is retried, so a marker someone else typed can at most be taken in
-    that window, and then it is that person's own comment that shows the status."""
+    """The newest comment on the issue that ends with ``marker`` (0: none). A plain marker
+    (no answer key) is looked for only when a create is retried, so one someone else
+    typed can at most be taken in that window; a signed one always."""
     owner, name = repo.split("/", 1)
     found = 0
     for page in range(1, REVIEW_PAGES + 1):

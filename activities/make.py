@@ -34,14 +34,15 @@ import opentelemetry.context
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.host import artifact, sandbox
+from activities.host import artifact, clone, sandbox
 from activities.host.files import write_atomic
 from activities.host.gateway import Grant, provider_key
 from activities.host.gateway.upstream import upstream_refusal
 from activities.host.git import GitError, git, path_lock
 from activities.host.pool import Pool
 from activities.host.pool import read as read_pool
-from activities.host.proc import ProcResult, tail_of
+from activities.host.proc import ProcResult, reporting, tail_of
+from activities.host.progress import AttemptProgress
 from activities.host.remote import publish
 from activities.host.step_files import keep
 from activities.host.worktree import (
@@ -249,28 +250,13 @@ class MakeActivities:
         grant = await self._grant(inp, folder)
         log.info("agent starting", argv=argv, sandbox=inp.task.sandbox.mode,
                  gateway=grant.upstream if grant else None)  # fmt: skip
-        ran = await until_chosen(pool, sandbox.run_sandboxed(
-            sandbox.SandboxRun(
-                argv=argv,
-                kind="agent",
-                policy=inp.task.sandbox,
-                task_id=inp.task.id,
-                home=self.settings.home,
-                tree=Path(ws.path),
-                state_dir=folder,
-                name="agent",
-                limit_s=inp.task.agent.timeout,
-                env=env,
-                writable=[agent_dir(folder)],
-                readable=readable,
-                agent_home=agent_home(ws),
-                protected=inp.task.protected_paths(),
-                allow_hosts=endpoints(inp.task),
-                hidden=sandbox.hidden_for(ws),
-                gateway=grant,
-                environment=sandbox.Laid.of(ws.environment),
-            )
-        ))  # fmt: skip
+        source = usage_source(argv, inp.task.agent.usage)
+        # Each heartbeat says how far the agent got (``loop status``, the review page).
+        progress = AttemptProgress(
+            n, folder / "agent.log", usage_file, source, grant, inp.task.agent.model, self.prices
+        )
+        with reporting(progress):
+            ran = await until_chosen(pool, self._run(inp, folder, env, readable, grant))
         if ran is None:
             # Another candidate of the task was chosen meanwhile: its agent was stopped at
             # once; what it spent is in the pool (and the journal), its work goes with it.
@@ -301,7 +287,6 @@ class MakeActivities:
         )
         # What the agent printed or claimed leaves this activity without secrets.
         await asyncio.to_thread(redact_file, Path(ran.log_path))
-        source = usage_source(inp.task.agent.command or [], inp.task.agent.usage)
         cli = BY_NAME.get(source)
         said = await asyncio.to_thread(tail_of, Path(ran.log_path), USAGE_LOG_CHARS)
         # The claim is what the agent said last to a person: its output file where it wrote
@@ -352,6 +337,35 @@ class MakeActivities:
         )
         run.update(metered)  # the gateway's measurement, where it ran, over the report
         return finished(closed, **run)
+
+    async def _run(
+        self, inp: MakeInput, folder: Path, env: dict[str, str], readable: list[Path],
+        grant: Grant | None,
+    ) -> ProcResult:  # fmt: skip
+        """The agent's run in its sandbox: the worktree, the protocol's files, the gateway."""
+        ws = inp.workspace
+        return await sandbox.run_sandboxed(
+            sandbox.SandboxRun(
+                argv=list(inp.task.agent.command or []),
+                kind="agent",
+                policy=inp.task.sandbox,
+                task_id=inp.task.id,
+                home=self.settings.home,
+                tree=Path(ws.path),
+                state_dir=folder,
+                name="agent",
+                limit_s=inp.task.agent.timeout,
+                env=env,
+                writable=[agent_dir(folder)],
+                readable=readable,
+                agent_home=agent_home(ws),
+                protected=inp.task.protected_paths(),
+                allow_hosts=endpoints(inp.task),
+                hidden=sandbox.hidden_for(ws),
+                gateway=grant,
+                environment=sandbox.Laid.of(ws.environment),
+            )
+        )
 
     async def _grant(self, inp: MakeInput, folder: Path) -> Grant | None:
         """The attempt's right to call its model through the gateway (``agent.provider``):
@@ -404,17 +418,22 @@ class MakeActivities:
         if grant.spent_after is not None:
             why = grant.spent() or grant.stopped
             spent = f"{why} during the attempt after {grant.spent_after} calls"
-        return {
-            "tokens": grant.tokens,
-            "cost_usd": grant.cost_usd,
-            "usage_reported": True,
-            "metered": True,
-            "model_calls": grant.count,
-            "budget_spent": spent,
-            "gateway_refused": [
+        metered = _Run(
+            tokens=grant.tokens,
+            cost_usd=grant.cost_usd,
+            usage_reported=True,
+            metered=True,
+            model_calls=grant.count,
+            budget_spent=spent,
+            gateway_refused=[
                 r for r in grant.refused if not r.endswith("budget spent") and r != grant.stopped
             ],
-        }
+        )
+        refused = grant.provider_refused()
+        if refused:
+            # No later attempt does better: the task ends BLOCKED in the provider's words.
+            metered["agent_error"], metered["agent_error_fatal"] = refused, True
+        return metered
 
     async def _usage(
         self, task: TaskSpec, source: str, text: str, usage_file: Path
@@ -540,6 +559,10 @@ class MakeActivities:
             why = f"git could not commit the attempt: {e.message}"
             return made.model_copy(update={"not_committed": why})
         await publish(ws, self.settings.locks)
+        try:
+            await clone.keep_attempt(ws, commit, self.settings.locks)
+        except GitError as e:  # the diff's keeping is no reason to lose the attempt
+            log_for(task.id, n, "make").warning("attempt not kept", error=e.message)
         changed = await changed_files(ws, commit)
         return made.model_copy(
             update={

@@ -339,11 +339,13 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 async def preflight(
     base_url: str | None, model: str, *, bound_s: float = ENDPOINT_PREFLIGHT_S
 ) -> None:
-    """Before the first attempt: the endpoint answers and takes the key, or the task ends
-    BLOCKED with the reason, rather than retrying ``connection failed`` until cancelled.
+    """Before the first attempt: the endpoint answers, takes the key and serves the model,
+    or the task ends BLOCKED with the reason, rather than retrying ``connection failed``
+    until cancelled or spending attempts on calls that cannot succeed.
 
     Any HTTP answer to ``GET /models`` but 401/403 counts as reachable (not every
-    OpenAI-compatible server lists models); no answer is retried for ``bound_s``.
+    OpenAI-compatible server lists models); no answer is retried for ``bound_s``. A model
+    a list does not name is asked for by name: a 404 there is the model.
     """
     import openai
 
@@ -360,8 +362,8 @@ async def preflight(
         delay = 1.0
         while True:
             try:
-                await client.models.list()
-                return
+                listed = await client.models.list()
+                break
             except openai.APIStatusError as e:
                 if e.status_code in (401, 403):
                     raise classify(e, where, key()) from None
@@ -372,6 +374,15 @@ async def preflight(
                     raise permanent(f"{reason}; unreachable for {bound_s:.0f} s") from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
+        if model in {m.id for m in listed.data}:
+            return
+        try:
+            # Lists are paged, and some servers list aliases only: asked by its name.
+            await client.models.retrieve(model)
+        except openai.NotFoundError as e:
+            raise classify(e, where, key()) from None
+        except openai.OpenAIError:
+            return  # not judged here: the first call says more
 
 
 # --------------------------------------------------------------------------- errors

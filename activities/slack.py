@@ -45,9 +45,11 @@ class SlackActivities:
         channel = inp.channel or self.settings.slack_channel_for(inp.repo)
         if self.settings.slack_token_file is None or not channel:
             return SlackMessage()
+        review = (self.settings.review_url or "").rstrip("/")
         text, shown = blocks.waiting(
-            inp.task_id, str(inp.state), inp.reason, inp.goal, inp.waiting_for, inp.commit
-        )
+            inp.task_id, str(inp.state), inp.reason, inp.goal, inp.waiting_for, inp.commit,
+            verdict=inp.verdict, review=f"{review}/tasks/{inp.task_id}" if review else "",
+        )  # fmt: skip
         try:
             said = await api.call(
                 self._web(),

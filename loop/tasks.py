@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loop.contracts import (
+    MAKE,
     QUERY_STATUS,
     QUERY_TRACE,
     SA_STATE,
@@ -42,6 +44,7 @@ from loop.contracts import (
     CandidateView,
     ExtendBudgetSignal,
     FeedbackSignal,
+    Progress,
     PullRequestClosedSignal,
     RejectSignal,
     TaskResult,
@@ -55,6 +58,7 @@ from loop.contracts import (
 )
 from loop.errors import BadInput, LoopError, UnknownTask
 from loop.hardened import answers
+from loop.rules import progress
 
 
 async def start_task(
@@ -111,24 +115,45 @@ async def follow(
     *,
     every: float = 0.5,
     until_waiting: bool = False,
+    client: Client | None = None,
+    on_progress: Callable[[Progress | None], None] | None = None,
+    on_quiet: Callable[[], Awaitable[None]] | None = None,
+    quiet_s: float = 10.0,
 ) -> tuple[TaskResult, bool]:
     """Report each trace event (state changes, attempts, verdicts) until the task ends,
     or, with ``until_waiting``, until it waits for a person: (result so far, waiting).
 
-    Events come from the ``trace`` query while the task runs and from the result at
-    the end, so a task faster than the polling interval still shows every step.
+    Each poll is one request the server answers alone (its description of the workflow);
+    the ``trace`` query, which a worker answers, follows only when the history grew, for
+    no event comes any other way. With ``client``, ``on_progress`` gets the running
+    attempt's progress at each poll (its step's latest heartbeat, from that description).
+    ``on_quiet`` runs whenever the history has not grown for ``quiet_s`` seconds. Events
+    come from the result at the end too, so a task faster than the polling interval
+    still shows every step.
     """
-    seen = 0
+    seen, length = 0, -1
+    quiet_since = time.monotonic()
     result_task = asyncio.ensure_future(handle.result())
     try:
         while not result_task.done():
             with contextlib.suppress(RPCError, TimeoutError):
-                trace = await asyncio.wait_for(handle.query(QUERY_TRACE, result_type=TaskResult), 5)
-                for event in trace.events[seen:]:
-                    on_event(event)
-                seen = max(seen, len(trace.events))
-                if until_waiting and trace.state.waiting and not result_task.done():
-                    return trace, True
+                desc = await asyncio.wait_for(handle.describe(), 5)
+                grown = desc.raw_description.workflow_execution_info.history_length
+                if on_progress is not None and client is not None:
+                    on_progress(await progress_of(client, desc))
+                if grown != length:
+                    trace = await asyncio.wait_for(
+                        handle.query(QUERY_TRACE, result_type=TaskResult), 5
+                    )
+                    length, quiet_since = grown, time.monotonic()
+                    for event in trace.events[seen:]:
+                        on_event(event)
+                    seen = max(seen, len(trace.events))
+                    if until_waiting and trace.state.waiting and not result_task.done():
+                        return trace, True
+            if on_quiet is not None and time.monotonic() - quiet_since >= quiet_s:
+                quiet_since = time.monotonic()
+                await on_quiet()
             await asyncio.wait([result_task], timeout=every)
     finally:
         if not result_task.done():
@@ -300,15 +325,39 @@ async def find(client: Client, task_id: str) -> tuple[WorkflowHandle, Any]:
     return handle, desc
 
 
-async def live_status(handle: WorkflowHandle) -> TaskStatus:
-    """The ``status`` query of an open task; a worker must answer it within 10 s."""
+async def live_status(
+    handle: WorkflowHandle, desc: Any = None, client: Client | None = None
+) -> TaskStatus:
+    """The ``status`` query of an open task (a worker must answer it within 10 s); with
+    the workflow's description ``desc`` (read just before) and its ``client``, its
+    figures as of now and the running attempt's progress (``loop.rules.progress``)."""
     try:
-        return await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 10)
+        st = await asyncio.wait_for(handle.query(QUERY_STATUS, result_type=TaskStatus), 10)
     except TimeoutError:
         raise LoopError(
             f"task {handle.id} did not answer its status query: is a worker running "
             "(`loop worker`)?"
         ) from None
+    if desc is None or client is None:
+        return st
+    return progress.live(st, await progress_of(client, desc), datetime.now(UTC))
+
+
+async def progress_of(client: Client, desc: Any) -> Progress | None:
+    """What the running attempt's agent has done so far: the latest heartbeat of the
+    workflow's pending ``make`` step, as the server's description ``desc`` has it (no
+    request of its own); None while none runs or it has not said yet."""
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name != MAKE.name or not pending.heartbeat_details.payloads:
+            continue
+        try:
+            (found,) = await client.data_converter.decode(
+                list(pending.heartbeat_details.payloads), [Progress]
+            )
+        except Exception:  # sealed, or a worker from before progress: nothing to show
+            return None
+        return found if isinstance(found, Progress) else None
+    return None
 
 
 async def with_live_candidates(client: Client, st: TaskStatus) -> TaskStatus:

@@ -72,10 +72,18 @@ with workflow.unsafe.imports_passed_through():
 PATCH = "candidates"
 
 
-class Task(Protocol):
-    """What of the task (``workflows.task.TaskWorkflow``) its candidates' side uses."""
+class Answered(Protocol):
+    """What of the task an answer to its candidates uses (``workflows.answering``)."""
 
     spec: TaskSpec
+    choice: Choice | None
+
+    def _decide(self, decision: Decision, detail: str) -> None: ...
+
+
+class Task(Answered, Protocol):
+    """What of the task (``workflows.task.TaskWorkflow``) its candidates' side uses."""
+
     result: TaskResult
     ws: Workspace | None
     last_verdict: Verdict | None
@@ -84,13 +92,11 @@ class Task(Protocol):
     max_tokens: int | None
     max_cost: float | None
     human_feedback: list[str]
-    choice: Choice | None
 
     def _event(self, kind: str, detail: str = "") -> None: ...
     def _publish(self) -> None: ...
     def _placed(self, moved_from: str = "") -> None: ...
     def _explored(self, explored: ExploreResult) -> None: ...
-    def _decide(self, decision: Decision, detail: str) -> None: ...
     async def _wait_for_person(
         self,
         reason: str,
@@ -426,7 +432,7 @@ def _adopt(task: Task, choice: Choice, winner: CandidateRecord) -> None:
     task._publish()
 
 
-def approve(task: Task, payload: ApproveSignal, by: str) -> str:
+def approve(task: Answered, payload: ApproveSignal, by: str) -> str:
     """An approval while candidates wait (``choose: person``): the one it names is taken
     (``_unbound`` refused any that names none of them); what it did, in a few words."""
     choice = task.choice
@@ -438,10 +444,10 @@ def approve(task: Task, payload: ApproveSignal, by: str) -> str:
     task._decide(Decision("approve", payload.note, by), f"approve: candidate {name}{note}{by}")
     ws = record.workspace
     where = f"{ws.branch} into {ws.base_ref}" if ws is not None else "it"
-    return f"approved candidate {name}; merging {where}"
+    return f"approved candidate {name}; merge of {where} requested"
 
 
-def unapproved(task: Task, payload: ApproveSignal) -> str | None:
+def unapproved(task: Answered, payload: ApproveSignal) -> str | None:
     """Why an approval approves none of the candidates waiting ("" when it approves one);
     None when no candidates wait (the task's own rule applies)."""
     choice = task.choice

@@ -28,6 +28,11 @@ class WallClock:
         self.used = 0.0
         self._started: datetime | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether an active segment runs now (the budget is being spent)."""
+        return self._started is not None
+
     def seconds(self) -> float:
         """Active seconds so far, the running segment included."""
         if self._started is None:

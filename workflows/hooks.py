@@ -110,7 +110,10 @@ class GitHubDeliveryWorkflow:
             s for s in d.sources.sources if isinstance(s, GitHubSource) and s.name == d.source
         )
         self.number = int(d.issue.get("number") or 0)  # CHECK_EVENTS name no issue
-        self.task_id = triage.task_id_for(self.source.name, str(self.number))
+        self.task_id = triage.task_id_for(self.source.name, str(self.number), self.source.repo)
+        self.former_id = triage.task_id_for(self.source.name, str(self.number))
+        """The issue's task id before ids named the repository: a task still under it is
+        answered and cancelled as the issue's (``known_as``)."""
         if d.event == "issues" and d.action == "closed":
             did = await self._cancel(f"issue closed on GitHub by {d.sender}")
         elif d.event == "issues" and d.action in STARTS:
@@ -163,13 +166,17 @@ class GitHubDeliveryWorkflow:
             retry_policy=STEP_RETRY,
             summary=f"checks of {sha}",
         )
-        self.task_id = found.item.task_id
+        self.task_id, self.former_id = found.item.task_id, found.item.former_id
         return await self._plan(found.item, self._asked("run"))
 
     async def _plan(self, item: TriageItem, sources: TriageSources) -> str:
         lookup = await workflow.execute_activity(
             LOOKUP_TASKS.name,
-            LookupInput(task_ids=[self.task_id], task_queue=workflow.info().task_queue),
+            LookupInput(
+                task_ids=[self.task_id],
+                task_queue=workflow.info().task_queue,
+                former={self.task_id: item.former_id} if item.former_id else {},
+            ),
             result_type=LOOKUP_TASKS.output,
             start_to_close_timeout=SHORT,
             retry_policy=STEP_RETRY,
@@ -186,7 +193,7 @@ class GitHubDeliveryWorkflow:
     async def _cancel(self, reason: str) -> str:
         done: CancelTaskResult = await workflow.execute_activity(
             CANCEL_TASK.name,
-            CancelTaskInput(task_id=self.task_id, reason=reason),
+            CancelTaskInput(task_id=self.task_id, reason=reason, former_id=self.former_id),
             result_type=CANCEL_TASK.output,
             start_to_close_timeout=SHORT,
             retry_policy=STEP_RETRY,
@@ -239,6 +246,7 @@ class GitHubDeliveryWorkflow:
                 by=f"github:{d.sender}",
                 answer_id=f"github:{d.key}" if d.key else "",
                 said_at=d.said_at,
+                former_id=self.former_id,
             ),
             result_type=HOOK_ANSWER.output,
             start_to_close_timeout=ANSWER_TIME,
@@ -293,7 +301,7 @@ class GitHubDeliveryWorkflow:
             or (candidate and not re.fullmatch(CANDIDATE_NAME_PATTERN, candidate))
         ):
             return f"ignored: {ref} is not a task's branch"
-        self.task_id = task_id
+        self.task_id, self.former_id = task_id, ""  # the branch names the task itself
         return ""
 
     async def _closed(self) -> str:

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         Workspace,
     )
-    from loop.rules import answers, budget, explain
+    from loop.rules import answers, budget, explain, reasons
     from workflows.clock import WallClock
 
 
@@ -116,10 +116,12 @@ class TaskRecord:
         self.told: tuple[str, str] = (str(TaskState.RUNNING), "")
         """The state and reason the memo holds (lists read them without a query)."""
         self.answering = 0
+        """Answer updates being checked now: the task closes only once none is."""
         self.status_comment: StatusComment | None = None
         """The issue's status comment (``spec.github_issue``), when the task keeps one."""
         self.pull_request_url = ""
-        """Answer updates being checked now: the task closes only once none is."""
+        self.attempt_started = ""
+        """When the current attempt began (its status says so, for its elapsed time)."""
 
     def _placed(self, moved_from: str = "") -> None:
         """The worktree is on ``self.ws.host`` now: the trace, the status and the UI say so."""
@@ -157,14 +159,24 @@ class TaskRecord:
         """The commit an approval approves now ("" unless the task waits for one)."""
         return self.result.commit if self.waiting_for == WAITING_APPROVAL else ""
 
+    def _latest_verdict(self) -> Verdict | None:
+        """The verdict a person is shown: the last one, else the last attempt's."""
+        if self.last_verdict is None and self.result.attempts:
+            return self.result.attempts[-1].verdict
+        return self.last_verdict
+
     def waiting_since(self) -> str:
         """When the wait for a person began ("" when the task waits for none)."""
         waits = self.result.human_escalation
         return waits[-1].at if self.waiting_for and waits else ""
 
-    def _with_trouble(self, reason: str) -> str:
-        """An escalation's reason, with what went wrong with the agent's last run, if
-        anything did: a person reads the cause, not only "no new evidence"."""
+    def _stuck(self, head: str) -> str:
+        """Why the loop stopped on its own (``head``: "no new evidence", "attempts
+        exhausted"), after its cause: the gate that kept failing and what it saw
+        (``loop.rules.reasons``), and what went wrong with the agent's last run, if
+        anything did. A person reads the cause, not only that the loop gave up."""
+        cause = reasons.repeated(self.result.attempts)
+        reason = f"{cause}; {head}" if cause else head
         last = self.result.attempts[-1].make if self.result.attempts else None
         trouble = explain.agent_trouble(last)
         return f"{reason}; last attempt: {trouble}" if trouble else reason
@@ -188,6 +200,9 @@ class TaskRecord:
             commit=self.awaiting_commit(),
             waiting_since=self.waiting_since(),
             candidates=self.choice.views() if self.choice is not None else [],
+            as_of=workflow.now().isoformat(),
+            ticking=self.clock.running,
+            attempt_started=self.attempt_started if self.state == TaskState.RUNNING else "",
         )
 
     @workflow.query(name=QUERY_TRACE)

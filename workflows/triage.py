@@ -90,6 +90,7 @@ class TriageWorkflow:
             LookupInput(
                 task_ids=[i.task_id for i in items if i.spec is not None],
                 task_queue=workflow.info().task_queue,
+                former={i.task_id: i.former_id for i in items if i.spec and i.former_id},
             ),
             result_type=LOOKUP_TASKS.output,
             start_to_close_timeout=SHORT,

@@ -26,6 +26,11 @@ def _spec(globs: Iterable[str]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(list(globs))
 
 
+def _either(globs: list[str]) -> str:
+    """``src/**``, ``src/** and tests/**``, ``a, b and c``: where changes may go."""
+    return globs[0] if len(globs) == 1 else f"{', '.join(globs[:-1])} and {globs[-1]}"
+
+
 def _normalise_path(path: str) -> str:
     while path.startswith("./"):
         path = path[2:]
@@ -62,6 +67,6 @@ def judge(gate: DiffScopeGate, changed_files: list[str]) -> GateResult:
     allow = _spec(scope.allow)
     outside = [f for f in changed if not allow.match_file(f)]
     if outside:
-        return result(False, outside, f"changed outside the allowed scope: {listing(outside)}")
+        return result(False, outside, f"{listing(outside)} outside {_either(scope.allow)}")
     detail = f"{len(changed)} changed file(s), all within scope" if changed else "no changes"
     return result(True, changed, detail)

@@ -9,7 +9,8 @@ every sandbox). The store receives only commits that are some task's base, pushe
 from the repository: history everyone may read. A task's work reaches the
 repository (or the host's mirror of a URL) when it must: its reviewable commit
 (``commit_branch``), and for a URL after every attempt, so another host can take it
-over; the repository itself is hidden from every sandbox.
+over; each attempt's commit is kept there under ``refs/loopwork/<id>`` for its diff to
+outlive the clone. The repository itself is hidden from every sandbox.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from activities.host.git import git, git_ok, repo_lock
 from activities.host.worktree import worktrees
+from loop.contracts import Workspace
 from loop.errors import permanent
 
 ALLOW_LOCAL = ["-c", "protocol.file.allow=always"]
@@ -84,6 +86,24 @@ async def bring_locked(clone: str, into: str, branch: str) -> None:
          f"+refs/heads/{branch}:refs/heads/{branch}"],
         into,
     )  # fmt: skip
+
+
+KEPT_REFS = "refs/loopwork"
+"""Where the repository keeps each task's latest attempt (``refs/loopwork/<id>``): its
+diff stays readable once the task's clone and branch are gone (a merged task's too)."""
+
+
+async def keep_attempt(ws: Workspace, commit: str, locks: Path) -> None:
+    """``commit``, an attempt's, in the repository (or this host's mirror) as the task's
+    kept ref: pushed from the task's clone, whose objects nothing else holds; a worktree
+    of the repository (before clones) shares its objects, so the ref alone is moved."""
+    ref = f"{KEPT_REFS}/{ws.task_id}"
+    async with repo_lock(locks, ws.repo):
+        if ws.isolated:
+            await git([*ALLOW_LOCAL, "push", "-q", "--no-verify", ws.repo, f"+{commit}:{ref}"],
+                      ws.path)  # fmt: skip
+        else:
+            await git(["update-ref", ref, commit], ws.repo)
 
 
 async def refuse_checked_out(top: str, branch: str) -> None:

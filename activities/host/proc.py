@@ -24,7 +24,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
@@ -103,14 +104,46 @@ def tail_of(path: Path, chars: int = OUTPUT_TAIL_CHARS) -> str:
     return text
 
 
-_began: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "loop_activity_began", default=None
-)
+@dataclass
+class _Beat:
+    """The running activity's heartbeat: when it began, and what its beats carry."""
+
+    began: float
+    details: Callable[[], object] | None = None
+
+
+_beat: contextvars.ContextVar[_Beat | None] = contextvars.ContextVar("loop_beat", default=None)
 
 
 def began() -> None:
     """Mark the start of the activity running in this context (``Liveness`` does)."""
-    _began.set(time.monotonic())
+    _beat.set(_Beat(time.monotonic()))
+
+
+@contextlib.contextmanager
+def reporting(details: Callable[[], object]) -> Iterator[None]:
+    """While the block runs, every heartbeat of this activity carries ``details()``: what
+    a long step has done so far, which the server keeps with the pending activity and
+    ``loop status`` and the review page read from its description (no history event)."""
+    beat = _beat.get()
+    if beat is None:
+        yield
+        return
+    beat.details = details
+    try:
+        yield
+    finally:
+        beat.details = None
+
+
+def _details() -> tuple[object, ...]:
+    beat = _beat.get()
+    if beat is None or beat.details is None:
+        return ()
+    try:
+        return (beat.details(),)
+    except (OSError, ValueError):
+        return ()  # a progress that cannot be read now is sent with the next beat
 
 
 def _tracked() -> bool:
@@ -125,9 +158,9 @@ def heartbeat(*details: object) -> None:
     (the heartbeat timeout is several seconds); a no-op elsewhere."""
     if not _tracked():
         return
-    start = _began.get()
-    if start is None or time.monotonic() - start >= HEARTBEAT_EVERY_S:
-        activity.heartbeat(*details)
+    beat = _beat.get()
+    if beat is None or time.monotonic() - beat.began >= HEARTBEAT_EVERY_S:
+        activity.heartbeat(*(details or _details()))
 
 
 def start_time(pid: int) -> str | None:
@@ -242,6 +275,7 @@ class _Copier:
             room = LOG_BYTES - self.kept
             if room > 0:
                 self.log.write(data[:room])
+                self.log.flush()  # in the file as it arrives: progress reads its last line
                 self.kept += min(room, len(data))
             self.dropped += max(0, len(data) - max(room, 0))
 
@@ -369,7 +403,7 @@ async def heartbeating(awaitable: Awaitable[T]) -> T:
     async def beat() -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_EVERY_S)
-            activity.heartbeat()
+            activity.heartbeat(*_details())
 
     ticker = asyncio.create_task(beat())
     try:

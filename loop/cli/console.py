@@ -97,10 +97,11 @@ async def client() -> Client:
     return await connect(connection.address, connection.namespace)
 
 
-async def status_of(handle: WorkflowHandle, desc: Any) -> TaskStatus | TaskResult:
-    """Live status of an open task; the result of a closed one (no worker needed)."""
+async def status_of(handle: WorkflowHandle, desc: Any, client: Client) -> TaskStatus | TaskResult:
+    """Live status of an open task, its figures as of now; the result of a closed one (no
+    worker needed)."""
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        return await live_status(handle)
+        return await live_status(handle, desc, client)
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     raise BadInput(f"task {handle.id} ended {task_state(desc)} (see the Temporal UI)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -78,6 +80,38 @@ def candidates_table(views: list[CandidateView]) -> Table:
             f"{c.tokens:,}", Text(for_terminal(c.last_verdict or c.reason)), c.commit[:12],
         )  # fmt: skip
     return table
+
+
+class ProgressLine:
+    """The running attempt's progress while ``--wait`` follows a task: one line updated in
+    place on a terminal; elsewhere (a log, a pipe) a plain line when it changed, at most
+    every ``PLAIN_EVERY_S`` seconds. Event lines are printed above it (``clear`` first)."""
+
+    PLAIN_EVERY_S = 10.0
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self.live = out.is_terminal
+        self.shown = ""
+        self.printed_at = 0.0
+
+    def show(self, text: str) -> None:
+        if not text or text == self.shown:
+            return
+        if self.live:
+            width = max(20, self.out.width - 1)
+            self.out.file.write("\r\x1b[K" + for_terminal(text)[:width])
+            self.out.file.flush()
+        elif time.monotonic() - self.printed_at >= self.PLAIN_EVERY_S:
+            self.out.print(text, markup=False)
+            self.printed_at = time.monotonic()
+        self.shown = text
+
+    def clear(self) -> None:
+        if self.live and self.shown:
+            self.out.file.write("\r\x1b[K")
+            self.out.file.flush()
+        self.shown = ""
 
 
 def event_line(task_id: str, ev: TraceEvent) -> str:

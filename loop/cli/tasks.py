@@ -8,8 +8,10 @@ takes the answer and says what it did, or refuses it with the reason, which is o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -17,12 +19,13 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
 
 from loop.cli import console
 from loop.cli.environment import describe
 from loop.cli.render import (
+    ProgressLine,
     budget_table,
     candidates_table,
     event_line,
@@ -46,10 +49,12 @@ from loop.contracts import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TraceEvent,
 )
 from loop.errors import BadInput, LoopError, Sealed, ServerUnavailable, UnknownTask
 from loop.hardened.text import for_terminal
 from loop.loaders import load_task
+from loop.rules import progress
 from loop.rules.answers import answer_with, waiting_words
 from loop.settings import Settings
 from loop.tasks import (
@@ -59,6 +64,7 @@ from loop.tasks import (
     find,
     follow,
     has_worker,
+    live_status,
     local_user,
     new_answer_id,
     signed,
@@ -111,6 +117,7 @@ def start(
             console.err.print(line, markup=False)
         return
     settings = Settings.from_env()
+    following: list[str] = []
 
     async def main() -> int:
         client = await console.client()
@@ -121,17 +128,31 @@ def start(
             console.out.print(f"started {handle.id} (task queue {settings.task_queue})")
         console.out.print(f"UI: {ui_url(client, handle.id)}", markup=False)
         if not await has_worker(client, settings.task_queue):
-            console.err.print(
-                f"note: no worker polls task queue {settings.task_queue!r} yet; start one "
-                "with `loop worker`"
-            )
+            console.err.print(_no_worker(settings.task_queue))
         if not wait:
             return 0
+        following.append(spec.id)
+        line = ProgressLine(console.out)
+
+        def on_event(ev: TraceEvent) -> None:
+            line.clear()
+            console.out.print(event_line(spec.id, ev), markup=False)
+
+        async def on_quiet() -> None:
+            # Said again while nothing happens: a task waiting for a worker looks stuck.
+            if not await has_worker(client, settings.task_queue):
+                line.clear()
+                console.err.print(_no_worker(settings.task_queue))
+
         result, waiting = await follow(
             handle,
-            lambda ev: console.out.print(event_line(spec.id, ev), markup=False),
+            on_event,
             until_waiting=not keep_waiting,
+            client=client,
+            on_progress=lambda p: line.show(progress.line(p)),
+            on_quiet=on_quiet,
         )
+        line.clear()
         if waiting:
             so_far = await handle.query(QUERY_TRACE, result_type=TaskResult)
             if so_far.attempts:
@@ -141,7 +162,24 @@ def start(
         print_result(console.out, result)
         return 0 if result.state == TaskState.DONE_WITH_EVIDENCE else 1
 
-    raise typer.Exit(console.run(main))
+    try:
+        code = console.run(main)
+    except KeyboardInterrupt:
+        if not following:
+            raise
+        # Only the following stops: the task is the server's, and goes on.
+        console.err.print(
+            f"\nstopped following {spec.id}; the task goes on. Follow it again: "
+            f"loop start {file} --wait · see it: loop status {spec.id} · "
+            f"cancel it: loop cancel {spec.id}",
+            markup=False,
+        )
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+def _no_worker(queue: str) -> str:
+    return f"note: no worker polls task queue {queue!r} yet; start one with `loop worker`"
 
 
 def _load(file: Path, repo: str | None = None) -> TaskSpec:
@@ -165,7 +203,7 @@ def status(
             await _list(client, "", as_json)
             return
         handle, desc = await find(client, task_id)
-        st = await console.status_of(handle, desc)
+        st = await console.status_of(handle, desc, client)
         if isinstance(st, TaskStatus) and st.candidates:
             st = await with_live_candidates(client, st)
         if as_json:
@@ -180,6 +218,9 @@ def status(
 
 def _print_status(st: TaskStatus) -> None:
     console.out.print(status_line(st), markup=False)
+    running = progress.line(st.progress, progress.attempt_seconds(st, datetime.now(UTC)))
+    if running:
+        console.out.print(running, markup=False)  # the agent's words: inert
     console.out.print(budget_table(st.budget))
     if st.candidates:
         console.out.print(candidates_table(st.candidates))
@@ -221,7 +262,7 @@ async def _list(client: Client, extra: str, as_json: bool, *, inbox: bool = Fals
         for row in rows:
             with contextlib.suppress(LoopError, RPCError):
                 handle, desc = await find(client, row["task_id"])
-                st = await console.status_of(handle, desc)
+                st = await console.status_of(handle, desc, client)
                 if isinstance(st, TaskStatus):
                     row["waiting_for"], row["reason"] = st.waiting_for, st.reason
                     row["answer"] = answer_with(st.task_id, st.waiting_for)
@@ -306,8 +347,36 @@ def _answer(task_id: str, what: str, payload: BaseModel) -> None:
         named = sent.commit if isinstance(sent, ApproveSignal) else ""
         said = f"{task_id}: {reply.did}" + (f" (commit {named})" if named else "")
         console.out.print(said, markup=False)
+        if what == "approve" and not reply.did.startswith("already taken"):
+            await _approval_outcome(client, task_id)
 
     console.run(main)
+
+
+OUTCOME_WAIT_S = 120.0
+"""How long ``loop approve`` waits to say what the approval came to."""
+
+
+async def _approval_outcome(client: Client, task_id: str) -> None:
+    """What an approval came to, once the task says: merged (or its pull request opened),
+    or why not (a dirty checkout of base, a conflict) and what to answer."""
+    handle, _ = await find(client, task_id)
+    try:
+        result, waiting = await asyncio.wait_for(
+            follow(handle, lambda _: None, until_waiting=True), OUTCOME_WAIT_S
+        )
+    except TimeoutError:
+        console.out.print(
+            f"{task_id}: still finishing after {OUTCOME_WAIT_S:.0f} s; see `loop status {task_id}`",
+            markup=False,
+        )
+        return
+    if not waiting:
+        console.out.print(f"{task_id}: {result.state}: {result.reason}", markup=False)
+        return
+    st = await live_status(handle)
+    console.out.print(f"{task_id}: {st.state}: {st.reason}", markup=False)
+    console.out.print(f"answer with: {answer_with(task_id, st.waiting_for)}", markup=False)
 
 
 COMMIT_HELP = (
@@ -412,8 +481,40 @@ def sign(
     console.print_json(payload.model_dump(mode="json"))
 
 
+async def _print_diff(runs: Path, result: TaskResult) -> None:
+    """The last attempt's change against base, file by file, and the command that shows it
+    whole: read from the task's clone, or from the repository's ``refs/loopwork/<id>``
+    once the clone is gone (a merged task's, too)."""
+    from loop.ui.source import Diff, git_diff, where_diff  # here: the page's git reader
+
+    found = where_diff(runs, result.task_id, result, "")
+    diff = found if isinstance(found, Diff) else await git_diff(*found)
+    if diff.unavailable:
+        console.out.print(f"diff: {diff.unavailable}", markup=False)
+        return
+    assert not isinstance(found, Diff)
+    repo, base, commit = found
+    added = sum(f.additions for f in diff.files)
+    removed = sum(f.deletions for f in diff.files)
+    console.out.print(
+        f"diff {base[:12]}..{commit[:12]}: {len(diff.files)} file(s), +{added} −{removed} "
+        f"(whole: git -C {repo} diff {base[:12]} {commit[:12]})",
+        markup=False,
+    )
+    for f in diff.files:
+        moved = f" (from {f.old_path})" if f.old_path else ""
+        console.out.print(
+            f"  {f.status:<9} {f.path}{moved}  +{f.additions} −{f.deletions}", markup=False
+        )
+
+
+CANCEL_WAIT_S = 30.0
+"""How long ``loop cancel`` waits for the task to stop (its running step stops first)."""
+
+
 def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
-    """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED."""
+    """Cancel a task: its running activity stops, its worktree is kept, it ends CANCELLED.
+    Waits for that (at most 30 s), or says how to follow it."""
 
     async def main() -> None:
         client = await console.client()
@@ -421,7 +522,29 @@ def cancel(task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise BadInput(f"task {task_id} has already ended ({desc.status.name})")
         await handle.cancel()
-        console.out.print(f"cancel requested for {task_id}")
+        queue = Settings.from_env().task_queue
+        if not await has_worker(client, queue):
+            console.out.print(
+                f"cancel requested for {task_id}; no worker polls task queue {queue!r}, so "
+                f"it ends CANCELLED once one runs (`loop worker`); follow it with "
+                f"`loop status {task_id}`",
+                markup=False,
+            )
+            return
+        console.out.print(f"cancel requested for {task_id}; waiting for it to stop", markup=False)
+        try:
+            result = await asyncio.wait_for(handle.result(), CANCEL_WAIT_S)
+        except TimeoutError:
+            console.out.print(
+                f"{task_id} is still stopping after {CANCEL_WAIT_S:.0f} s (its running step "
+                f"is being stopped); follow it with `loop status {task_id}`",
+                markup=False,
+            )
+            return
+        except WorkflowFailureError:  # closed other than by returning (terminated)
+            console.out.print(f"{task_id}: {task_state(await handle.describe())}", markup=False)
+            return
+        console.out.print(f"{task_id}: {result.state}: {result.reason}", markup=False)
 
     console.run(main)
 
@@ -450,12 +573,13 @@ def trace(
             if desc.status == WorkflowExecutionStatus.RUNNING:
                 result = await handle.query(QUERY_TRACE, result_type=TaskResult)
             else:
-                result = await console.status_of(handle, desc)  # type: ignore[assignment]  # checked below
+                result = await console.status_of(handle, desc, client)  # type: ignore[assignment]  # checked below
         assert isinstance(result, TaskResult)
         if as_json:
             console.print_json(result.model_dump(mode="json"))
             return
         print_result(console.out, result)
+        await _print_diff(Settings.from_env().runs, result)
         console.out.print()
         for ev in result.events:
             console.out.print(f"{ev.at}  {ev.kind:<14} {ev.detail}", markup=False)

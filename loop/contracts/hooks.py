@@ -106,6 +106,9 @@ class HookItemResult(_Record):
 class CancelTaskInput(_Record):
     task_id: str
     reason: str
+    former_id: str = ""
+    """The id the item's task had before ids named the repository: cancelled where no
+    task has ``task_id``."""
 
 
 class CancelTaskResult(_Record):
@@ -152,6 +155,9 @@ class HookAnswerInput(_Record):
     said_at: str = ""
     """When the person said it (a comment's time, ISO 8601): an ``approve`` naming no
     commit approves the one waiting only if it was already waiting then."""
+    former_id: str = ""
+    """The id the item's task had before ids named the repository: answered where no
+    task has ``task_id``."""
 
 
 class HookAnswerResult(_Record):

@@ -95,7 +95,7 @@ class AnswerReply(_Record):
     """What an answer sent as an update did, for the person who sent it."""
 
     did: str
-    """In a few words: "approved; merging loop/x into main", "one more attempt with your
+    """In a few words: "approved; merge of loop/x into main requested", "one more attempt with your
     feedback"."""
     signed: bool = False
     """True when the worker checked its signature with the answer key (False: the worker
@@ -143,6 +143,24 @@ class CandidateView(_Record):
     """While it runs: its phase, from its own workflow (``loop.tasks.with_live_candidates``)."""
 
 
+class Progress(_Record):
+    """What the running attempt's agent has done so far, as its ``make`` step heartbeats
+    it (a few seconds old at most): read from the server's description of the workflow,
+    never from its history (docs/concepts/states.md, "Progress")."""
+
+    attempt: int = 0
+    seconds: float = 0.0
+    """Since the agent started."""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    """Model calls so far, where the gateway forwards them (``agent.provider``)."""
+    metered: bool = False
+    """True when the figures are the gateway's; else what the agent reported so far."""
+    last_line: str = ""
+    """The agent's last line of output (redacted; the agent's words, shown inert)."""
+
+
 class TaskStatus(_Record):
     """The ``status`` query."""
 
@@ -166,3 +184,13 @@ class TaskStatus(_Record):
     """While the task waits for a person: since when (ISO 8601)."""
     candidates: list[CandidateView] = Field(default_factory=list)
     """A task with candidates: each one, in the task file's order."""
+    as_of: str = ""
+    """The workflow's time the figures are as of (its last step, not the query's
+    moment): a reader adds what passed since while ``ticking``."""
+    ticking: bool = False
+    """Whether the wall-clock budget runs now (an active segment, not a wait)."""
+    attempt_started: str = ""
+    """When the current attempt began (ISO 8601), while it runs."""
+    progress: Progress | None = None
+    """The running attempt's progress: filled by the reader from the running step's
+    heartbeat (``loop.tasks.with_progress``); the query itself leaves it empty."""

@@ -43,6 +43,8 @@ class SlackPostInput(_Record):
     """The task's own channel (``slack_channel``, a source's); empty: the repository's."""
     commit: str = ""
     """While the task waits for approval: the commit its approve button approves."""
+    verdict: str = ""
+    """The last verdict in a few words (``tests pass, scope FAIL``), "" before any."""
 
 
 class SlackMessage(_Record):

@@ -228,6 +228,9 @@ class TriageItem(_Record):
     """Set when discovery already knows it is not work: closed, no match, invalid."""
     note: str = ""
     """What discovery changed of what the item asked (a budget capped at the source's)."""
+    former_id: str = ""
+    """The id its task had before task ids named the repository (``gh-42``): a task still
+    open under it is this item's."""
 
 
 class DiscoverInput(_Record):
@@ -257,6 +260,9 @@ class ExistingTask(_Record):
 class LookupInput(_Record):
     task_ids: list[str]
     task_queue: str
+    former: dict[str, str] = Field(default_factory=dict)
+    """A task id to the id its item's task had before (``TriageItem.former_id``): where
+    there is no task under the id, an open one under the former id is reported as it."""
 
 
 class LookupResult(_Record):

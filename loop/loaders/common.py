@@ -9,9 +9,11 @@ field and what is wrong, raised as ``TaskFileError``: the CLI prints it and exit
 
 from __future__ import annotations
 
+import difflib
 import json
+import types
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -47,7 +49,7 @@ def validated(model: type[M], data: dict[str, Any], where: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise TaskFileError(f"{where}: {describe(e)}") from None
+        raise TaskFileError(f"{where}: {describe(e, model)}") from None
 
 
 def _without_kind_tags(loc: tuple[int | str, ...]) -> list[int | str]:
@@ -56,18 +58,68 @@ def _without_kind_tags(loc: tuple[int | str, ...]) -> list[int | str]:
     return [p for i, p in enumerate(loc) if not (i and isinstance(loc[i - 1], int) and p in KINDS)]
 
 
-def describe(e: ValidationError) -> str:
-    """The first error, as ``field.path: what is wrong``, on one line."""
-    err = e.errors()[0]
+def describe(e: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """The first error, as ``field.path: what is wrong``, on one line. An unknown key comes
+    first, whatever pydantic met first: a typo (``verfy:``) is the cause of the "required
+    field is missing" it also makes. With the ``model`` validated, the key it is closest
+    to is named."""
+    errors = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")
+    err = errors[0]
     loc = ".".join(str(p) for p in _without_kind_tags(err["loc"])) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
-        msg = "unknown key (check the spelling; see docs/reference/task-file.md)"
+        msg = "unknown key"
+        near = _closest(str(err["loc"][-1]), _keys_at(model, err["loc"][:-1])) if model else ""
+        msg += f"; did you mean {near!r}?" if near else " (check the spelling"
+        msg += (
+            " (see docs/reference/task-file.md)" if near else "; see docs/reference/task-file.md)"
+        )
     elif kind == "missing":
         msg = "required field is missing"
     else:
         msg = err["msg"].removeprefix("Value error, ")
         if kind == "string_pattern_mismatch" and loc == "id":
             msg = "must match [a-z0-9][a-z0-9._-]{0,62} (lowercase letters, digits, . _ -)"
-    more = len(e.errors()) - 1
+    more = len(errors) - 1
     return f"{loc}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+def _closest(key: str, known: set[str]) -> str:
+    found = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return found[0] if found else ""
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> set[str]:
+    """The keys the mapping at ``loc`` may hold: its model's fields, found by walking the
+    annotations from ``model`` (lists by index, a gate by its kind's tag)."""
+    here: list[Any] = [model]
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            here = [item for t in here for item in _list_items(t)]
+            continue
+        tagged = i and isinstance(loc[i - 1], int) and part in KINDS
+        found: list[Any] = []
+        for m in (m for t in here for m in _models(t)):
+            if tagged:
+                found += [m] if getattr(m, "KIND", None) == part else []
+            elif part in m.model_fields:
+                found.append(m.model_fields[part].annotation)
+        here = found
+    return {name for t in here for m in _models(t) for name in m.model_fields}
+
+
+def _models(t: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may be (through Optional, unions, Annotated)."""
+    if get_origin(t) is Annotated:
+        return _models(get_args(t)[0])
+    if get_origin(t) in (Union, types.UnionType):
+        return [m for a in get_args(t) for m in _models(a)]
+    return [t] if isinstance(t, type) and issubclass(t, BaseModel) else []
+
+
+def _list_items(t: Any) -> list[Any]:
+    if get_origin(t) is Annotated:
+        return _list_items(get_args(t)[0])
+    if get_origin(t) in (Union, types.UnionType):
+        return [item for a in get_args(t) for item in _list_items(a)]
+    return list(get_args(t)[:1]) if get_origin(t) is list else []

@@ -35,7 +35,7 @@ def _resolve(source: Any, shared: dict[str, Any], folder: Path, file: Path) -> A
     try:
         spec = TaskSpec.model_validate({**merged, "id": "template", "goal": "each item's goal"})
     except ValidationError as e:
-        raise TaskFileError(f"{where}: template.{describe(e)}") from None
+        raise TaskFileError(f"{where}: template.{describe(e, TaskSpec)}") from None
     spec = resolve(spec, folder, where)
     # Only what is set: a payload that names no field a worker lacks decodes on any worker.
     template = spec.model_dump(mode="json", exclude={"id", "goal"}, exclude_defaults=True)

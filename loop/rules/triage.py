@@ -48,13 +48,17 @@ _AUTONOMY_ORDER = (Autonomy.REPORT, Autonomy.ASSISTED, Autonomy.UNATTENDED)
 _MAX_ID = 63
 
 
-def task_id_for(source: str, key: str) -> str:
+def task_id_for(source: str, key: str, repo: str = "") -> str:
     """``<source>-<key>``, lowercase and valid; hashed when it had to be changed or cut.
+    With ``repo`` (``owner/name``: a source whose items are numbered per repository),
+    ``<source>-<owner>-<name>-<key>``, so two sources named alike in two repositories
+    never share a task (``gh-acme-app-42``, ``gh-acme-lib-42``).
 
     The hash keeps two keys that sanitise alike (``Fix Login``, ``fix-login``) apart,
     so one item always maps to one workflow id, ``task-<source>-<key>``.
     """
-    wanted = f"{source}-{key}"
+    named = re.sub(r"[^a-z0-9._-]+", "-", repo.lower()).strip("-._")
+    wanted = f"{source}-{named}-{key}" if named else f"{source}-{key}"
     if len(wanted) <= _MAX_ID and is_valid_task_id(wanted):
         return wanted
     cleaned = re.sub(r"[^a-z0-9._-]+", "-", wanted.lower()).strip("-._") or source

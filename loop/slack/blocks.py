@@ -29,6 +29,9 @@ MODALS = ("reject", "feedback", "extend")
 """Answers that need words or figures first: their button opens a modal."""
 SECTION_CHARS = 2900
 """Slack refuses a section's text past 3000 characters."""
+CONTEXT_CHARS = 600
+REVIEW_ACTION = f"{ACTION_PREFIX}review_page"
+"""The review page's link button: Slack tells the app it was pressed, which is no answer."""
 USER = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -69,10 +72,19 @@ def button_answer(value: str) -> tuple[str, str]:
 
 
 def waiting(
-    task_id: str, state: str, reason: str, goal: str, waiting_for: str, commit: str = ""
+    task_id: str,
+    state: str,
+    reason: str,
+    goal: str,
+    waiting_for: str,
+    commit: str = "",
+    verdict: str = "",
+    review: str = "",
 ) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) of the message a wait posts; ``commit``: the one its
-    approve button approves, shown in the message."""
+    approve button approves, shown in the message; ``verdict``: the last verdict's
+    summary; ``review``: the task's review page, where ``LOOP_REVIEW_URL`` says people
+    reach it (a button's link, never text Slack would read as markup)."""
     text = for_slack(f"Loopwork task {task_id} is {state}: {reason}")[:SECTION_CHARS]
     buttons = [
         {
@@ -85,10 +97,22 @@ def waiting(
         }
         for a in BUTTONS.get(waiting_for, ())
     ]
+    if review:
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": REVIEW_ACTION,
+                "text": {"type": "plain_text", "text": "Review page"},
+                "url": review,
+            }
+        )
     summary = _summary(task_id, state, reason, goal)
     if commit:  # git's hex, what the approve button approves
         summary = f"{summary[: SECTION_CHARS - 70]}\nApprove approves commit `{commit[:40]}`"
     blocks: list[dict[str, Any]] = [{"type": "section", "text": _mrkdwn(summary)}]
+    if verdict:  # gate names are the task file's: escaped like any text from outside
+        said = f"Last verdict: {for_slack(verdict)}"[:CONTEXT_CHARS]
+        blocks.append({"type": "context", "elements": [_mrkdwn(said)]})
     if buttons:
         blocks.append({"type": "actions", "block_id": "loop_answers", "elements": buttons})
     return text, blocks

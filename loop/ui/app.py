@@ -193,6 +193,7 @@ def create_app(
             bars=views.budget_bars(page.used, page.limits),
             escalations=views.escalations(result),
             events=views.events(result),
+            running=views.running(st, datetime.now(UTC)) if st else None,
             decisions=views.decisions(st if page.open else None),
             answer_nonce=secrets.token_hex(16),
             diff=diff,

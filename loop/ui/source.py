@@ -52,8 +52,9 @@ from loop.contracts import (
 from loop.errors import LoopError, Sealed, UnknownTask
 from loop.hardened import git as hardened_git
 from loop.hardened.files import read_untrusted
+from loop.rules import progress
 from loop.settings import Settings
-from loop.tasks import answer, find, task_state, with_live_candidates
+from loop.tasks import answer, find, progress_of, task_state, with_live_candidates
 from loop.ui import diff as diffs
 from loop.ui import views
 from loop.ui.diff import DiffFile
@@ -219,9 +220,14 @@ class Source:
         budget_from: TaskStatus | None = None
         closed_as = limits_note = ""
         if is_open:
-            status = budget_from = await self._status(handle)
-            if status is not None and status.candidates:
-                status = budget_from = await with_live_candidates(self.client, status)
+            status = await self._status(handle)
+            if status is not None:
+                # Its figures as of now, the running attempt's own among them.
+                found = await progress_of(self.client, desc)
+                status = progress.live(status, found, datetime.now(UTC))
+                if status.candidates:
+                    status = await with_live_candidates(self.client, status)
+            budget_from = status
             result = await self._trace(handle)
             if result is None:  # no worker answers: the search attributes at least
                 result = TaskResult(task_id=task_id, state=status.state if status else "RUNNING")
@@ -369,33 +375,17 @@ class Source:
     async def diff(self, page: TaskPage) -> Diff:
         """The latest attempt's commit against the task's base, per file, highlighted; while
         the task waits for approval, the commit an approval approves (the same tree)."""
-        made = next((a.make for a in reversed(page.result.attempts) if a.make), None)
         waiting = page.status.commit if page.open and page.status else ""
-        if not waiting and (made is None or not made.commit):
-            return Diff(unavailable="no attempt has made a commit yet")
-        commit = waiting or (made.commit if made else "")
-        # A task with candidates works in the chosen one's worktree.
-        folder = f"{page.task_id}+{page.result.chosen}" if page.result.chosen else page.task_id
-        marker = _read_json(self.runs / folder / "workspace.json")
-        base = str(marker.get("base_commit") or "")
-        repo = str(marker.get("repo") or (page.spec.repo if page.spec else ""))
-        if marker.get("isolated") and Path(str(marker.get("path") or "")).is_dir():
-            repo = str(marker["path"])  # the task's clone holds its attempts' commits
-        if not base:
-            first = page.result.attempts[0].make if page.result.attempts else None
-            base = first.start_commit if first else ""
-        if not base or not repo:
-            return Diff(
-                unavailable=f"the base commit is not known here (no {self.runs}/"
-                f"{page.task_id}/workspace.json on this host)"
-            )
-        key = f"{repo}\0{base}\0{commit}"
-        cached = self._diffs.get_or(key)
+        spec_repo = page.spec.repo if page.spec else ""
+        found = where_diff(self.runs, page.task_id, page.result, spec_repo, waiting)
+        if isinstance(found, Diff):
+            return found
+        cached = self._diffs.get_or("\0".join(found))
         if cached is not None:
             return cached
-        diff = await git_diff(repo, base, commit)
+        diff = await git_diff(*found)
         if not diff.unavailable:
-            self._diffs.put(key, diff)
+            self._diffs.put("\0".join(found), diff)
         return diff
 
     async def candidate_diffs(self, page: TaskPage, commits: dict[str, str]) -> dict[str, Diff]:
@@ -466,6 +456,35 @@ def _read_json(path: Path) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def where_diff(
+    runs: Path, task_id: str, result: TaskResult, spec_repo: str, waiting: str = ""
+) -> tuple[str, str, str] | Diff:
+    """Where a task's diff is read: (repository, base, commit), or a ``Diff`` saying why
+    there is none. The commit is the one waiting for approval, else the last attempt's;
+    the repository is the task's clone while it is there, else the repository itself,
+    which keeps an ended task's last attempt under ``refs/loopwork/<id>``."""
+    made = next((a.make for a in reversed(result.attempts) if a.make), None)
+    if not waiting and (made is None or not made.commit):
+        return Diff(unavailable="no attempt has made a commit yet")
+    commit = waiting or (made.commit if made else "")
+    # A task with candidates works in the chosen one's worktree.
+    folder = f"{task_id}+{result.chosen}" if result.chosen else task_id
+    marker = _read_json(runs / folder / "workspace.json")
+    base = str(marker.get("base_commit") or "")
+    repo = str(marker.get("repo") or spec_repo)
+    if marker.get("isolated") and Path(str(marker.get("path") or "")).is_dir():
+        repo = str(marker["path"])  # the task's clone holds its attempts' commits
+    if not base:
+        first = result.attempts[0].make if result.attempts else None
+        base = first.start_commit if first else ""
+    if not base or not repo:
+        return Diff(
+            unavailable=f"the base commit is not known here (no {runs}/{task_id}/"
+            "workspace.json on this host)"
+        )
+    return repo, base, commit
 
 
 async def git_diff(repo: str, base: str, commit: str) -> Diff:

@@ -24,6 +24,7 @@ from loop.contracts import (
     TaskState,
     TaskStatus,
 )
+from loop.rules import progress
 from loop.rules.answers import answer_with, applies, waiting_words
 from loop.rules.clis.base import count
 from loop.rules.record import spent
@@ -562,6 +563,37 @@ def decisions(st: TaskStatus | None) -> Decisions:
         **{what: applies(name, st.state, st.waiting_for) for what, name in ANSWERS.items()},
         hint=answer_with(st.task_id, st.waiting_for),
         commit=st.commit,
+    )
+
+
+@dataclass
+class Running:
+    """The running attempt's agent, as far as its last heartbeat says (its time by the
+    page's clock): the page's progress line, refreshed with the other live parts."""
+
+    attempt: int
+    seconds: float
+    tokens: int
+    cost_usd: float
+    calls: int
+    metered: bool
+    last_line: str
+    """The agent's words: the template escapes them."""
+
+
+def running(st: TaskStatus, now: datetime) -> Running | None:
+    p = st.progress
+    if p is None:
+        return None
+    seconds = progress.attempt_seconds(st, now) or 0.0
+    return Running(
+        attempt=p.attempt,
+        seconds=round(seconds, 1),
+        tokens=p.tokens,
+        cost_usd=p.cost_usd,
+        calls=p.calls,
+        metered=p.metered,
+        last_line=p.last_line,
     )
 
 

@@ -213,6 +213,41 @@ async def test_aider_example(
         assert "Tokens:" not in a.make.claim and "Aider v" not in a.make.claim
 
 
+NEW_TEST = """import unittest
+
+from slugify import slugify
+
+
+class RunsOfPunctuation(unittest.TestCase):
+    def test_runs_become_one_hyphen(self):
+        self.assertEqual(slugify("a -- b!!"), "a-b")
+"""
+
+
+@needs_cli("aider")
+@pytest.mark.parametrize("level", LEVELS)
+async def test_aider_adds_a_file_on_its_first_attempt(
+    client: Client, settings: Settings, demo_repo: Path, level: str, monkeypatch
+) -> None:
+    """A fix that needs a new file: aider creates it (its git use never reaches the
+    sandbox's read-only index) and its edit of the existing file is kept beside it."""
+    answer = (
+        f"Here it is.\n\nslugify.py\n```python\n{COMPLETE_FIX}```\n\n"
+        f"tests/test_runs.py\n```python\n{NEW_TEST}```\n"
+    )
+    with ScriptedModel() as model:
+        model.script([reply(answer)])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-aider-0000")
+        spec = example("aider.yaml", demo_repo, level, model.url)
+        async with build_worker(client, settings):
+            r = await approved(client, spec, settings.task_queue)
+    assert r.state == TaskState.DONE_WITH_EVIDENCE and len(r.attempts) == 1, r.reason
+    assert (demo_repo / "tests" / "test_runs.py").read_text() == NEW_TEST
+    assert (demo_repo / "slugify.py").read_text() == COMPLETE_FIX
+    log = attempt_log(settings, r, 1)
+    assert "index.lock" not in log and "Permission denied" not in log, log
+
+
 # --------------------------------------------------------------------------- Codex
 
 PATCH = """apply_patch <<'EOF'
@@ -313,6 +348,22 @@ async def test_an_endpoint_that_is_down_blocks_before_any_attempt(
 
 
 @needs_cli("claude")
+async def test_a_key_refused_at_its_model_list_blocks_before_any_attempt(
+    client: Client, settings: Settings, demo_repo: Path, monkeypatch
+) -> None:
+    """The example as shipped, its endpoint taking another key: explore asks the model
+    list with the worker's key, and the task ends BLOCKED before Claude Code runs."""
+    with ScriptedClaude(key="sk-ant-right") as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-wrong")
+        r = await blocked(
+            client, settings, example("claude-code.yaml", demo_repo, "basic", model.url)
+        )
+    assert r.state == TaskState.BLOCKED and r.attempts == [], r.reason
+    assert f"{model.url} refused the key in ANTHROPIC_API_KEY (401 Unauthorized)" in r.reason
+    assert "scripted 401" in r.reason and model.requests == []  # no model call was made
+
+
+@needs_cli("claude")
 async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
     client: Client, settings: Settings, demo_repo: Path, monkeypatch
 ) -> None:
@@ -323,7 +374,9 @@ async def test_an_endpoint_that_refuses_the_key_blocks_after_one_attempt(
         )
     assert r.state == TaskState.BLOCKED, r.reason
     assert len(r.attempts) == 1 and r.attempts[0].verdict is None
-    assert "claude:" in r.reason and "(log: " in r.reason
+    # The gateway saw every call refused: the provider's own words, where the log is.
+    assert f"agent.provider: {model.url} answered 401 to every model call" in r.reason
+    assert "scripted 401" in r.reason and "(log: " in r.reason
 
 
 async def test_an_agent_that_is_not_installed_blocks_before_any_attempt(

@@ -445,10 +445,14 @@ async def test_start_wait_returns_when_the_task_waits_for_a_person(
     assert "Traceback" not in ran.err
     assert approved.code == 0, approved
     # The CLI names the commit the task waited with, and says which.
+    # Requested first; then, once the task says, what it came to.
+    requested, outcome = approved.out.strip().splitlines()
     assert re.fullmatch(
-        rf"{task_id}: approved; merging loop/{task_id} into main \(commit [0-9a-f]{{40}}\)",
-        approved.out.strip(),
+        rf"{task_id}: approved; merge of loop/{task_id} into main requested "
+        rf"\(commit [0-9a-f]{{40}}\)",
+        requested,
     ), approved.out
+    assert outcome == f"{task_id}: DONE_WITH_EVIDENCE: verified and merged into main"
     expect_code(again, 2)
     assert_one_error_line(again, task_id, "approve")
     assert result.state == TaskState.DONE_WITH_EVIDENCE

@@ -47,7 +47,7 @@ async def test_a_failed_required_check_on_base_opens_one_regression_task_per_com
     hub: GitHubStandIn,  # noqa: F811
 ):
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING, {"ci_checks": ["build"]})
-    task_id = f"{name}-ci-{SHA[:12]}"
+    task_id = f"{name}-acme-app-ci-{SHA[:12]}"
     hub.check_plan = [
         [
             check_run(REPO, 61, "build", "failure", "2 errors", HOSTILE),

@@ -27,6 +27,7 @@ from temporalio.worker import Replayer
 from loop.contracts import (
     GitHubDeliveryResult,
     TaskResult,
+    TaskSpec,
     TaskState,
     TaskStatus,
     delivery_workflow_id,
@@ -34,10 +35,11 @@ from loop.contracts import (
 )
 from loop.hardened import answers
 from loop.settings import Settings
+from loop.tasks import start_task
 from tests.e2e.test_triage import runs_of, started_spec
 from tests.support.agents import FIX_AT_ONCE, write_agent
 from tests.support.github import GitHubStandIn, issue, review_comment, serving
-from tests.support.tasks import result_of, wait_for
+from tests.support.tasks import result_of, task, wait_for
 from tests.support.triage import NOTHING, template, write_sources
 from tests.support.ui import loop_ui
 from tests.support.webhooks import (
@@ -160,7 +162,7 @@ async def test_a_forged_delivery_is_refused_and_starts_nothing(
         )
         for d in (d1, d2, d3):
             assert not await exists(client, delivery_workflow_id(d))
-        assert not await exists(client, workflow_id_for(f"{name}-1"))
+        assert not await exists(client, workflow_id_for(f"{name}-acme-app-1"))
     assert [r.status_code for r in (forged, unsigned, relabeled)] == [401, 401, 401]
     assert forged.json() == {"message": "refused: X-Hub-Signature-256 is missing or wrong"}
     assert not hub.seen, "nothing asked of GitHub either"
@@ -179,7 +181,7 @@ async def test_a_labeled_issue_starts_its_task_once_and_closing_it_cancels_it(
     hub: GitHubStandIn,
 ):
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     labeled = issue_event("labeled", REPO, 1, ["loop", "bug"], sender="ann")
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
@@ -215,7 +217,7 @@ async def test_a_labeled_issue_starts_its_task_once_and_closing_it_cancels_it(
     assert opened.status_code == 202 and other_did.did[0].startswith(f"not started {task_id}: ")
     assert "task open" in other_did.did[0]
     assert unlabeled.status_code == 202
-    assert skipped_did.did == [f"not started {name}-2: needs a label of: loop"]
+    assert skipped_did.did == [f"not started {name}-acme-app-2: needs a label of: loop"]
     assert runs == 1, "one task for two deliveries of the issue and a redelivery"
 
     assert closed.status_code == 202
@@ -239,7 +241,7 @@ async def test_loop_approve_is_taken_from_a_writer_and_refused_to_anyone_else(
 ):
     answers.create_key(settings.home / answers.KEY_NAME)  # the worker signs what it sends
     name, file, secret = hooked(tmp_path, demo_repo, FIX_AT_ONCE, autonomy="assisted")
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
         handle, _ = await labeled(client, url, task_id, TaskState.AWAITING_APPROVAL)
@@ -291,7 +293,7 @@ async def test_a_replayed_signed_comment_changes_nothing_after_the_first(
     by the server (``already received``), and the task is extended once."""
     answers.create_key(settings.home / answers.KEY_NAME)
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
         handle, _ = await labeled(client, url, task_id, TaskState.NEEDS_HUMAN)
@@ -336,7 +338,7 @@ async def test_an_approval_said_before_the_commit_waited_approves_nothing(
     however often it is sent again."""
     answers.create_key(settings.home / answers.KEY_NAME)
     name, file, secret = hooked(tmp_path, demo_repo, FIX_AT_ONCE, autonomy="assisted")
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     old = comment_event(REPO, 1, "/loop approve looked fine last week", "ann")
     old["comment"]["created_at"] = "2020-01-01T00:00:00Z"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
@@ -380,7 +382,7 @@ async def test_an_approving_review_approves_where_the_source_says_so(
     name, file, secret = hooked(
         tmp_path, demo_repo, FIX_AT_ONCE, {"approve_on_review": True}, autonomy="assisted"
     )
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
@@ -428,7 +430,7 @@ async def test_a_review_requesting_changes_is_one_feedback_for_the_next_attempt(
     hub: GitHubStandIn,
 ):
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     hub.reviews[90] = [
         review_comment(REPO, 7, 90, "slugify.py", 4, "@@ -1,4 +1,4 @@\n-a\n+b", "Keep hyphens."),
         review_comment(REPO, 7, 90, "tests/test_slugify.py", 9, "@@ -8,2 +8,2 @@", "And a test."),
@@ -488,8 +490,9 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
     tmp_path: Path,
     hub: GitHubStandIn,
 ):
+    answers.create_key(settings.home / answers.KEY_NAME)  # signs the status marker
     name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
-    task_id = f"{name}-3"
+    task_id = f"{name}-acme-app-3"
 
     async def said(url: str, body: str) -> GitHubDeliveryResult:
         payload = comment_event(REPO, 3, body, "ann")
@@ -515,7 +518,22 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
         no_reason = await said(url, "/loop reject")
         rejected = await said(url, "/loop reject not needed after all")
         result = await result_of(handle)
+        before = status_comment(hub, 3)
+        # A retry runs the task again: the issue's one status comment follows the new run
+        # (found by its signed marker), rather than a second one beside a stale REJECTED.
+        retried = await said(url, "/loop retry")
+        rerun = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
+        await wait_for(rerun, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        for _ in range(100):
+            if "**NEEDS_HUMAN**" in status_comment(hub, 3):
+                break
+            await asyncio.sleep(0.1)
+        after = status_comment(hub, 3)
+        await said(url, "/loop reject still not needed")
+        await result_of(rerun)
 
+    assert "**REJECTED**" in before and "**NEEDS_HUMAN**" in after, after
+    assert f": started {task_id}: task ended REJECTED" in retried.did[0], retried.did
     assert not_started.did == [f"not started {task_id}: needs a label of: loop"]
     assert run.did[0].endswith(f": started {task_id}: new item")
     assert feedback.did[0].endswith(f": {task_id}: one more attempt with your feedback"), feedback
@@ -525,6 +543,41 @@ async def test_a_writer_runs_an_unlabeled_issue_gives_feedback_and_rejects_it(
     )
     assert result.state == TaskState.REJECTED and result.reason == "not needed after all"
     assert rejected.did[0].endswith(f": {task_id}: rejected; the task ends REJECTED")
-    assert len(replies(hub)) == 4, "one reply per command"
+    assert len(replies(hub)) == 6, "one reply per command"
     assert all(c["number"] == 3 for c in hub.comments)
-    assert "**REJECTED**" in status_comment(hub, 3)
+    assert "**REJECTED**" in status_comment(hub, 3)  # one status comment, the rerun's end
+
+
+async def test_a_task_started_under_the_id_from_before_is_still_the_issues(
+    client: Client,
+    env: WorkflowEnvironment,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    hub: GitHubStandIn,
+):
+    """Ids name the repository now (``gh-acme-app-1``); a task that runs under the id it
+    got before (``gh-1``) is still issue 1's: the issue's events do not start a second
+    one, and its ``/loop`` answers and its close reach it."""
+    name, file, secret = hooked(tmp_path, demo_repo, NOTHING)
+    former = task(demo_repo, write_agent(tmp_path, NOTHING), id=f"{name}-1", approval_timeout=600)
+    ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
+    async with build_worker(client, settings), ui as url:
+        handle, _ = await start_task(client, TaskSpec.model_validate(former), settings.task_queue)
+        st = await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        _, labeled = await deliver(url, "issues", issue_event("labeled", REPO, 1, ["loop"]), SECRET)
+        not_again = await delivered(client, labeled)
+        payload = comment_event(REPO, 1, "/loop feedback keep the hyphens", "ann")
+        _, commented = await deliver(url, "issue_comment", payload, SECRET)
+        fed = await delivered(client, commented)
+        more = st.attempt + 1
+        await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN and st.attempt == more)
+        closing = issue_event("closed", REPO, 1, ["loop"], sender="ann")
+        _, closed = await deliver(url, "issues", closing, SECRET)
+        closed_did = await delivered(client, closed)
+        result = await result_of(handle)
+        new_one = await exists(client, workflow_id_for(f"{name}-acme-app-1"))
+    assert not_again.did[0].startswith(f"not started {name}-acme-app-1: task open"), not_again
+    assert fed.did[0].endswith("one more attempt with your feedback"), fed.did
+    assert closed_did.did == [f"cancelled {name}-1: issue closed on GitHub by ann"]
+    assert result.state == TaskState.CANCELLED and not new_one

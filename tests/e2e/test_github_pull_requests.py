@@ -108,7 +108,7 @@ async def test_a_review_updates_the_pull_request_and_a_merge_on_github_ends_the_
     verify = [*template(demo_repo, [])["verify"], ci]
     name, file, secret = sources(tmp_path, demo_repo, bare, verify=verify)
     hub.check_plan = [[check_run(REPO, 50, "build", "success", "All good")]]  # CI green
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
@@ -206,7 +206,7 @@ async def test_a_pull_request_closed_unmerged_by_a_writer_rejects_the_task(
 ):
     answers.create_key(settings.home / answers.KEY_NAME)
     name, file, secret = sources(tmp_path, demo_repo, remote_of(demo_repo, tmp_path))
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     branch = f"loop/{task_id}"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:
@@ -256,7 +256,7 @@ async def test_loop_commands_on_a_tasks_pull_request_answer_its_task(
     reply on the pull request each."""
     answers.create_key(settings.home / answers.KEY_NAME)
     name, file, secret = sources(tmp_path, demo_repo, remote_of(demo_repo, tmp_path))
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
 
     async def said(url: str, number: int, body: str, sender: str) -> list[str]:
@@ -325,7 +325,7 @@ async def test_a_failed_required_check_is_fed_back_with_its_annotations(
         verify=[*tmpl["verify"], ci],
         budget={"max_attempts": 2, "max_stalled_attempts": 2},
     )
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     hub.check_plan = [
         [check_run(REPO, 41, "build", "failure", "1 error", "ruff found a problem.")],
         [check_run(REPO, 42, "build", "success", "All good")],

@@ -63,7 +63,7 @@ async def test_labeled_issues_become_tasks_and_an_unchanged_repo_costs_nothing(
     file = sources_file(tmp_path, demo_repo, name)
     async with build_worker(client, settings):
         first = await run_triage(client, settings, file)
-        spec, _ = await started_spec(client, f"{name}-1")
+        spec, _ = await started_spec(client, f"{name}-acme-app-1")
         # The listing (the tasks started also keep a status comment on their issues).
         listings = [s for s in hub.seen if s.path == f"/repos/{REPO}/issues"]
         listed = [(s.query["page"], s.status, s.if_none_match) for s in listings]
@@ -75,10 +75,11 @@ async def test_labeled_issues_become_tasks_and_an_unchanged_repo_costs_nothing(
         second = await run_triage(client, settings, file)
 
     d = by_task(first)
-    assert d[f"{name}-1"].action == "started" and d[f"{name}-5"].action == "started"
-    assert d[f"{name}-2"].reason == "pull request"
-    assert d[f"{name}-3"].reason == "needs a label of: loop"
-    assert f"{name}-4" not in d, "closed issues are not listed"
+    assert d[f"{name}-acme-app-1"].action == "started"
+    assert d[f"{name}-acme-app-5"].action == "started"
+    assert d[f"{name}-acme-app-2"].reason == "pull request"
+    assert d[f"{name}-acme-app-3"].reason == "needs a label of: loop"
+    assert f"{name}-acme-app-4" not in d, "closed issues are not listed"
     assert spec.goal.startswith("Punctuation in slugs\n\nKeep hyphens.")
     assert f"(GitHub issue https://github.com/{REPO}/issues/1)" in spec.goal
     assert spec.repo == str(demo_repo)
@@ -92,7 +93,7 @@ async def test_labeled_issues_become_tasks_and_an_unchanged_repo_costs_nothing(
     assert "(2 requests, 2 not modified)" in second.notes[0]
     d2 = by_task(second)
     assert sorted(d2) == sorted(d), "a 304 changes nothing of what triage sees"
-    assert d2[f"{name}-1"].reason.startswith("task open")
+    assert d2[f"{name}-acme-app-1"].reason.startswith("task open")
 
 
 async def test_a_spent_rate_limit_is_waited_out_by_temporal(
@@ -105,7 +106,7 @@ async def test_a_spent_rate_limit_is_waited_out_by_temporal(
         result = await run_triage(
             client, settings, sources_file(tmp_path, demo_repo, name), dry_run=True
         )
-    assert not result.errors and by_task(result)[f"{name}-1"].action == "start"
+    assert not result.errors and by_task(result)[f"{name}-acme-app-1"].action == "start"
     assert hub.responses() == [403, 200, 200], "one request while limited, none hammering"
     assert hub.seen[1].at >= until, "the retry came after the reset"
 

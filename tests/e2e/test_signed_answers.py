@@ -190,8 +190,9 @@ async def test_a_forged_update_is_refused_in_its_validator(
     assert approved.code == 0, approved.err
     # The CLI names the commit the task waited with, and says which.
     assert re.fullmatch(
-        rf"{task_id}: approved; merging loop/{task_id} into main \(commit [0-9a-f]{{40}}\)",
-        approved.out.strip(),
+        rf"{task_id}: approved; merge of loop/{task_id} into main requested "
+        rf"\(commit [0-9a-f]{{40}}\)",
+        approved.out.strip().splitlines()[0],
     ), approved.out
     assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
     taken = [e.detail for e in result.events if e.kind == "signal"]

@@ -212,7 +212,7 @@ async def test_forged_or_old_requests_are_refused_and_a_cli_answer_closes_the_me
     async with loop_ui(env, slacked) as plain:  # no signing secret: no such path
         off = await interact(plain, press)
 
-    assert st.reason == "attempts exhausted", "the task waited while Slack was down"
+    assert st.reason.endswith("attempts exhausted"), "the task waited while Slack was down"
     assert [forged.status_code, old.status_code] == [401, 401]
     assert forged.json() == {
         "message": "refused: X-Slack-Signature is wrong or the request is older than 5 minutes"

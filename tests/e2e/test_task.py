@@ -83,7 +83,9 @@ async def test_attempts_exhausted_then_extend(
     async with build_worker(client, settings):
         handle = await start(client, settings, spec)
         st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
-        assert st.reason == "attempts exhausted" and st.attempt == 2
+        # The cause first (the gate that failed, how often), then why the loop stopped.
+        assert st.reason.startswith("tests failed 2 times: ") and st.attempt == 2
+        assert st.reason.endswith("; attempts exhausted")
         assert st.waiting_for == "feedback/extend_budget/reject"
         assert st.budget.left.attempts == 0
         await handle.signal(SIGNAL_EXTEND_BUDGET, ExtendBudgetSignal(attempts=1))

@@ -153,7 +153,7 @@ async def test_an_answer_as_an_update_is_refused_with_the_reason_or_taken(
     assert code != 0
     assert f"task {running['id']} is RUNNING; approve does not apply now" in err, err
     reply = json.loads(taken)["result"]
-    assert reply["did"] == f"approved; merging loop/{waiting['id']} into main", reply
+    assert reply["did"] == f"approved; merge of loop/{waiting['id']} into main requested", reply
     assert result.state == TaskState.DONE_WITH_EVIDENCE
     assert result.final_action == "merged"
     assert any(e.detail == "approve: ok (unsigned)" for e in result.events if e.kind == "signal")

@@ -31,6 +31,14 @@ from loop.contracts import QUERY_STATUS, TaskSpec, TaskState, TaskStatus
 from loop.hardened import answers
 from loop.settings import Settings
 from loop.tasks import local_user, start_task
+from tests.e2e.test_progress import (
+    SLOW_AGENT,
+    SLOW_MODEL_AGENT,
+    WATCH_S,
+    Seen,
+    assert_moving,
+    slow_model,
+)
 from tests.support.agents import write_agent
 from tests.support.tasks import answers_in_history, result_of, task
 from tests.support.ui import LOOP, loop_ui, ui_env
@@ -217,7 +225,7 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         await page.click("form.approve button[type=submit]")
         flash = await page.wait_for_selector("[data-flash=ok]")
         assert flash is not None
-        said = f"{waiting['id']}: approved; merging loop/{waiting['id']} into main"
+        said = f"{waiting['id']}: approved; merge of loop/{waiting['id']} into main requested"
         assert said in await flash.inner_text()  # what the task said it did
         await page.evaluate("window.__notReloaded = true")
         await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]", timeout=60_000)
@@ -226,10 +234,43 @@ async def test_approve_from_the_page_merges_and_the_page_follows(
         await page.screenshot(path=str(tmp_path / "task-done.png"), full_page=True)
 
         result = await result_of(handle)
+        # Merged: its clone and branch are gone, its diff is not (refs/loopwork/<id>).
+        assert not Path(result.worktree).exists()
+        await page.reload()
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]")
+        assert "findall" in await page.locator(".diff-file[data-file='slugify.py']").inner_text()
+        assert "bad object" not in await page.locator("#diff").inner_text()
     assert result.state == TaskState.DONE_WITH_EVIDENCE and result.final_action == "merged"
     assert "findall" in git_show(demo_repo, "main:slugify.py")  # merged into the repository
     decided = [e.detail for e in result.events if e.kind == "signal"]
     assert decided == [f"approve: reviewed on the page (by {local_user()})"]
+
+
+async def test_a_task_approved_with_loop_approve_keeps_its_diff_on_the_page(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+) -> None:
+    spec = task(demo_repo, write_agent(tmp_path, FIX_AT_ONCE), autonomy="assisted")
+    async with build_worker(client, settings), loop_ui(env, settings) as url:
+        handle = await start(client, settings, spec)
+        await wait_for(handle, lambda s: s.state == TaskState.AWAITING_APPROVAL)
+        approving = await asyncio.create_subprocess_exec(
+            LOOP, "approve", spec["id"], env=ui_env(env, settings),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(approving.communicate(), 60)
+        assert approving.returncode == 0, (out, err)
+        result = await result_of(handle)
+        assert result.final_action == "merged" and not Path(result.worktree).exists()
+        await page.goto(f"{url}/tasks/{spec['id']}")
+        await page.wait_for_selector("#state[data-state=DONE_WITH_EVIDENCE]")
+        diff_file = page.locator(".diff-file[data-file='slugify.py']")
+        assert "findall" in await diff_file.inner_text()
+        assert await diff_file.locator("tr.add").count() > 0
 
 
 async def test_reject_from_the_page_signed_in_with_a_token(
@@ -331,6 +372,57 @@ async def test_a_task_not_waiting_has_no_approve_and_forged_posts_are_refused(
             result = await result_of(handle)
     assert result.state == TaskState.CANCELLED
     assert not [e for e in result.events if e.kind in ("signal-ignored", "answer-refused")]
+
+
+@pytest.mark.parametrize("agent", ["scripted", "model"])
+async def test_a_running_attempt_moves_on_the_page_without_a_reload(
+    env: WorkflowEnvironment,
+    client: Client,
+    settings: Settings,
+    demo_repo: Path,
+    tmp_path: Path,
+    page: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    agent: str,
+) -> None:
+    """A 50 s attempt of a slow scripted agent (its usage in LOOP_USAGE_FILE) and of an
+    agent calling a slow model through the gateway: the page's progress line shows its
+    time, tokens and cost moving at least every 5 s, refreshed in place."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-progress-0000")
+    with slow_model() as model:
+        if agent == "scripted":
+            spec = task(demo_repo, write_agent(tmp_path, SLOW_AGENT))
+            spec["agent"] |= {"timeout": 120, "usage": "file"}
+        else:
+            spec = task(demo_repo, write_agent(tmp_path, SLOW_MODEL_AGENT))
+            spec["agent"] |= {"timeout": 120, "provider": {"api": "openai", "base_url": model.url}}
+        async with build_worker(client, settings), loop_ui(env, settings) as url:
+            handle = await start(client, settings, spec)
+            try:
+                await wait_for(handle, lambda s: s.phase == "make")
+                await page.goto(f"{url}/tasks/{spec['id']}")
+                await page.wait_for_selector("#progress", timeout=20_000)
+                await page.evaluate("window.__notReloaded = true")
+                seen: list[Seen] = []
+                deadline = time.monotonic() + WATCH_S
+                while time.monotonic() < deadline:
+                    shown = page.locator("#progress")
+                    seen.append(
+                        Seen(
+                            time.monotonic(),
+                            float(await shown.get_attribute("data-seconds") or 0),
+                            int(await shown.get_attribute("data-tokens") or 0),
+                            float(await shown.get_attribute("data-cost") or 0),
+                            await page.locator("#progress .last-line").inner_text(),
+                        )
+                    )
+                    await asyncio.sleep(1)
+                assert await page.evaluate("window.__notReloaded === true")
+            finally:
+                await handle.cancel()
+                await result_of(handle)
+    assert_moving(seen)
+    assert seen[-1].line.startswith("step " if agent == "scripted" else "call ")
 
 
 async def test_beyond_loopback_without_a_token_exits_2(

@@ -57,8 +57,12 @@ def _fill(value: Any, cwd: str) -> Any:
 class _Scripted:
     """Lifecycle, the script and the record, shared by the protocols."""
 
-    def __init__(self, *turns: Turn) -> None:
+    def __init__(self, *turns: Turn, key: str = "", models: tuple[str, ...] = ()) -> None:
         self.turns: deque[Turn] = deque(turns)
+        self.key = key
+        """When set, the only key it takes: any other gets 401, as a provider answers."""
+        self.models = models
+        """When set, the only models it serves (listed, and found by name); others: 404."""
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -130,7 +134,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self) -> None:
-        self.json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        """The model list, and one model by name (``/v1/models/<id>``): what a provider
+        answers with the key it takes; 401 with another, 404 for a model it lacks."""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        if self.scripted.key and given != self.scripted.key:
+            self.json(401, self.scripted.error(401))
+            return
+        served = self.scripted.models or ("scripted",)
+        named = self.path.split("?")[0].rstrip("/").removeprefix("/v1/models")
+        if not named:
+            self.json(
+                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in served]}
+            )
+        elif self.scripted.models and named.strip("/") not in served:
+            self.json(404, self.scripted.error(404))
+        else:
+            self.json(200, {"id": named.strip("/"), "object": "model"})
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -171,8 +191,11 @@ class ScriptedClaude(_Scripted):
     """Anthropic Messages, streamed: what Claude Code speaks (``ANTHROPIC_BASE_URL``)."""
 
     def error(self, status: int) -> dict[str, Any]:
-        kind = {401: "authentication_error", 403: "permission_error"}.get(status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": f"scripted {status}"}}
+        kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
+        return {
+            "type": "error",
+            "error": {"type": kind.get(status, "api_error"), "message": f"scripted {status}"},
+        }
 
     def answer(self, h: _Handler, body: dict[str, Any], t: Turn) -> None:
         system = body.get("system", "")

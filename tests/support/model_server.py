@@ -140,7 +140,11 @@ def drop(delay: float = 0.0) -> Entry:
 class ScriptedModel:
     """The server; a context manager. ``url`` is the base_url (ending in ``/v1``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, key: str = "", models: tuple[str, ...] = ()) -> None:
+        self.key = key
+        """When set, the only key it takes: any other gets 401 (the list, every call)."""
+        self.models = models
+        """When set, the only models it serves (listed, and found by name); others: 404."""
         self._entries: deque[Entry] = deque()
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -212,10 +216,23 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
-        else:
+        """The model list, and one model by name, as a provider answers them: 401 for a
+        key it does not take, 404 for a model it does not serve."""
+        given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        path = self.path.split("?")[0].rstrip("/")
+        served = self.model.models or ("scripted",)
+        if not path.startswith("/v1/models"):
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        elif self.model.key and given != self.model.key:
+            self._send(401, status(401).body)
+        elif path == "/v1/models":
+            self._send(
+                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in served]}
+            )
+        elif self.model.models and path.removeprefix("/v1/models/") not in served:
+            self._send(404, status(404).body)
+        else:
+            self._send(200, {"id": path.removeprefix("/v1/models/"), "object": "model"})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

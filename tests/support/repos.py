@@ -47,3 +47,58 @@ def task_clones(home: Path, repo: Path) -> list[str]:
         for p in (found.iterdir() if found.is_dir() else [])
         if str(store.resolve()) in clone.alternates(str(p / ".git"))
     )
+
+
+SRC_SLUGIFY = '''"""Turn titles into URL slugs."""
+
+
+def slugify(text: str) -> str:
+    return text.lower().replace(" ", "-")
+'''
+SRC_TESTS = """from slugify import slugify
+
+
+def test_plain_words():
+    assert slugify("Hello World") == "hello-world"
+
+
+def test_punctuation():
+    assert slugify("Hello, World!") == "hello-world"
+"""
+
+
+SRC_PROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "slugs"
+version = "0.1"
+
+[project.optional-dependencies]
+test = ["pytest"]
+
+[tool.setuptools]
+py-modules = ["slugify"]
+package-dir = {"" = "src"}
+
+[tool.pytest.ini_options]
+pythonpath = ["src"]
+"""
+
+
+def make_src_repo(repo: Path) -> Path:
+    """A second repository, laid out as the guides' task files expect: the code under
+    ``src/``, pytest tests under ``tests/`` (``tests/test_slugify.py`` and
+    ``tests/test_slugify_existing.py``, the same), a project pip installs with its
+    ``test`` extra (pytest); the bug of the demo's, committed on main."""
+    (repo / "src").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "src" / "slugify.py").write_text(SRC_SLUGIFY)
+    (repo / "tests" / "test_slugify.py").write_text(SRC_TESTS)
+    (repo / "tests" / "test_slugify_existing.py").write_text(SRC_TESTS)
+    (repo / "pyproject.toml").write_text(SRC_PROJECT)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo

@@ -50,11 +50,14 @@ class Posted:
 
     def shown(self) -> str:
         """Every text a person reads in it."""
-        return (
-            "\n".join(str((b.get("text") or {}).get("text") or "") for b in self.blocks)
-            + "\n"
-            + self.text
-        )
+        texts = [str((b.get("text") or {}).get("text") or "") for b in self.blocks]
+        texts += [
+            str(e.get("text") or "")
+            for b in self.blocks
+            if b["type"] == "context"
+            for e in b["elements"]
+        ]
+        return "\n".join(texts) + "\n" + self.text
 
 
 @dataclass

@@ -69,3 +69,22 @@ async def loop_ui(
                 await proc.wait()
                 pytest.fail("loop ui did not stop within 10 s of SIGTERM")
     assert proc.returncode == 0, "SIGTERM stops loop ui gracefully (exit 0)"
+
+
+async def run_loop(
+    env: WorkflowEnvironment,
+    settings: Settings,
+    *args: str,
+    cwd: Path | None = None,
+    within: float = 90,
+    **extra: str,
+) -> tuple[int, str]:
+    """``loop ARGS`` as a person runs it, against the test's server, LOOP_HOME and queue:
+    (exit code, stdout and stderr); never a traceback."""
+    proc = await asyncio.create_subprocess_exec(
+        LOOP, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=ui_env(env, settings, COLUMNS="300", **extra), cwd=cwd,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), within)
+    assert proc.returncode is not None and b"Traceback" not in err, err.decode()
+    return proc.returncode, out.decode() + err.decode()

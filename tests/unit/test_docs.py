@@ -183,6 +183,33 @@ MINIMAL_TASK = {
 }
 
 
+def agents_shown() -> list[tuple[str, dict[str, Any]]]:
+    """Every task file and sources template on the pages whose agent is a known CLI."""
+    from loop.rules.clis import BY_NAME, usage_source
+
+    found = []
+    for where, data in yaml_blocks():
+        if not isinstance(data, dict):
+            continue
+        for spec in (data, data.get("template")):
+            agent = spec.get("agent") if isinstance(spec, dict) else None
+            command = agent.get("command") if isinstance(agent, dict) else None
+            if command and usage_source(command, agent.get("usage", "auto")) in BY_NAME:
+                found.append((where, agent))
+    return found
+
+
+@pytest.mark.parametrize(("where", "agent"), agents_shown(), ids=[w for w, _ in agents_shown()])
+def test_every_agent_cli_shown_calls_its_model_through_the_gateway(
+    where: str, agent: dict[str, Any]
+) -> None:
+    """A known CLI without ``agent.provider`` ends BLOCKED for want of a key in the
+    sandbox: no page shows one so (the GitHub, Slack and triage guides' templates did),
+    and each one gets its prompt (a bare ``claude -p`` waits on a stdin it never has)."""
+    assert agent.get("provider"), where
+    assert "LOOP_PROMPT_FILE" in " ".join(agent["command"]), where
+
+
 @pytest.mark.parametrize(("where", "data"), yaml_blocks(), ids=[w for w, _ in yaml_blocks()])
 def test_the_yaml_examples_are_valid(where: str, data: Any) -> None:
     """A whole task file, a part of one (``agent:``, ``sandbox:``, ``verify:``…) laid

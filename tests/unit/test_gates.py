@@ -68,7 +68,7 @@ def test_diff_scope_outside_allow_is_recoverable(repo: GateRepo) -> None:
     assert not result.passed
     assert not result.policy_violation
     assert result.evidence.files == ["README.md", "docs/x.md"]
-    assert result.evidence.detail == "changed outside the allowed scope: README.md, docs/x.md"
+    assert result.evidence.detail == "README.md, docs/x.md outside src/** and tests/**"
 
 
 def test_diff_scope_protected_path_is_a_policy_violation(repo: GateRepo) -> None:

@@ -26,7 +26,7 @@ from openapi_schema_validator import OAS30Validator
 from temporalio.testing import ActivityEnvironment
 
 from activities.discover import DiscoverActivities
-from activities.github_hooks import GitHubHookActivities
+from activities.github_hooks import GitHubHookActivities, status_marker
 from loop.contracts import (
     CommentInput,
     CommitStatusInput,
@@ -40,6 +40,7 @@ from loop.contracts import (
     TaskState,
     TaskStatusView,
 )
+from loop.hardened import answers
 from loop.settings import Settings
 from tests.support.github import (
     GitHubStandIn,
@@ -448,3 +449,36 @@ async def test_a_retried_status_comment_create_is_not_posted_twice(
     hub.lose_created, hub.comments[:] = 0, []
     fresh = await env.run(acts.github_status_comment, asked)  # none to find: made anew
     assert [c["id"] for c in hub.comments] == [fresh.comment_id]
+
+
+async def test_a_later_run_finds_its_comment_by_a_signed_marker_no_one_else_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """With the answer key, the marker is signed for the issue and the task: a rerun (a
+    `/loop retry`) edits the comment the earlier run made; a comment someone planted with
+    the plain marker, or with a signed one of another issue, is never taken for it."""
+    with serving(GitHubStandIn(token=TOKEN, repos={REPO: [issue(REPO, 1, "One", [])]})) as hub:
+        await _signed_marker(hub, tmp_path, monkeypatch)
+
+
+async def _signed_marker(hub: GitHubStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", hub.url)
+    answers.create_key(tmp_path / answers.KEY_NAME)
+    acts = GitHubHookActivities(Settings(home=tmp_path))
+    env = ActivityEnvironment()
+    key = answers.read_key(tmp_path / answers.KEY_NAME)
+    elsewhere = status_marker("gh-1", key, REPO, 2)  # the same task id, another issue's
+    for planted in ("<!-- loopwork:gh-1 -->", elsewhere):
+        body = json.dumps({"body": f"ask me: {planted}"}).encode()
+        send(hub, "POST", f"/repos/{REPO}/issues/1/comments", body)
+    shown = TaskStatusView(task_id="gh-1", state=TaskState.RUNNING, attempt=1)
+    first = StatusCommentInput(repo=REPO, token_env="GITHUB_TOKEN", number=1, view=shown)
+    made = await env.run(acts.github_status_comment, first)
+    later = TaskStatusView(task_id="gh-1", state=TaskState.NEEDS_HUMAN, attempt=1)
+    rerun = first.model_copy(update={"view": later})
+    again = await env.run(acts.github_status_comment, rerun)  # a new run: comment_id 0
+    assert again.comment_id == made.comment_id
+    assert hub.edits == [(made.comment_id, hub.comments[-1]["body"])]
+    assert [c["body"].startswith("ask me") for c in hub.comments] == [True, True, False]
+    assert hub.comments[-1]["body"].endswith(status_marker("gh-1", key, REPO, 1))

@@ -172,6 +172,25 @@ def test_a_post_and_its_close_reach_the_same_message(tmp_path: Path):
     assert not m.buttons() and "approved (by ann)" in m.shown()
 
 
+def test_a_waiting_message_carries_the_verdict_and_a_link_to_the_review_page(tmp_path: Path):
+    """What a person needs to decide from Slack: the last verdict and where to look at it
+    whole. The verdict's text is escaped like any other (a gate name is the task file's),
+    and the link button is no answer when pressed."""
+    with serving(SlackStandIn()) as hub:
+        acts = _activities(tmp_path, hub.url)
+        acts.settings = acts.settings.model_copy(update={"review_url": "https://loop.example/"})
+        verdict = "tests pass, <!channel> FAIL"
+        asyncio.run(acts.slack_post(POST.model_copy(update={"verdict": verdict})))
+        plain = _activities(tmp_path, hub.url)  # no LOOP_REVIEW_URL: no link
+        asyncio.run(plain.slack_post(POST))
+    linked, bare = hub.messages
+    assert "Last verdict: tests pass, &lt;!channel&gt; FAIL" in linked.shown()
+    (review,) = [b for b in linked.buttons() if "url" in b]
+    assert review["url"] == "https://loop.example/tasks/fix-1"
+    assert blocks.answer_of(review["action_id"]) == ""
+    assert not [b for b in bare.buttons() if "url" in b] and "Last verdict" not in bare.shown()
+
+
 def test_slack_failures_are_classified_for_temporal(tmp_path: Path):
     with serving(SlackStandIn()) as hub:
         bad = _activities(tmp_path, hub.url, token="xoxb-wrong")

@@ -78,6 +78,38 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo")
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d.update(verfy=d.pop("verify")), "verfy: unknown key; did you mean 'verify'?"),
+        (lambda d: d.update(budget={"max_atempts": 3}),
+         "budget.max_atempts: unknown key; did you mean 'max_attempts'?"),
+        (lambda d: d["verify"][0].update(timout=3),
+         "verify.0.timout: unknown key; did you mean 'timeout'?"),
+        (lambda d: d["verify"].append({"name": "s", "diff_scope": {"alow": ["x"]}}),
+         "verify.1.diff_scope.alow: unknown key; did you mean 'allow'?"),
+        (lambda d: d["agent"].update(provider={"api": "openai", "key_evn": "K"}),
+         "agent.provider.key_evn: unknown key; did you mean 'key_env'?"),
+    ],
+    ids=["top-level-typo", "budget", "run-gate", "scope-gate", "provider"],
+)  # fmt: skip
+def test_an_unknown_key_comes_first_with_the_key_it_is_closest_to(
+    tmp_path: Path, repo: Path, change: Any, said: str
+) -> None:
+    """A top-level typo also makes ``verify`` missing: the typo is what is said, first."""
+    data = spec_dict(repo)
+    change(data)
+    msg = load_error(write(tmp_path, data))
+    assert said in msg.split(": ", 1)[1], msg
+
+
+def test_an_unknown_key_close_to_nothing_names_no_key(tmp_path: Path, repo: Path) -> None:
+    """The cheapest way to mislead: suggesting a key that is not close. None is named."""
+    msg = load_error(write(tmp_path, spec_dict(repo, zzz=1)))
+    assert "zzz: unknown key (check the spelling; see docs/reference/task-file.md)" in msg
+    assert "did you mean" not in msg
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -39,6 +39,28 @@ def test_task_ids_are_valid_stable_and_distinct():
     assert workflow_id_for(policy.task_id_for("issues", "42")) == "task-issues-42"
 
 
+def test_a_github_sources_task_ids_name_its_repository():
+    """Two sources named ``gh`` in two repositories: issue 42 of each is its own task."""
+    app, lib = (
+        policy.task_id_for("gh", "42", "acme/app"),
+        policy.task_id_for("gh", "42", "acme/lib"),
+    )
+    assert (app, lib) == ("gh-acme-app-42", "gh-acme-lib-42")
+    assert policy.task_id_for("gh", "42", "Acme/App") == app  # GitHub's names ignore case
+    long = policy.task_id_for("gh", "42", "an-organisation/" + "r" * 90)
+    assert len(long) <= 63 and is_valid_task_id(long)
+    assert long != policy.task_id_for("gh", "42", "an-organisation/" + "r" * 91)
+
+
+def test_an_items_former_id_is_the_one_before_ids_named_the_repository():
+    from activities.discover import github_item
+    from loop.contracts import GitHubSource
+
+    source = GitHubSource(name="gh", kind="github", repo="acme/app", template={"repo": "/r"})
+    item = github_item(source, {"number": 7, "title": "t", "state": "closed"})
+    assert (item.task_id, item.former_id) == ("gh-acme-app-7", "gh-7")
+
+
 def test_should_attempt_running_cooldown_done():
     now = datetime(2026, 1, 2, tzinfo=UTC)
     spec = TaskSpec.model_validate(

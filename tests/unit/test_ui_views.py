@@ -558,7 +558,7 @@ class FakeSource:
         if self.refuse:
             raise BadInput(self.refuse)
         self.sent.append((task_id, answer, payload))
-        return AnswerReply(did="approved; merging loop/t1 into main")
+        return AnswerReply(did="approved; merge of loop/t1 into main requested")
 
 
 def app_client(tmp_path: Path, source: FakeSource, tokens: dict[str, str] | None = None):
@@ -606,7 +606,7 @@ def test_an_honest_answer_is_sent_with_who_decided(tmp_path: Path) -> None:
     assert sent.status_code == 303 and sent.headers["location"] == "/tasks/t1"
     ((task_id, answer, payload),) = source.sent
     assert (task_id, answer, payload.note, payload.by) == ("t1", "approve", "ok", "me")
-    said = "t1: approved; merging loop/t1 into main"  # what the task said it did
+    said = "t1: approved; merge of loop/t1 into main requested"  # what the task said it did
     assert said in web.get("/tasks/t1").text  # shown once, on the next page
     assert said not in web.get("/tasks/t1").text
 

@@ -22,6 +22,8 @@ the way its name says, then writes each workflow's history
   ``approve`` signal naming another commit (refused, an event), then an ``approve``
   update naming the commit waiting, with an answer id.
 - ``rejection``: ``assisted``; AWAITING_APPROVAL, ``reject``: REJECTED.
+- ``goal_met_at_base``: slugify fixed at base: NEEDS_HUMAN at explore, no attempt;
+  ``feedback``, then one attempt that passes.
 - ``crash_recovery``: a worker subprocess killed -9 during ``make`` of attempt 2;
   a second worker retries it and finishes.
 - ``model_loop``, ``model_loop_agent``: ``openai`` backend against the scripted
@@ -138,7 +140,7 @@ from tests.support.agents import (  # noqa: E402
     write_agent,
 )
 from tests.support.model_server import ScriptedModel, reply  # noqa: E402
-from tests.support.repos import make_demo_repo  # noqa: E402
+from tests.support.repos import git, make_demo_repo  # noqa: E402
 from tests.support.tasks import UNITTEST, model_task, result_of, task, wait_for  # noqa: E402
 from worker import build_worker  # noqa: E402
 
@@ -263,7 +265,7 @@ async def budget_exhausted(s: Scenario) -> Histories:
     )
     handle, result = await s.run(spec)
     expect(result, TaskState.BUDGET_EXCEEDED, 1)
-    assert result.human_escalation[0].reason == "attempts exhausted"
+    assert result.human_escalation[0].reason.endswith("; attempts exhausted")
     assert result.human_escalation[0].resolved_by == "timeout"
     return {s.name: await handle.fetch_history()}
 
@@ -321,6 +323,21 @@ async def rejection(s: Scenario) -> Histories:
         await handle.signal(SIGNAL_REJECT, RejectSignal(reason="not this way"))
         result = await result_of(handle)
     expect(result, TaskState.REJECTED, 1)
+    return {s.name: await handle.fetch_history()}
+
+
+async def goal_met_at_base(s: Scenario) -> Histories:
+    (s.repo / "slugify.py").write_text(COMPLETE_FIX)
+    git(s.repo, "commit", "-qam", "fixed by hand")
+    spec = s.spec(s.agent(FIX_AT_ONCE))
+    async with build_worker(s.client, s.settings):
+        handle = await s.start(spec)
+        st = await wait_for(handle, lambda st: st.state == TaskState.NEEDS_HUMAN)
+        assert st.reason.startswith("goal already met at base"), st.reason
+        assert st.attempt == 0
+        await handle.signal(SIGNAL_FEEDBACK, FeedbackSignal(text="check it anyway"))
+        result = await result_of(handle)
+    expect(result, TaskState.DONE_WITH_EVIDENCE, 1)
     return {s.name: await handle.fetch_history()}
 
 
@@ -456,6 +473,7 @@ PLAIN: dict[str, Maker] = {
     "approval_by_update": approval_by_update,
     "bound_approval": bound_approval,
     "rejection": rejection,
+    "goal_met_at_base": goal_met_at_base,
     "crash_recovery": crash_recovery,
     "model_loop": model_loop,
 }

@@ -280,7 +280,9 @@ async def test_needs_human_times_out_as_budget_exceeded(
     assert result.state == TaskState.BUDGET_EXCEEDED
     assert published[0] == "RUNNING" and "NEEDS_HUMAN" in published
     assert published[-1] == "BUDGET_EXCEEDED"
-    assert result.reason.startswith("attempts exhausted")
+    # The reason names the gate that kept failing before the budget that ran out.
+    assert result.reason.startswith("tests failed 2 times: ")
+    assert "; attempts exhausted; no answer within approval_timeout" in result.reason
     assert len(result.attempts) == 2
     assert result.human_escalation[0].resolved_by == "timeout"
     assert fakes.escalations[0].waiting_for == "feedback/extend_budget/reject"
@@ -309,7 +311,8 @@ async def test_stall_stops_early_with_no_new_evidence(skipping: WorkflowEnvironm
     s = spec(budget={"max_attempts": 5, "max_stalled_attempts": 2}, approval_timeout=60)
     _, result = await run(skipping.client, fakes, s)
     assert len(result.attempts) == 2  # stopped at the second identical failure, not the fifth
-    assert result.human_escalation[0].reason == "no new evidence"
+    said = result.human_escalation[0].reason
+    assert said == "tests failed 2 times: FAILED test_x; no new evidence"
     assert result.state == TaskState.BUDGET_EXCEEDED
 
 

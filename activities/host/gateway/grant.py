@@ -27,6 +27,8 @@ from loop.rules import budget
 KEY_FILE_BYTES = 16 * 1024
 MAX_RECORDED = 500
 """Calls and refusals kept per run; the counters go on past it."""
+FINAL_REFUSALS = (401, 403, 404)
+"""A provider's answers no retry changes: the key refused, the model not there."""
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Call:
     ms: float
     metered: bool
     """The provider's answer said its usage (else the call counts no tokens)."""
+    said: str = ""
+    """An error answer's message, in the provider's words (redacted, one line)."""
 
 
 @dataclass
@@ -143,6 +147,20 @@ class Grant:
                 self.add(Call(**json.loads(line)))
             except (ValueError, TypeError):
                 continue  # a line cut by the crash that ended its try
+
+    def provider_refused(self) -> str:
+        """Why no call of the run could succeed, in the provider's words: every answer it
+        gave was a refusal no retry changes (401 or 403: the key; 404: the model), "" when
+        any call was answered otherwise (or none was made)."""
+        answered = [c for c in self.calls if c.status]
+        if not answered or any(c.status not in FINAL_REFUSALS for c in answered):
+            return ""
+        last = answered[-1]
+        said = f": {last.said}" if last.said else ""
+        return (
+            f"agent.provider: {self.upstream} answered {last.status} to every model call "
+            f"of the attempt ({len(answered)}){said}"
+        )
 
     def refuse(self, why: str) -> None:
         if len(self.refused) < MAX_RECORDED and why not in self.refused:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import h11
 
 from activities.host.gateway.grant import Call, Grant
+from activities.host.gateway.preflight import provider_message
 from activities.host.gateway.spans import record_call
 from activities.host.gateway.transcript import Transcript
 from loop.hardened import json_in
@@ -80,6 +81,8 @@ DRAIN_S = 120.0
 """How long the agent may stop reading an answer before it counts as gone."""
 AFTER_GONE = 64 * 1024 * 1024
 """Read of an answer after its agent has gone, for the usage at its end."""
+REFUSAL_BYTES = 4096
+"""Of an error answer, what is kept for its message (the provider's words in the trace)."""
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
 CONNECT_S = 10.0
@@ -405,6 +408,7 @@ class Gateway:
         encoding = answer.headers.get("content-encoding", "")
         meter = Meter(grant.api, path, streamed=streamed(sent), model=requested, encoding=encoding)
         gone = counted = False
+        refusal = bytearray()  # an error answer's first bytes: its message, for the trace
 
         async def keep_transcript() -> None:
             """The call's transcript, once (``agent.transcript``)."""
@@ -422,6 +426,8 @@ class Gateway:
             relayed = 0
             async for chunk in answer.aiter_raw():
                 meter.feed(chunk)
+                if status >= 400 and len(refusal) < REFUSAL_BYTES:
+                    refusal.extend(chunk[: REFUSAL_BYTES - len(refusal)])
                 if transcript is not None:
                     transcript.feed(chunk)
                 relayed += len(chunk)
@@ -432,7 +438,7 @@ class Gateway:
             # Counted (and journaled), and its transcript written, before the answer's end
             # reaches the agent: no agent holds a whole answer whose cost a crash of this
             # worker could forget, or that a person cannot read yet.
-            self._count(grant, meter, path, status, started, requested)
+            self._count(grant, meter, path, status, started, requested, bytes(refusal))
             counted = True
             await keep_transcript()
             if not gone:
@@ -440,7 +446,8 @@ class Gateway:
                 await asyncio.wait_for(writer.drain(), DRAIN_S)
         finally:
             if not counted:
-                self._count(grant, meter, path, status, started, requested)  # before any await
+                # Before any await, as above.
+                self._count(grant, meter, path, status, started, requested, bytes(refusal))
             await answer.aclose()
             await keep_transcript()
         if gone:
@@ -460,15 +467,18 @@ class Gateway:
         return True
 
     def _count(
-        self, grant: Grant, meter: Meter, path: str, status: int, started: float, requested: str
-    ) -> None:
+        self, grant: Grant, meter: Meter, path: str, status: int, started: float, requested: str,
+        refusal: bytes = b"",
+    ) -> None:  # fmt: skip
+        """Count the call (before any await: no agent holds an answer a crash could forget)."""
         used = meter.result()
         model = used.model or grant.model
         price = call_cost(used.model, grant.model, used.tokens_in, used.tokens_out, grant.prices)
         took = time.monotonic() - started
         call = Call(path=path, model=model, status=status, tokens_in=used.tokens_in,
                     tokens_out=used.tokens_out, cost_usd=price, ms=round(took * 1000, 1),
-                    metered=used.found)  # fmt: skip
+                    metered=used.found,
+                    said=provider_message(refusal, grant.key) if refusal else "")  # fmt: skip
         grant.note(call)
         if meter.metering and not used.found and status < 400:
             grant.unmetered += 1
