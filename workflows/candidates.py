@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from loop.contracts.step_context import sent_once
-    from loop.rules import answers
+    from loop.rules import answers, reasons
     from loop.rules import candidates as rules
     from loop.rules.candidates import Outcome
     from loop.rules.record import commit_message
@@ -200,11 +200,9 @@ async def _explore(task: Task, choice: Choice) -> Outcome | None:
     task._explored(explored)
     choice.host, choice.explored = ws, explored
     choice.records[first].workspace = ws
-    unsure = [g for g in explored.reproducer.gates if g.uncertain]
-    if unsure:
-        asks = "; ".join(f"{g.name}: {g.evidence.detail}" for g in unsure)
-        return Outcome(TaskState.NEEDS_HUMAN, f"at base, {asks}", False)
-    return None
+    # As a single task's explore: a person answers before any candidate spends an attempt.
+    why, _ = reasons.at_base(spec, explored.reproducer)
+    return Outcome(TaskState.NEEDS_HUMAN, why, False) if why else None
 
 
 async def _round(task: Task, choice: Choice, names: list[str]) -> None:

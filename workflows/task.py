@@ -217,15 +217,10 @@ class TaskWorkflow(Answering):
                     ws=self.ws,
                 )
             self._explored(explored)
-            unsure = [g for g in explored.reproducer.gates if g.uncertain]
-            if unsure:
-                # Nothing an attempt did could be judged: a person answers before any is spent.
-                asks = "; ".join(f"{g.name}: {g.evidence.detail}" for g in unsure)
-                return _Stop(TaskState.NEEDS_HUMAN, f"at base, {asks}")
-            met = reasons.met_at_base(self.spec, explored.reproducer)
-            if met and patches.patched(GOAL_MET_AT_BASE):
-                # No attempt could show a fix: a person says what is still wrong, or rejects.
-                return _Stop(TaskState.NEEDS_HUMAN, met)
+            # Nothing an attempt did could be judged, or shown a fix: a person answers first.
+            why, met = reasons.at_base(self.spec, explored.reproducer)
+            if why and (not met or patches.patched(GOAL_MET_AT_BASE)):
+                return _Stop(TaskState.NEEDS_HUMAN, why)
 
         while True:
             if self.last_verdict is not None and self.last_verdict.passed:

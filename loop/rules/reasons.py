@@ -52,6 +52,17 @@ def repeated(attempts: list[AttemptRecord]) -> str:
     return said
 
 
+def at_base(spec: TaskSpec, reproducer: Verdict) -> tuple[str, bool]:
+    """Why a person must answer before any attempt is spent, from explore's run at base:
+    (why, whether it is because the goal is met already); ("", False) to go on. A gate
+    unsure at base comes first: nothing an attempt did could be judged."""
+    unsure = [g for g in reproducer.gates if g.uncertain]
+    if unsure:
+        return "at base, " + "; ".join(f"{g.name}: {g.evidence.detail}" for g in unsure), False
+    met = met_at_base(spec, reproducer)
+    return met, bool(met)
+
+
 def met_at_base(spec: TaskSpec, reproducer: Verdict) -> str:
     """Why no attempt is needed, or can be judged: every gate would pass without a change
     (each ``run`` gate passes at base, with nothing required to go from failing to

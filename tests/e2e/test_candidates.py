@@ -22,6 +22,7 @@ from loop.contracts import (
     ApproveSignal,
     FeedbackSignal,
     FinalAction,
+    RejectSignal,
     SharedBudget,
     TaskResult,
     TaskState,
@@ -510,6 +511,26 @@ async def test_a_cancelled_task_stops_its_candidates_and_keeps_their_branches(
     for name in ("c1", "c2", "c3"):
         events = [e.detail for e in result.events if e.kind == "candidate"]
         assert any(d.startswith(f"{name} closed") for d in events), events
+
+
+async def test_a_goal_met_at_base_asks_before_any_candidate_runs(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path: Path
+) -> None:
+    """slugify is fixed on main already: explore, once for all candidates, sees every gate
+    pass at base, so no candidate could show a fix; the task asks a person before any of
+    them spends an attempt, as a single task does, and a reject ends it."""
+    (demo_repo / "slugify.py").write_text(COMPLETE_FIX)
+    git(demo_repo, "commit", "-qam", "fixed by hand")
+    spec = task(demo_repo, ["true"], candidates=three(tmp_path, FIX, FIX), approval_timeout=600)
+    async with build_worker(client, settings):
+        handle = await start(client, settings, spec)
+        st = await wait_for(handle, lambda s: s.state == TaskState.NEEDS_HUMAN)
+        await answer(client, spec["id"], "reject", RejectSignal(reason="no"), "ann", None)
+        result: TaskResult = await result_of(handle, within=60)
+    assert st.reason.startswith("goal already met at base"), st.reason
+    assert [c.attempt for c in st.candidates] == [0, 0, 0], st.candidates
+    assert result.state == TaskState.REJECTED, result.reason
+    assert all(not c.attempts for c in result.candidates), result.candidates
 
 
 async def test_a_candidate_whose_workflow_still_runs_waits_and_the_others_go_on(
