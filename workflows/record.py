@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -58,6 +58,19 @@ class Decision:
         words = {"approve": "approved", "reject": "rejected", "feedback": "feedback given"}
         head = words.get(self.kind, "budget extended") + self.by
         return f"{head}: {self.text}" if self.text else head
+
+
+class Waits(Protocol):
+    """A task that waits for a person (``workflows.waiting``), as its candidates' side and
+    its finalize ask it to."""
+
+    async def _wait_for_person(
+        self,
+        reason: str,
+        waiting_for: str,
+        state: TaskState = TaskState.NEEDS_HUMAN,
+        limit: tuple[int, str] | None = None,
+    ) -> Decision | None: ...
 
 
 @dataclass
