@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetFigures,
         BudgetStatus,
         Feedback,
+        MakeResult,
         Phase,
         TaskResult,
         TaskSpec,
@@ -82,11 +83,15 @@ class Cited:
     gates: list[str]
     """The gates whose evidence is in that file: verify's, not an LLM reviewer's."""
     host: str
+    made: str = ""
+    """Where make kept the result whose claim the feedback quotes (``MakeResult.kept``);
+    empty where it did not."""
 
     @classmethod
-    def of(cls, verdict: Verdict, host: str) -> Cited:
+    def of(cls, verdict: Verdict, host: str, made: MakeResult | None = None) -> Cited:
         gates = [g.name for g in verdict.gates if g.kind != "llm_review"]
-        return cls(kept=verdict.kept, gates=gates, host=host)
+        kept = made.kept if made is not None else ""
+        return cls(kept=verdict.kept, gates=gates, host=host, made=kept)
 
 
 class TaskRecord:

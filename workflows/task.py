@@ -19,7 +19,9 @@ wall-clock budget, so the timer runs only around the active segments.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -56,18 +58,17 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         Verdict,
     )
-    from loop.contracts.step_context import sent_once
+    from loop.contracts.step_context import digest, sent_once
     from loop.rules import budget, explain, reasons, status
     from loop.rules import feedback as fb
     from loop.rules.fingerprint import fingerprint
-    from loop.rules.gates import describe_gate
     from loop.rules.record import spec_hash
     from workflows.agent import model_attempt
     from workflows.clock import OutOfTime
     from workflows.judge import judge
     from workflows.record import Cited, now
     from workflows.status import StatusComment, commit_status
-    from workflows.steps import HostLost, StepFailed, act
+    from workflows.steps import HostLost, StepFailed, act, act_kept
     from workflows.waiting import Waiting
 
 
@@ -242,37 +243,31 @@ class TaskWorkflow(Waiting):
 
         self.phase = Phase.MAKE
         prompt = PromptParts(
-            goal=self.spec.goal,
+            from_task=True,  # the goal, the gates, the guidance: the task file's, sent with it
             # The brief by its file where the attempt runs on explore's host (history holds
             # the text once); by its text on any other host, which has no such file.
             brief="" if self._brief_here() else self.brief,
             brief_path=self.result.explore_brief if self._brief_here() else "",
-            gates=[describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
-            backend=self.spec.agent.backend,
-            instructions=self.spec.instructions,
             **self._evidence_here(),
+            **self._claim_here(),
         )
-        make_input = sent_once(
-            MakeInput(
-                task=self.spec,
-                workspace=self.ws,
-                attempt=n,
-                prompt=prompt,
-                limits=self._limits(grant),
-            ),
-            self.ws.run_dir,
-            self.kept,
+        step = MakeInput(
+            task=self.spec, workspace=self.ws, attempt=n, prompt=prompt, limits=self._limits(grant)
         )
+        make_input = sent_once(step, self.ws.run_dir, self.kept)
+        whole = partial(self._whole, step)  # made only where the host lost a file
         try:
             if self.spec.agent.backend == "openai":
-                made, violation = await self._model_attempt(make_input, grant)
+                made, violation = await self._model_attempt(make_input, grant, whole)
             else:
                 made, violation = (
-                    await act(
+                    await act_kept(
                         MAKE,
                         make_input,
+                        whole=whole,
+                        tell=self._event,
                         summary=f"make: attempt {n}",
                         seconds=self.spec.agent.timeout + 120,
                         ws=self.ws,
@@ -328,7 +323,7 @@ class TaskWorkflow(Waiting):
 
         self.phase = Phase.VERIFY
         own = await environment.for_attempt(self.spec, self.ws, made, self.kept, self._event)
-        verdict = await judge(self.spec, self.ws, n, made, own)
+        verdict = await judge(self.spec, self.ws, n, made, own, self._event)
         self._verified_on_github(verdict.artifact or made.commit, verdict)
         record.verdict = verdict
         self.last_verdict = verdict
@@ -349,7 +344,7 @@ class TaskWorkflow(Waiting):
         else:
             self.stalled, self.last_fingerprint = 1, record.fingerprint
         self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
-        self.cited = Cited.of(verdict, self.ws.host)
+        self.cited = Cited.of(verdict, self.ws.host, made)
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, self._stuck("no new evidence"), budget=True)
         return None
@@ -405,6 +400,28 @@ class TaskWorkflow(Waiting):
             return {}
         return {"evidence_from": cited.kept, "evidence_of": cited.gates}
 
+    def _claim_here(self) -> dict[str, Any]:
+        """The feedback's quote of the last claim by the result make kept, where the
+        attempt runs on that host (``PromptParts.previous_from``)."""
+        cited, fed = self.cited, self.next_feedback
+        if cited is None or not cited.made or fed is None or not fed.previous_output:
+            return {}
+        if self.ws is None or self.ws.host != cited.host:
+            return {}
+        return {"previous_from": cited.made, "previous_digest": digest(fed.previous_output)}
+
+    def _whole(self, step: MakeInput) -> MakeInput:
+        """``step`` with nothing by a file of its host but what it cannot do without: sent
+        again where the host lost one (``act_kept``). The brief goes by its text where the
+        task has it (a candidate was given it by its file alone)."""
+        prompt = step.prompt.model_copy(
+            update={"evidence_from": "", "evidence_of": [], "previous_from": "",
+                    "previous_digest": "",
+                    **({"brief": self.brief, "brief_path": ""} if self.brief else {})}
+        )  # fmt: skip
+        assert self.ws is not None
+        return sent_once(step.model_copy(update={"prompt": prompt}), self.ws.run_dir, "")
+
     def _brief_here(self) -> bool:
         """Whether explore's brief file is on the host the worktree is on now."""
         return (
@@ -456,9 +473,9 @@ class TaskWorkflow(Waiting):
         )
 
     async def _model_attempt(
-        self, make_input: MakeInput, grant: ReserveReply
+        self, make_input: MakeInput, grant: ReserveReply, whole: Callable[[], MakeInput]
     ) -> tuple[MakeResult, str]:
         """The openai backend: the model loop as a child workflow between open and close."""
-        made, agent = await model_attempt(make_input, self._limits(grant))
+        made, agent = await model_attempt(make_input, self._limits(grant), whole, self._event)
         self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
