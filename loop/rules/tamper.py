@@ -65,11 +65,11 @@ RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py"})
 PATCHED = {"sys.modules", "sys.meta_path", "sys.path_hooks", "sys.excepthook", "builtins"}
 """Objects whose change reaches every module of the process."""
 RUNNERS = ("pytest", "_pytest", "pluggy", "unittest", "loopwork_report", "LOOP_REPORT",
-           "LOOP_WITNESS", "pluginmanager")  # fmt: skip
+           "LOOP_WITNESS", "loopwork_witness", "pluginmanager")  # fmt: skip
 """Names source code has no business with; test files may name pytest and unittest (not
 the runner's plugin manager, the way to every plugin's hooks)."""
 TEST_FILE_RUNNERS = ("_pytest", "pluggy", "loopwork_report", "LOOP_REPORT", "LOOP_WITNESS",
-                     "pluginmanager")  # fmt: skip
+                     "loopwork_witness", "pluginmanager")  # fmt: skip
 SAFE_HOOKS = {
     "pytest_generate_tests", "pytest_addoption", "pytest_make_parametrize_id",
     "pytest_assertrepr_compare",

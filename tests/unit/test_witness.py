@@ -76,6 +76,11 @@ def test_knows_it_is_tested():
     assert any(k.startswith("PYTEST") for k in os.environ)
 
 
+def test_sees_no_witness():
+    assert not [m for m in sys.modules if m.startswith("loopwork_witness")]
+    assert not [p for p in sys.path if "/witness/" in p + "/"]
+
+
 def test_needs_a_plugin(mocker):
     assert mocker
 
@@ -141,6 +146,7 @@ async def test_the_witness_sees_what_pytest_saw_and_what_only_pytest_makes_true(
     assert outcomes[base + "test_knows_it_is_tested"] == ("passed", "failed")
     assert outcomes[base + "test_needs_a_plugin"][1] == "missing"
     assert "mocker" in seen.tests[base + "test_needs_a_plugin"].message
+    assert outcomes[base + "test_sees_no_witness"] == ("passed", "passed")
     assert outcomes[base + "test_marks[one]"] == ("passed", "passed")
     assert outcomes[base + "test_marks[2]"] == ("xfailed", "xfailed")
     assert outcomes[base + "Case::test_subtests"] == ("passed", "passed")
