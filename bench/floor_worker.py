@@ -24,9 +24,10 @@ import signal
 import sys
 from pathlib import Path
 
-from floor_workflow import FloorInput, FloorTask, Made, Tree
+from floor_workflow import HOST_QUEUE, FloorInput, FloorTask, Made, Tree
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,9 +74,17 @@ class FloorActivities:
         return Tree(path=path, branch=branch)
 
     @activity.defn(name="floor_reserve")
-    async def reserve(self, task_id: str) -> None:
+    async def reserve(self, inp: FloorInput) -> None:
         """Loopwork's local activity (the period ledger's reservation) does no more for a
-        task without a period budget."""
+        task without a period budget; with ``ledger`` it asks for the ledger as Loopwork
+        does, and finds none."""
+        if "ledger" in inp.extras:
+            handle = activity.client().get_workflow_handle(f"floor-ledger-{inp.task_id}")
+            try:
+                await handle.execute_update("reserve", inp.task_id)
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
 
     @activity.defn(name="floor_make")
     async def make(self, inp: FloorInput, tree: Tree) -> Made:
@@ -119,13 +128,11 @@ async def serve() -> None:
     settings.home.chmod(0o700)
     sandbox.protect([client.service_client.config.target_host], settings.home)
     acts = FloorActivities(settings.home)
-    worker = Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[FloorTask],
-        activities=[acts.prepare, acts.reserve, acts.make, acts.verify, acts.finish],
-    )
-    async with worker:
+    steps = [acts.prepare, acts.reserve, acts.make, acts.verify, acts.finish]
+    shared = Worker(client, task_queue=settings.task_queue, workflows=[FloorTask], activities=steps)
+    # The second queue of the ``host-queue`` variant: its steps, in the same process.
+    host = Worker(client, task_queue=HOST_QUEUE.format(settings.task_queue), activities=steps)
+    async with shared, host:
         print("worker ready", flush=True)
         warming = asyncio.ensure_future(asyncio.to_thread(sandbox.warm_egress))
         await stop.wait()

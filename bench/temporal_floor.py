@@ -77,11 +77,14 @@ from vs_floor import (
     tree_cpu,
 )
 
+from loop.contracts import starting_attributes
+
 FLOOR_WORKER = Path(__file__).with_name("floor_worker.py")
 GATES = [g["run"] for g in VERIFY]
 """The gates' commands: ``true`` and the demo's unit tests, as ``floor.sh`` runs them."""
 assert GATES == ["true", UNITTEST]
 REQUEST_TASKS = 3
+ABLATIONS = ["attributes", "host-queue", "ledger"]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -159,14 +162,24 @@ def loopwork_run(
 
 
 def floor_run(
-    client: Client, queue: str, repo: Path, work: Path, agent: list[str]
+    client: Client, queue: str, repo: Path, work: Path, agent: list[str], extras: list[str]
 ) -> Callable[[str], Awaitable[str]]:
-    """One Temporal floor task on ``queue`` (the SDK's default converter), to its end."""
+    """One Temporal floor task on ``queue`` (the SDK's default converter), to its end;
+    ``extras``: Loopwork's costs it adds (``bench/floor_workflow.py``). With
+    ``attributes`` it is started as ``loop start`` starts a task: with a memo and the
+    first search attributes."""
 
     async def run(mode: str) -> str:
         task_id = f"floor-{uuid.uuid4().hex[:10]}"
-        inp = FloorInput(task_id, str(repo), str(work), agent, GATES, mode)
-        handle = await client.start_workflow(FLOOR_WORKFLOW, inp, id=task_id, task_queue=queue)
+        inp = FloorInput(task_id, str(repo), str(work), agent, GATES, mode, extras)
+        started = (
+            {"memo": {"goal": "floor"}, "search_attributes": starting_attributes(str(repo))}
+            if "attributes" in extras
+            else {}
+        )
+        handle = await client.start_workflow(
+            FLOOR_WORKFLOW, inp, id=task_id, task_queue=queue, **started
+        )
         if not await handle.result():
             raise RuntimeError(f"floor task {task_id}: a gate failed")
         return task_id
@@ -197,12 +210,25 @@ def of(samples: list[Sample], what: str) -> float:
     return median([getattr(s, what) for s in samples])
 
 
+def mean(samples: list[Sample], what: str) -> float:
+    """The mean of a figure (a process kind's, or the whole's): a difference of a few ms
+    shows in a mean of tick-counted samples, not in their medians."""
+    values = [s.parts[what] if what in s.parts else getattr(s, what) for s in samples]
+    return sum(values) / len(values)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="rounds per mode (>= 6)")
     parser.add_argument("--modes", default="basic,strict", help="sandbox modes, in order")
     parser.add_argument(
         "--root", type=Path, default=ROOT, help="the checkout whose worker.py is 'loopwork'"
+    )
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also the Temporal floor with one of Loopwork's own costs added at a time "
+        "(search attributes, the host queue, the ledger's update): what each costs",
     )
     parser.add_argument("--quick", action="store_true", help="a tiny version (2 rounds, basic)")
     args = parser.parse_args()
@@ -221,6 +247,7 @@ async def main() -> None:
     split: list[list[object]] = []
     ratios: list[list[object]] = []
     asked: dict[str, Counter[str]] = {}
+    added: list[list[object]] = []
     with temp_home() as home:
         base = home.parent
         base.chmod(0o755)  # the floors' uids read the agent script from here
@@ -256,12 +283,21 @@ async def main() -> None:
                     run = (
                         loopwork_run(client, queue, repo, agent)
                         if name == "loopwork"
-                        else floor_run(plain, queue, repo, work, agent)
+                        else floor_run(plain, queue, repo, work, agent, [])
                     )
                     parts = temporal_parts(worker.pid, server.process.pid)
                     contenders.append(Contender(name, run, parts))
                 contenders.append(shell)
-                orders = list(itertools.permutations(contenders))
+                for extra in ABLATIONS if args.ablation else []:
+                    run = floor_run(plain, queue, repo, work, agent, [extra])
+                    contenders.append(Contender(f"temporal+{extra}", run, parts))
+                # Every order of three; rotations of more, every other one reversed.
+                n = len(contenders)
+                orders = (
+                    [list(o) for o in itertools.permutations(contenders)]
+                    if n <= 3
+                    else [(contenders[r:] + contenders[:r])[:: 1 - 2 * (r % 2)] for r in range(n)]
+                )
                 for mode in modes:
                     load0 = load_average()
                     for c in contenders:
@@ -294,6 +330,14 @@ async def main() -> None:
                              of(samples[a], "wall_s") / of(samples[b], "wall_s"),
                              load0, load1]
                         )  # fmt: skip
+                    floor = samples["temporal"]
+                    for c in contenders[3:]:
+                        got = samples[c.name]
+                        added.append(
+                            [mode, c.name.removeprefix("temporal+"),
+                             *[(mean(got, part) - mean(floor, part)) * 1000
+                               for part in ("cpu_s", "server", "worker", "machine_s")]]
+                        )  # fmt: skip
                 # The server's requests per task, and the last task's history, of each.
                 for c in contenders[:2]:
                     before = requests(metrics_port)
@@ -324,6 +368,14 @@ async def main() -> None:
         split,
         title="process CPU per task by kind",
     )
+    if added:
+        print_table(
+            ["mode", "added to the floor", "process CPU ms", "of it the server", "the worker",
+             "machine CPU ms"],
+            added,
+            title="Loopwork's own costs, each added to the Temporal floor alone (difference "
+            "of the means per task)",
+        )  # fmt: skip
     ops = sorted(set(asked["loopwork"]) | set(asked["temporal"]))
     print_table(
         ["server request", "loopwork", "temporal"],
