@@ -88,17 +88,23 @@ ABLATIONS = ["attributes", "host-queue", "ledger"]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def kernel_threads_s() -> float:
-    """CPU-seconds so far of the kernel's own threads (the children of kthreadd, pid 2)."""
-    total = 0
+def kernel_threads() -> dict[int, int]:
+    """CPU ticks so far of each of the kernel's own threads (the children of kthreadd)."""
+    ticks: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if fields[1] == "2":  # ppid
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
+            ticks[int(stat.parent.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def kernel_threads_s(before: dict[int, int], after: dict[int, int]) -> float:
+    """What the kernel's threads spent between two readings (one that ended meanwhile took
+    its time with it: the threads of both readings only)."""
+    return sum(max(0, after[t] - before[t]) for t in after.keys() & before.keys()) / TICK
 
 
 @dataclass
@@ -125,11 +131,11 @@ class Contender:
 
 
 async def measure(c: Contender, mode: str) -> Sample:
-    p0, m0, k0, t0 = c.parts(), machine_busy_s(), kernel_threads_s(), time.perf_counter()
+    p0, m0, k0, t0 = c.parts(), machine_busy_s(), kernel_threads(), time.perf_counter()
     c.ids.append(await c.run(mode))
     wall = time.perf_counter() - t0
-    p1, m1, k1 = c.parts(), machine_busy_s(), kernel_threads_s()
-    return Sample({k: p1[k] - p0[k] for k in p0}, m1 - m0, k1 - k0, wall)
+    p1, m1, k1 = c.parts(), machine_busy_s(), kernel_threads()
+    return Sample({k: p1[k] - p0[k] for k in p0}, m1 - m0, kernel_threads_s(k0, k1), wall)
 
 
 def temporal_parts(worker: int, server: int) -> Callable[[], dict[str, float]]:
@@ -239,8 +245,9 @@ async def main() -> None:
     byte_compile(args.root)
     byte_compile()  # this checkout's bench/ (the floor's worker)
     print(
-        f"{args.rounds} rounds per mode, each running the three once, the order cycling "
-        "through every permutation; a warm-up task of each first (not counted).\n",
+        f"{args.rounds} rounds per mode, each running every contender once, the order cycling "
+        "through every permutation (of three; rotations, every other one reversed, of more); "
+        "a warm-up task of each first (not counted).\n",
         flush=True,
     )
     rows: list[list[object]] = []
