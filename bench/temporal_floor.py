@@ -43,7 +43,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from breakdown import requests
 from common import (
     ROOT,
     UNITTEST,
@@ -58,6 +57,7 @@ from common import (
     median,
     print_machine,
     print_table,
+    requests,
     script_agent,
     spawn_worker,
     stop_process,
