@@ -53,10 +53,12 @@ from activities.host.worktree import (
     wip_commit,
 )
 from loop.contracts import (
+    AGENT_TAIL_CHARS,
     BEGIN_ATTEMPT,
     CALLS_FILE,
     CHANGED_SHOWN,
     END_ATTEMPT,
+    MADE_FILE,
     MAKE,
     AgentLimits,
     AttemptStart,
@@ -66,6 +68,7 @@ from loop.contracts import (
     TaskSpec,
     Workspace,
 )
+from loop.contracts.step_context import input_gone
 from loop.errors import permanent
 from loop.hardened.files import read_untrusted
 from loop.logs import log_for
@@ -110,18 +113,33 @@ def superseded(folder: Path) -> bool:
 
 OWNER_LOCK = "owner.lock"
 """Held by the try of the attempt that runs (``owning``)."""
-MADE_FILE = "made.json"
-"""The result of the try that closed the attempt, for a later try of the same step."""
 
 
-def keep_made(folder: Path, made: MakeResult) -> None:
+def keep_made(folder: Path, made: MakeResult) -> MakeResult:
     """Record the attempt's result, keyed by the step (workflow run and activity id): a
     try whose completion the server no longer takes (it gave the try up during an
-    outage) still leaves the result to the retry, which returns it (``made_before``)."""
+    outage) still leaves the result to the retry, which returns it (``made_before``);
+    and the attempt's later steps on this host are sent its path (``MakeResult.kept``)
+    instead of what it holds. The result, naming where it is kept."""
     info = activity.info()
+    made = made.model_copy(update={"kept": str(folder / MADE_FILE)})
     record = {"run_id": info.workflow_run_id, "activity_id": info.activity_id,
               "made": made.model_dump(mode="json")}  # fmt: skip
     write_atomic(folder / MADE_FILE, json.dumps(record))
+    return made
+
+
+def _shorter(ran: ProcResult) -> str:
+    """The end of what the agent printed, for its result: the log holds all of it."""
+    tail = ran.output_tail
+    if len(tail) <= AGENT_TAIL_CHARS:
+        return tail
+    kept = tail[-AGENT_TAIL_CHARS:]
+    try:
+        size = Path(ran.log_path).stat().st_size
+    except OSError:
+        size = len(tail.encode())
+    return f"[… {max(size - len(kept.encode()), 0)} earlier bytes in the log]\n{kept}"
 
 
 def made_before(folder: Path) -> MakeResult | None:
@@ -213,7 +231,7 @@ class MakeActivities:
                 log.info("an earlier try made the attempt", commit=earlier.commit[:12])
                 return earlier
             made = await self._try(inp)
-            await asyncio.to_thread(keep_made, folder, made)
+            made = await asyncio.to_thread(keep_made, folder, made)
         return made
 
     async def _try(self, inp: MakeInput) -> MakeResult:
@@ -302,7 +320,7 @@ class MakeActivities:
             (folder / "claim.md").write_text(claim)
         else:
             claim, claim_path = redact(ran.output_tail), ran.log_path
-        tail = redact(ran.output_tail)
+        tail = redact(_shorter(ran))
         spent = await self._usage(inp.task, source, said, usage_file)
         if pool is not None and grant is None:  # the gateway adds each call as it ends
             cost_usd = spent.cost_usd or 0.0
@@ -462,7 +480,7 @@ class MakeActivities:
         agent = inp.agent
         (folder / "answer.md").write_text(agent.answer)
         level = (await asyncio.to_thread(sandbox.inspect_host)).level
-        return finished(
+        done = finished(
             closed,
             sandbox_level=f"{inp.task.sandbox.mode} (run tool); host={level}",
             output_tail=f"{agent.ended}: {agent.reason} ({agent.steps} model steps)",
@@ -474,6 +492,7 @@ class MakeActivities:
             cost_usd=agent.usage.cost_usd,
             tool_calls=agent.usage.tool_calls,
         )
+        return await asyncio.to_thread(keep_made, folder, done)
 
     def _folder(self, ws: Workspace, attempt: int) -> Path:
         return Path(ws.run_dir) / f"attempt-{attempt}"
@@ -501,18 +520,17 @@ class MakeActivities:
         if not size_file.exists():
             size_file.write_text(str((await asyncio.to_thread(artifact.scan, ws.path)).size))
         parts = inp.prompt
+        if parts.from_task:
+            parts = parts.model_copy(update=fb.from_task(inp.task))
         if parts.brief_path and not parts.brief:
             try:
                 brief = await asyncio.to_thread(Path(parts.brief_path).read_text)
             except FileNotFoundError:
-                raise permanent(
-                    f"explore's brief {parts.brief_path} is gone from this host's run folder; "
-                    "run the task again (loop start --rerun)"
-                ) from None
+                raise input_gone(f"explore's brief {parts.brief_path} is gone") from None
             parts = parts.model_copy(update={"brief": brief})
         (folder / "prompt.md").write_text(fb.render_prompt(parts, n))
-        if inp.prompt.feedback is not None:
-            (folder / "feedback.json").write_text(fb.feedback_json(inp.prompt.feedback))
+        if parts.feedback is not None:
+            (folder / "feedback.json").write_text(fb.feedback_json(parts.feedback))
         snapshot = {}
         if _writes_as_worker(inp.task):
             snapshot = await outside_snapshot(ws.repo, [str(self.settings.home)])

@@ -1,9 +1,9 @@
 """slack_post and slack_close: a waiting task's message in Slack, and the same message
 once the wait is over.
 
-``slack_post`` is sent beside the wait (``TaskWorkflow._notify``), like the plain
-webhook: Slack being down never holds a decision up, Temporal retries the post about a
-minute, and the CLI and the review page answer all along. Its result (channel and ts)
+``slack_post`` is sent beside the wait (``Waiting._notify``, ``workflows/waiting.py``),
+like the plain webhook: Slack being down never holds a decision up, Temporal retries the
+post about a minute, and the CLI and the review page answer all along. Its result (channel and ts)
 is in history, so ``slack_close`` rewrites exactly that message when the wait ends:
 answered from anywhere, timed out or cancelled, no live button is left behind.
 

@@ -7,9 +7,15 @@ summed, with the payloads that weigh most. History holds what a verdict is made
 of (claims, evidence, paths to logs), never transcripts or whole logs: an attempt
 should stay under the target whatever the agent prints.
 
-    .venv/bin/python bench/attempt_history.py [--target 8192] [--noise 0] [--quick]
+    .venv/bin/python bench/attempt_history.py [--target 8192] [--noise 0] [--claim 0]
+                                              [--attempts 0] [--quick]
 
-``--noise N`` makes the agent print N KiB before its work (a chatty CLI).
+``--noise N`` makes the agent print N KiB before its work (a chatty CLI); ``--claim N``
+adds N KiB to its claim (a real CLI's final message is often that long). ``--attempts
+N`` makes it never fix the bug, for N attempts (then the task waits for a person, 1 s),
+and prints the whole history against Temporal's warnings: the task's workflow does not
+continue as new (its model loop, ``AgentWorkflow``, does), so a long task must stay
+under them in one run.
 """
 
 from __future__ import annotations
@@ -37,11 +43,28 @@ ATTEMPT = {"make", "begin_attempt", "model_step", "tool_step", "end_attempt", "v
 """The activities of an attempt; the first other one after an attempt ends it."""
 
 
-def noisy_agent(folder: Path, kib: int) -> Path:
-    """The demo's agent, printing ``kib`` KiB of chatter first."""
-    script = folder / "agent.py"
+WARNINGS = [
+    ("history bytes", 10 * KIB * KIB, "limit.historySize.warn (error at 50 MiB)"),
+    ("history events", 10 * KIB, "limit.historyCount.warn (error at 50 Ki)"),
+    ("largest payload bytes", 512 * KIB, "limit.blobSize.warn (error at 2 MiB)"),
+]
+"""Temporal's default history warnings: the server logs them; past its errors the
+workflow is terminated."""
+
+
+def demo_agent(folder: Path, noise: int, claim: int, never_fixes: bool) -> Path:
+    """The demo's agent, printing ``noise`` KiB of chatter first, its claim ``claim`` KiB
+    longer, and, ``never_fixes``, making only the incomplete fix, every attempt anew."""
     body = (EXAMPLES / "agent.py").read_text()
-    script.write_text(f"print('chatter ' * {kib * KIB // 8})\n{body}")
+    if never_fixes:
+        write = 'pathlib.Path("slugify.py").write_text(fix)'
+        again = "fix = INCOMPLETE.replace('def slugify', f'# attempt {attempt}\\ndef slugify')"
+        body = body.replace(write, f"{again}\n{write}")
+    if claim:
+        said = 'write_text(claim + "\\n")'
+        body = body.replace(said, f'write_text(claim + "\\n" + "said " * {claim * KIB // 5})')
+    script = folder / "agent.py"
+    script.write_text(f"print('chatter ' * {noise * KIB // 8})\n{body}" if noise else body)
     return script
 
 
@@ -87,10 +110,29 @@ async def per_attempt(client: Client, workflow_id: str) -> tuple[list[int], list
     return sizes, kinds
 
 
+async def whole(client: Client, workflow_id: str) -> tuple[int, int, int, str]:
+    """The history's bytes and events, its largest payload's bytes and where it is."""
+    size = events = largest = 0
+    where = ""
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        size, events = size + ev.ByteSize(), events + 1
+        attrs = getattr(ev, ev.WhichOneof("attributes") or "")
+        for field in ("input", "result"):
+            if field in attrs.DESCRIPTOR.fields_by_name and attrs.HasField(field):
+                for payload in getattr(attrs, field).payloads:
+                    if len(payload.data) > largest:
+                        largest, where = len(payload.data), f"{field} of event {ev.event_id}"
+    return size, events, largest, where
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=int, default=8 * KIB, help="bytes per attempt")
     parser.add_argument("--noise", type=int, default=0, help="KiB the agent prints first")
+    parser.add_argument("--claim", type=int, default=0, help="KiB added to the agent's claim")
+    parser.add_argument(
+        "--attempts", type=int, default=0, help="attempts of an agent that never fixes the bug"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="as the others take it: this one is quick already"
     )
@@ -98,10 +140,22 @@ async def main() -> int:
     print_machine("attempt history: bytes per attempt of the demo's task")
     with temp_home() as home:
         repo = make_demo_repo(home.parent / "demo")
-        agent = noisy_agent(home.parent, args.noise) if args.noise else EXAMPLES / "agent.py"
+        custom = args.noise or args.claim or args.attempts
+        agent = (
+            demo_agent(home.parent, args.noise, args.claim, bool(args.attempts))
+            if custom
+            else EXAMPLES / "agent.py"
+        )
         data = demo_task(repo, agent, {"mode": "off"})
         data["id"] = f"hist-{uuid.uuid4().hex[:8]}"
         data["sandbox"] = {"mode": "off"}
+        if args.attempts:
+            data["budget"] = {
+                "max_attempts": args.attempts,
+                "max_stalled_attempts": args.attempts,
+                "max_seconds": 60 * args.attempts,
+            }
+            data["approval_timeout"] = 1
         spec = TaskSpec.model_validate(data)
         async with loopwork_server(home / "server") as server:
             client = await connect(server.address)
@@ -110,12 +164,26 @@ async def main() -> int:
                 handle, _ = await start_task(client, spec, settings.task_queue)
                 result = await handle.result()
             sizes, kinds = await per_attempt(client, handle.id)
+            size, events, largest, where = await whole(client, handle.id)
     print(f"{result.state}: {result.reason} ({len(result.attempts)} attempts)\n")
-    rows = [[n + 1, size, "met" if size <= args.target else "over"] for n, size in enumerate(sizes)]
+    rows = [[n + 1, b, "met" if b <= args.target else "over"] for n, b in enumerate(sizes)]
+    if len(rows) > 6:
+        rows = [*rows[:3], ["…", "…", "…"], *rows[-2:]]
     print_table(["attempt", "bytes", f"target {args.target}"], rows, title="per attempt")
     worst = max(range(len(sizes)), key=lambda i: sizes[i])
     top = kinds[worst].most_common(14)
     print_table(["event", "bytes"], [list(t) for t in top], title=f"attempt {worst + 1}: heaviest")
+    if args.attempts:
+        figures = [size, events, largest]
+        print_table(
+            ["whole history", "this task", "Temporal warns at", "share", "the warning"],
+            [
+                [name, figure, warn, f"{figure / warn:.1%}", said]
+                for (name, warn, said), figure in zip(WARNINGS, figures, strict=True)
+            ],
+            title=f"{len(result.attempts)} attempts against Temporal's warnings",
+        )
+        print(f"largest payload: the {where} (the task's result, every attempt's record)")
     return 0 if max(sizes) <= args.target else 1
 
 

@@ -15,6 +15,7 @@ number. Budgets are a ledger: before each call the workflow caps the call's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -39,7 +40,16 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from loop.rules import budget
-    from workflows.steps import MODEL_RETRY, HostLost, StepFailed, act, failure_reason, on_host
+    from workflows.steps import (
+        MODEL_RETRY,
+        HostLost,
+        StepFailed,
+        Tell,
+        act,
+        act_kept,
+        failure_reason,
+        on_host,
+    )
 
 MODEL_CALL_TIMEOUT = timedelta(minutes=10)
 
@@ -147,11 +157,16 @@ class AgentWorkflow:
                 workflow.continue_as_new(inp.model_copy(update={"step": step, "usage": usage}))
 
 
-async def model_attempt(inp: MakeInput, limits: AgentLimits) -> tuple[MakeResult, AgentResult]:
-    """One attempt of the ``openai`` backend, for the task loop: open it, run this workflow
-    as a child within the agent's timeout, close it (the work-in-progress commit)."""
+async def model_attempt(
+    inp: MakeInput, limits: AgentLimits, whole: Callable[[], MakeInput], tell: Tell
+) -> tuple[MakeResult, AgentResult]:
+    """One attempt of the ``openai`` backend, for the task loop: open it (as ``whole()``
+    makes it where its host lost a file ``inp`` names), run this workflow as a child within
+    the agent's timeout, close it (the work-in-progress commit)."""
     n, task = inp.attempt, inp.task
-    await act(BEGIN_ATTEMPT, inp, summary=f"begin attempt {n}", ws=inp.workspace)
+    await act_kept(
+        BEGIN_ATTEMPT, inp, whole=whole, tell=tell, summary=f"begin attempt {n}", ws=inp.workspace
+    )
     child = AgentInput(task=task, workspace=inp.workspace, attempt=n, limits=limits)
 
     async def loop() -> AgentResult:

@@ -98,7 +98,7 @@ class CandidateWorkflow(TaskWorkflow):
             return
         assert self.ws is not None
         self.next_feedback = fb.build(last.attempt, last.make, last.verdict, self.human_feedback)
-        self.cited = Cited.of(last.verdict, self.ws.host)
+        self.cited = Cited.of(last.verdict, self.ws.host, last.make)
 
     def _limits(self, grant: ReserveReply) -> AgentLimits:
         """The attempt's limits, with the task's pool its calls count in."""

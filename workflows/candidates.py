@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from loop.rules.candidates import Outcome
     from loop.rules.record import commit_message
     from workflows.choice import Choice
-    from workflows.record import Decision
+    from workflows.record import Decision, Waits
     from workflows.steps import HostLost, StepFailed, act
 
 PATCH = "candidates"
@@ -81,7 +81,7 @@ class Answered(Protocol):
     def _decide(self, decision: Decision, detail: str) -> None: ...
 
 
-class Task(Answered, Protocol):
+class Task(Answered, Waits, Protocol):
     """What of the task (``workflows.task.TaskWorkflow``) its candidates' side uses."""
 
     result: TaskResult
@@ -97,13 +97,6 @@ class Task(Answered, Protocol):
     def _publish(self) -> None: ...
     def _placed(self, moved_from: str = "") -> None: ...
     def _explored(self, explored: ExploreResult) -> None: ...
-    async def _wait_for_person(
-        self,
-        reason: str,
-        waiting_for: str,
-        state: TaskState = TaskState.NEEDS_HUMAN,
-        limit: tuple[int, str] | None = None,
-    ) -> Decision | None: ...
 
 
 async def run(task: Task) -> Outcome | None:

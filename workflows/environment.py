@@ -11,8 +11,6 @@ for its verdict. Behind the ``environment`` patch: a task file with the key is n
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -27,12 +25,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from loop.contracts.step_context import sent_once
     from loop.rules.environment import changed_key_files
-    from workflows.steps import SHORT, act
+    from workflows.steps import SHORT, Tell, act_kept
 
 PATCH = "environment"
-
-Tell = Callable[[str, str], None]
-"""A trace event: kind, detail."""
 
 
 def wanted(spec: TaskSpec) -> bool:
@@ -43,7 +38,7 @@ def wanted(spec: TaskSpec) -> bool:
 async def lay(spec: TaskSpec, ws: Workspace, tell: Tell) -> Workspace:
     """The workspace with base's environment on its host: found there, or built (a setup
     that fails there ends the task BLOCKED, its command, exit code and log tail said)."""
-    found = await _build(spec, ws, BuildEnvironmentInput(task=spec, workspace=ws), "")
+    found = await _build(spec, ws, BuildEnvironmentInput(task=spec, workspace=ws), "", tell)
     tell("environment", found.said())
     return ws.model_copy(update={"environment": found})
 
@@ -66,7 +61,7 @@ async def for_attempt(
         attempt=made.attempt,
         changed=[c for c in changed if c != "…"],
     )
-    found = await _build(spec, ws, step, kept)
+    found = await _build(spec, ws, step, kept, tell)
     if found.key == laid.key:
         return None  # the key files changed back, or not in what the key reads
     tell("environment", f"attempt {made.attempt}: {found.said()}")
@@ -74,13 +69,16 @@ async def for_attempt(
 
 
 async def _build(
-    spec: TaskSpec, ws: Workspace, step: BuildEnvironmentInput, kept: str
+    spec: TaskSpec, ws: Workspace, step: BuildEnvironmentInput, kept: str, tell: Tell
 ) -> BuiltEnvironment:
+    """The step, by the task file and workspace its host kept where ``kept`` (sent again
+    whole where the host lost them)."""
     assert spec.environment is not None
     what = f"attempt {step.attempt}'s commit" if step.attempt else "base"
-    return await act(
+    return await act_kept(
         BUILD_ENVIRONMENT,
         sent_once(step, ws.run_dir, kept),
+        tell=tell,
         summary=f"environment: find or build for {what}",
         seconds=spec.environment.timeout + SHORT.total_seconds(),
         ws=ws,

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         Workspace,
     )
     from loop.contracts.step_context import sent_once
-    from workflows.steps import act
+    from workflows.steps import Tell, act, act_kept
 
 REVIEW_SECONDS = 360
 
@@ -44,12 +44,15 @@ async def judge(
     ws: Workspace,
     n: int,
     made: MakeResult,
-    environment: BuiltEnvironment | None = None,
+    environment: BuiltEnvironment | None,
+    tell: Tell,
 ) -> Verdict:
     # The gates judge the commit and read the claim, never what the agent printed: its
     # tail is in history once (make's result), not again in verify's input; nor the task
-    # file and workspace where make kept them on this host. ``environment``: the one the
-    # attempt's commit was built with, where it changes the key files.
+    # file and workspace where make kept them on this host, nor the rest of make's result
+    # where make kept it (sent again whole where the host lost them; ``tell``: the trace).
+    # ``environment``: the one the attempt's commit was built with, where it changes the
+    # key files.
     step = VerifyInput(
         task=spec,
         workspace=ws,
@@ -57,9 +60,12 @@ async def judge(
         make=made.model_copy(update={"output_tail": "", "context": ""}),
         environment=environment,
     )
-    verdict = await act(
+    sent = sent_once(step.model_copy(update={"make_from": made.kept}), ws.run_dir, made.context)
+    verdict = await act_kept(
         VERIFY,
-        sent_once(step, ws.run_dir, made.context),
+        sent,
+        whole=lambda: sent_once(step, ws.run_dir, ""),
+        tell=tell,
         summary=f"verify: attempt {n}",
         seconds=verify_seconds(spec),
         ws=ws,

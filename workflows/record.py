@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetFigures,
         BudgetStatus,
         Feedback,
+        MakeResult,
         Phase,
         TaskResult,
         TaskSpec,
@@ -60,6 +61,19 @@ class Decision:
         return f"{head}: {self.text}" if self.text else head
 
 
+class Waits(Protocol):
+    """A task that waits for a person (``workflows.waiting``), as its candidates' side and
+    its finalize ask it to."""
+
+    async def _wait_for_person(
+        self,
+        reason: str,
+        waiting_for: str,
+        state: TaskState = TaskState.NEEDS_HUMAN,
+        limit: tuple[int, str] | None = None,
+    ) -> Decision | None: ...
+
+
 @dataclass
 class Cited:
     """The verdict the next attempt's feedback comes from, as far as its host kept it."""
@@ -69,11 +83,15 @@ class Cited:
     gates: list[str]
     """The gates whose evidence is in that file: verify's, not an LLM reviewer's."""
     host: str
+    made: str = ""
+    """Where make kept the result whose claim the feedback quotes (``MakeResult.kept``);
+    empty where it did not."""
 
     @classmethod
-    def of(cls, verdict: Verdict, host: str) -> Cited:
+    def of(cls, verdict: Verdict, host: str, made: MakeResult | None = None) -> Cited:
         gates = [g.name for g in verdict.gates if g.kind != "llm_review"]
-        return cls(kept=verdict.kept, gates=gates, host=host)
+        kept = made.kept if made is not None else ""
+        return cls(kept=verdict.kept, gates=gates, host=host, made=kept)
 
 
 class TaskRecord:

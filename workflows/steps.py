@@ -10,6 +10,7 @@ failure that retries could not fix raised as ``StepFailed`` with its reason.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -18,14 +19,17 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
+    ApplicationError,
     CancelledError,
     FailureError,
     TimeoutType,
 )
 from temporalio.exceptions import TimeoutError as StepTimeout
 
+import workflows.patches as patches
 from loop.contracts import (
     ESCALATE,
+    INPUT_GONE,
     PERMANENT,
     PING,
     POLICY_VIOLATION,
@@ -42,6 +46,15 @@ from loop.contracts import (
 )
 
 Out = TypeVar("Out", bound=BaseModel)
+Step = TypeVar("Step", bound=BaseModel)
+Tell = Callable[[str, str], None]
+"""A trace event: kind, detail."""
+
+RESEND = "history-by-reference"
+"""The patch under which a step whose host lost a file its input names is sent again
+whole (docs/architecture.md, "What history holds"); before it, such a step failed the
+task. Asked for only then: what an input names issues no command of its own, so a task
+whose host keeps its files records no marker."""
 
 STEP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
@@ -78,6 +91,11 @@ BOOKKEEPING = timedelta(seconds=30)
 
 class StepFailed(Exception):
     """An activity failed for good: the task cannot go on by itself."""
+
+    def __init__(self, reason: str, *, gone: bool = False) -> None:
+        super().__init__(reason)
+        self.gone = gone
+        """Its host no longer holds a file the input named (``INPUT_GONE``)."""
 
 
 def failure_reason(e: BaseException) -> str:
@@ -185,7 +203,41 @@ def _ended(d: ActivityDef[Any, Any], e: ActivityError) -> BaseException:
     if isinstance(e.cause, CancelledError):
         # Cancelled by the wall-clock timer or a cancel request, not a failure.
         return asyncio.CancelledError()
-    return StepFailed(f"{d.name} failed: {failure_reason(e)}")
+    return StepFailed(f"{d.name} failed: {failure_reason(e)}", gone=_gone(e))
+
+
+def _gone(e: BaseException | None) -> bool:
+    """An ``INPUT_GONE`` anywhere in the failure: raised by the activity, or while its input
+    was read (the SDK wraps that in "Failed decoding arguments")."""
+    while e is not None:
+        if isinstance(e, ApplicationError) and e.type == INPUT_GONE:
+            return True
+        e = e.__cause__
+    return False
+
+
+async def act_kept(
+    d: ActivityDef[Any, Out],
+    inp: Step,
+    *,
+    whole: Callable[[], Step] | None = None,
+    tell: Tell,
+    summary: str,
+    seconds: float | None = None,
+    ws: Workspace | None = None,
+) -> Out:
+    """``act`` for an input that names files its host kept (the task file and workspace,
+    the brief, make's result, the last verdict). Where the host no longer holds one, the
+    step goes again as ``whole()`` makes it (by default ``inp`` with the task file and
+    workspace), everything in it from what history holds, and the trace says why."""
+    try:
+        return await act(d, inp, summary=summary, seconds=seconds, ws=ws)
+    except StepFailed as e:
+        if not e.gone or not patches.patched(RESEND):
+            raise
+        tell("input-resent", f"{e}; sent again whole")
+        again = whole() if whole is not None else inp.model_copy(update={"by_reference": False})
+        return await act(d, again, summary=f"{summary} (sent whole)", seconds=seconds, ws=ws)
 
 
 async def bookkeeping(d: ActivityDef[Any, Out], inp: BaseModel, *, summary: str) -> Out:

@@ -7,7 +7,9 @@ Read it top to bottom as the diagram in docs/architecture.md ("The task loop"):
 with the branches named where they happen: a policy violation ends BLOCKED, a
 spent budget or a stall escalates to NEEDS_HUMAN and waits for a signal, the
 wall-clock budget is a timer that cancels the running activity, and an
-``assisted`` task waits in AWAITING_APPROVAL for ``approve`` or ``reject``.
+``assisted`` task waits in AWAITING_APPROVAL for ``approve`` or ``reject``. Two
+concerns are modules of their own: the finalize (``workflows.finalize``) and the wait
+for a person (``workflows.waiting``).
 
 Everything here is deterministic bookkeeping; side effects are activities named
 in ``loop.contracts``. Time spent waiting on a person is not charged to the
@@ -17,8 +19,9 @@ wall-clock budget, so the timer runs only around the active segments.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -26,42 +29,27 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import workflows.candidates as candidates
     import workflows.environment as environment
+    import workflows.finalize as finalize
     import workflows.hosts as hosts
     import workflows.patches as patches
     import workflows.period as period
     from loop.contracts import (
-        COMMIT,
         ENDPOINT_PREFLIGHT_S,
         EXPLORE,
         MAKE,
-        MERGE,
-        PULL_REQUEST,
-        REMOVE_WORKSPACE,
         SUMMARIZE,
         TASK_WORKFLOW,
-        WAITING_APPROVAL,
         WAITING_DECISION,
-        WAITING_PULL_REQUEST,
         AgentLimits,
         AttemptRecord,
-        Autonomy,
-        CommitInput,
         CommitStatusInput,
-        EscalateInput,
-        Escalation,
         ExploreInput,
         ExploreResult,
-        FinalAction,
         MakeInput,
         MakeResult,
-        MergeInput,
         Phase,
         PromptParts,
-        PullRequestInput,
-        RemoveInput,
         ReserveReply,
-        SlackMessage,
-        SlackPostInput,
         SummarizeInput,
         TaskResult,
         TaskSpec,
@@ -70,20 +58,18 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         Verdict,
     )
-    from loop.contracts.step_context import sent_once
+    from loop.contracts.step_context import digest, sent_once
     from loop.rules import budget, explain, reasons, status
     from loop.rules import feedback as fb
-    from loop.rules.answers import waiting_words
     from loop.rules.fingerprint import fingerprint
-    from loop.rules.gates import describe_gate
-    from loop.rules.record import commit_message, merge_message, pull_request, spec_hash
+    from loop.rules.record import spec_hash
     from workflows.agent import model_attempt
-    from workflows.answering import Answering
     from workflows.clock import OutOfTime
     from workflows.judge import judge
-    from workflows.record import Cited, Decision, now
+    from workflows.record import Cited, now
     from workflows.status import StatusComment, commit_status
-    from workflows.steps import HostLost, StepFailed, act, close_slack, notify, post_slack
+    from workflows.steps import HostLost, StepFailed, act, act_kept
+    from workflows.waiting import Waiting
 
 
 GOAL_MET_AT_BASE = "goal-met-at-base"
@@ -102,7 +88,7 @@ class _Stop:
 
 
 @workflow.defn(name=TASK_WORKFLOW)
-class TaskWorkflow(Answering):
+class TaskWorkflow(Waiting):
     @workflow.init
     def __init__(self, spec: TaskSpec) -> None:
         super().__init__(spec)
@@ -163,7 +149,7 @@ class TaskWorkflow(Answering):
             try:
                 stop = await self.clock.run(self._attempts())
                 if stop is None:
-                    if await self._finalize():
+                    if await finalize.run(self):
                         continue  # a review of its pull request: another attempt
                     return
             except OutOfTime as e:
@@ -257,37 +243,31 @@ class TaskWorkflow(Answering):
 
         self.phase = Phase.MAKE
         prompt = PromptParts(
-            goal=self.spec.goal,
+            from_task=True,  # the goal, the gates, the guidance: the task file's, sent with it
             # The brief by its file where the attempt runs on explore's host (history holds
             # the text once); by its text on any other host, which has no such file.
             brief="" if self._brief_here() else self.brief,
             brief_path=self.result.explore_brief if self._brief_here() else "",
-            gates=[describe_gate(g) for g in self.spec.verify],
             feedback=self.next_feedback,
             human_feedback=list(self.human_feedback),
-            backend=self.spec.agent.backend,
-            instructions=self.spec.instructions,
             **self._evidence_here(),
+            **self._claim_here(),
         )
-        make_input = sent_once(
-            MakeInput(
-                task=self.spec,
-                workspace=self.ws,
-                attempt=n,
-                prompt=prompt,
-                limits=self._limits(grant),
-            ),
-            self.ws.run_dir,
-            self.kept,
+        step = MakeInput(
+            task=self.spec, workspace=self.ws, attempt=n, prompt=prompt, limits=self._limits(grant)
         )
+        make_input = sent_once(step, self.ws.run_dir, self.kept)
+        whole = partial(self._whole, step)  # made only where the host lost a file
         try:
             if self.spec.agent.backend == "openai":
-                made, violation = await self._model_attempt(make_input, grant)
+                made, violation = await self._model_attempt(make_input, grant, whole)
             else:
                 made, violation = (
-                    await act(
+                    await act_kept(
                         MAKE,
                         make_input,
+                        whole=whole,
+                        tell=self._event,
                         summary=f"make: attempt {n}",
                         seconds=self.spec.agent.timeout + 120,
                         ws=self.ws,
@@ -343,7 +323,7 @@ class TaskWorkflow(Answering):
 
         self.phase = Phase.VERIFY
         own = await environment.for_attempt(self.spec, self.ws, made, self.kept, self._event)
-        verdict = await judge(self.spec, self.ws, n, made, own)
+        verdict = await judge(self.spec, self.ws, n, made, own, self._event)
         self._verified_on_github(verdict.artifact or made.commit, verdict)
         record.verdict = verdict
         self.last_verdict = verdict
@@ -364,7 +344,7 @@ class TaskWorkflow(Answering):
         else:
             self.stalled, self.last_fingerprint = 1, record.fingerprint
         self.next_feedback = fb.build(n, made, verdict, self.human_feedback)
-        self.cited = Cited.of(verdict, self.ws.host)
+        self.cited = Cited.of(verdict, self.ws.host, made)
         if self.stalled >= self.spec.budget.max_stalled_attempts:
             return _Stop(TaskState.NEEDS_HUMAN, self._stuck("no new evidence"), budget=True)
         return None
@@ -396,6 +376,20 @@ class TaskWorkflow(Answering):
 
         self.notifications.append(asyncio.create_task(tell()))
 
+    async def _summarize(self) -> None:
+        self.result.execution_seconds = round(self.clock.used, 3)
+        try:
+            written = await act(
+                SUMMARIZE,
+                SummarizeInput(result=self.result, goal=self.spec.goal, repo=self.spec.repo),
+                summary="write trace and notes",
+                ws=self.ws,
+            )
+        except (StepFailed, HostLost) as e:
+            self._event("summarize-failed", str(e))
+            return
+        self.result.trace_path, self.result.notes_path = written.trace_path, written.notes_path
+
     # ------------------------------------------------------------------ hosts
 
     def _evidence_here(self) -> dict[str, Any]:
@@ -405,6 +399,28 @@ class TaskWorkflow(Answering):
         if cited is None or self.ws is None or self.ws.host != cited.host or not cited.kept:
             return {}
         return {"evidence_from": cited.kept, "evidence_of": cited.gates}
+
+    def _claim_here(self) -> dict[str, Any]:
+        """The feedback's quote of the last claim by the result make kept, where the
+        attempt runs on that host (``PromptParts.previous_from``)."""
+        cited, fed = self.cited, self.next_feedback
+        if cited is None or not cited.made or fed is None or not fed.previous_output:
+            return {}
+        if self.ws is None or self.ws.host != cited.host:
+            return {}
+        return {"previous_from": cited.made, "previous_digest": digest(fed.previous_output)}
+
+    def _whole(self, step: MakeInput) -> MakeInput:
+        """``step`` with nothing by a file of its host but what it cannot do without: sent
+        again where the host lost one (``act_kept``). The brief goes by its text where the
+        task has it (a candidate was given it by its file alone)."""
+        prompt = step.prompt.model_copy(
+            update={"evidence_from": "", "evidence_of": [], "previous_from": "",
+                    "previous_digest": "",
+                    **({"brief": self.brief, "brief_path": ""} if self.brief else {})}
+        )  # fmt: skip
+        assert self.ws is not None
+        return sent_once(step.model_copy(update={"prompt": prompt}), self.ws.run_dir, "")
 
     def _brief_here(self) -> bool:
         """Whether explore's brief file is on the host the worktree is on now."""
@@ -457,282 +473,9 @@ class TaskWorkflow(Answering):
         )
 
     async def _model_attempt(
-        self, make_input: MakeInput, grant: ReserveReply
+        self, make_input: MakeInput, grant: ReserveReply, whole: Callable[[], MakeInput]
     ) -> tuple[MakeResult, str]:
         """The openai backend: the model loop as a child workflow between open and close."""
-        made, agent = await model_attempt(make_input, self._limits(grant))
+        made, agent = await model_attempt(make_input, self._limits(grant), whole, self._event)
         self._event("agent", f"attempt {make_input.attempt}: {agent.ended}: {agent.reason}")
         return made, agent.policy_violation
-
-    async def _finalize(self) -> bool:
-        """What the loop may do with a verified result, by autonomy; True when a review of
-        its pull request asks for another attempt."""
-        assert self.ws is not None and self.last_verdict is not None
-        self.phase = Phase.FINALIZE
-        artifact = self.last_verdict.artifact
-        if self.spec.autonomy == Autonomy.REPORT:
-            self.result.final_action = FinalAction.LEFT_IN_WORKTREE
-            self._end(TaskState.DONE_WITH_EVIDENCE, "verified; change left in the worktree")
-            return False
-        committed = await act(
-            COMMIT,
-            CommitInput(
-                task=self.spec,
-                workspace=self.ws,
-                artifact=artifact,
-                message=commit_message(self.spec, self.last_verdict),
-            ),
-            summary="commit on branch",
-            ws=self.ws,
-        )
-        self.result.branch, self.result.commit = committed.branch, committed.commit
-        self._event("committed", f"{committed.branch} at {committed.commit[:12]}")
-        if self.spec.finalize.pull_request:
-            self._verified_on_github(committed.commit, self.last_verdict)  # the PR's head
-
-        if self.spec.autonomy == Autonomy.ASSISTED and not self.approved():
-            decision = await self._wait_for_person(
-                f"verified; {committed.branch} is ready to merge",
-                WAITING_APPROVAL,
-                state=TaskState.AWAITING_APPROVAL,
-            )
-            if decision is None:
-                self.result.final_action = FinalAction.BRANCH_READY
-                self._end(
-                    TaskState.DONE_WITH_EVIDENCE,
-                    "verified; no approval within approval_timeout, branch kept for review",
-                )
-                return False
-            if decision.kind == "reject":
-                self._end(TaskState.REJECTED, decision.text or "rejected")
-                return False
-
-        if self.spec.finalize.pull_request:
-            return await self._hand_over(committed.commit)
-
-        while True:
-            self.phase = Phase.FINALIZE
-            merged = await act(
-                MERGE,
-                MergeInput(
-                    workspace=self.ws,
-                    commit=committed.commit,
-                    message=merge_message(committed.branch, self.spec),
-                ),
-                summary="merge into base",
-                ws=self.ws,
-            )
-            if merged.merged:
-                self.result.final_action = FinalAction.MERGED
-                self.result.commit = merged.commit
-                self._event("merged", f"{merged.how} into {self.ws.base_ref}")
-                await self._remove(delete_branch=True)
-                self._end(
-                    TaskState.DONE_WITH_EVIDENCE, f"verified and merged into {self.ws.base_ref}"
-                )
-                return False
-            # A merge a person must sort out: approve retries it, reject ends the task.
-            decision = await self._wait_for_person(
-                f"cannot merge: {merged.reason}", WAITING_APPROVAL
-            )
-            if decision is None:
-                self.result.final_action = FinalAction.BRANCH_READY
-                self._end(TaskState.NEEDS_HUMAN, f"cannot merge: {merged.reason}")
-                return False
-            if decision.kind == "reject":
-                self._end(TaskState.REJECTED, decision.text or "rejected")
-                return False
-
-    async def _hand_over(self, commit: str) -> bool:
-        """A pull request instead of a merge (``finalize.pull_request``). One opened on
-        GitHub keeps the task waiting for its outcome there (``finalize.pull_request_wait``),
-        so a review reaches a live task as feedback (True: attempt again, pushing to the
-        same branch, which updates the pull request) and its merge or close ends it."""
-        assert self.ws is not None
-        title, body = pull_request(self.spec, self.result)
-        pr = await act(
-            PULL_REQUEST,
-            PullRequestInput(
-                workspace=self.ws, commit=commit, title=title, body=body,
-                github=self.spec.finalize.github,
-            ),
-            summary="open a pull request",
-            ws=self.ws,
-        )  # fmt: skip
-        self.result.final_action = FinalAction.PULL_REQUEST
-        self.pull_request_url = pr.url
-        where = f"opened: {pr.url}" if pr.url else f"written to {pr.path}"
-        self._event("pull-request", where + (f" ({pr.note})" if pr.note else ""))
-        if (
-            pr.url
-            and self.spec.finalize.pull_request_wait
-            and patches.patched("pull-request-outcome")
-        ):
-            return await self._await_outcome(pr.url)
-        await self._remove(delete_branch=False)
-        self._end(TaskState.DONE_WITH_EVIDENCE, f"verified; pull request {where}")
-        return False
-
-    async def _await_outcome(self, url: str) -> bool:
-        """Wait for the pull request's merge or close on GitHub, a review, or a rejection."""
-        wait = self.spec.finalize.pull_request_wait
-        decision = await self._wait_for_person(
-            f"verified; pull request {url} waits for review",
-            WAITING_PULL_REQUEST,
-            state=TaskState.AWAITING_APPROVAL,
-            limit=(wait, "finalize.pull_request_wait"),
-        )
-        if decision is not None and decision.kind == "feedback":
-            # The review's text is in human_feedback; the verified result is judged again.
-            self.max_attempts = max(self.max_attempts, len(self.result.attempts) + 1)
-            self.last_verdict, self.next_feedback = None, None
-            self.stalled, self.last_fingerprint = 0, ""
-            return True
-        await self._remove(delete_branch=False)
-        if decision is None:
-            self._end(
-                TaskState.DONE_WITH_EVIDENCE,
-                f"verified; pull request {url} still open after {wait} s (pull_request_wait)",
-            )
-        elif decision.kind == "merged":
-            self.result.final_action = FinalAction.MERGED_BY_PERSON
-            self._end(
-                TaskState.DONE_WITH_EVIDENCE, f"verified; {url} merged on GitHub by {decision.text}"
-            )
-        elif decision.kind == "closed":
-            self._end(TaskState.REJECTED, f"closed on GitHub by {decision.text}")
-        else:
-            self._end(TaskState.REJECTED, decision.text or "rejected")
-        return False
-
-    async def _remove(self, *, delete_branch: bool) -> None:
-        """The finished task's worktree goes; a host lost meanwhile keeps it (its worker
-        removes it when it starts again, reconciling)."""
-        assert self.ws is not None
-        try:
-            removed = await act(
-                REMOVE_WORKSPACE,
-                RemoveInput(workspace=self.ws, delete_branch=delete_branch),
-                summary="remove worktree",
-                ws=self.ws,
-            )
-        except HostLost as e:
-            self._event("worktree", f"kept: {e}")
-            return
-        self._event("worktree", "removed" if removed.removed else removed.reason)
-
-    async def _summarize(self) -> None:
-        self.result.execution_seconds = round(self.clock.used, 3)
-        try:
-            written = await act(
-                SUMMARIZE,
-                SummarizeInput(result=self.result, goal=self.spec.goal, repo=self.spec.repo),
-                summary="write trace and notes",
-                ws=self.ws,
-            )
-        except (StepFailed, HostLost) as e:
-            self._event("summarize-failed", str(e))
-            return
-        self.result.trace_path, self.result.notes_path = written.trace_path, written.notes_path
-
-    # ------------------------------------------------------------------ people
-
-    async def _wait_for_person(
-        self,
-        reason: str,
-        waiting_for: str,
-        state: TaskState = TaskState.NEEDS_HUMAN,
-        limit: tuple[int, str] | None = None,
-    ) -> Decision | None:
-        """Park on a person until a signal that applies, or ``approval_timeout`` (None);
-        ``limit`` is another one, in seconds, and the task file's name for it."""
-        seconds, named = limit or (self.spec.approval_timeout, "approval_timeout")
-        # Cleared before the state says "waiting": an answer may arrive while we notify.
-        self.decision = None
-        self.state, self.reason, self.waiting_for = state, reason, waiting_for
-        self.phase = None
-        escalation = Escalation(at=now(), reason=reason, waiting_for=waiting_for)
-        self.result.human_escalation.append(escalation)
-        self._event("waiting", f"{state}: {reason} (waits for {waiting_words(waiting_for)})")
-        self._publish()
-        # Sent alongside the wait, not before it: a slow or failing sink never holds it up.
-        notifying = asyncio.create_task(self._notify(reason, waiting_for))
-        self.notifications.append(notifying)
-        try:
-            await workflow.wait_condition(
-                lambda: self.decision is not None,
-                timeout=timedelta(seconds=seconds),
-                timeout_summary=(
-                    f"waits for a person: {waiting_words(waiting_for)}, at most "
-                    f"{seconds} s ({named})"
-                ),
-            )
-        except TimeoutError:
-            escalation.resolved_by = "timeout"
-            self._close_message(notifying, "no answer within approval_timeout")
-            return None
-        except asyncio.CancelledError:
-            self._close_message(notifying, "cancelled")
-            raise
-        decision, self.decision = self.decision, None
-        assert decision is not None
-        escalation.resolved_by = decision.kind
-        self._close_message(notifying, decision.said())
-        self.state, self.reason, self.waiting_for = TaskState.RUNNING, "", ""
-        self._publish()
-        return decision
-
-    async def _notify(self, reason: str, waiting_for: str) -> SlackMessage | None:
-        """Tell people; a sink that keeps failing is retried, then recorded, never fatal.
-        The Slack message (where the worker has Slack) is posted beside the webhook, so a
-        broken webhook does not hold it up; where it is, is returned for its close."""
-        escalated = notify(
-            EscalateInput(
-                task_id=self.spec.id,
-                goal=self.spec.goal,
-                state=self.state,
-                reason=reason,
-                waiting_for=waiting_for,
-                attempt=len(self.result.attempts),
-                last_verdict=self.last_verdict.summary() if self.last_verdict else "",
-            )
-        )
-        if not patches.patched("slack-messages"):
-            failed = await escalated
-            if failed:
-                self._event("notify-failed", failed)
-            return None
-        verdict = self._latest_verdict()
-        posting = post_slack(
-            SlackPostInput(
-                task_id=self.spec.id,
-                goal=self.spec.goal,
-                state=self.state,
-                reason=reason,
-                waiting_for=waiting_for,
-                attempt=len(self.result.attempts),
-                repo=self.spec.repo,
-                channel=self.spec.slack_channel,
-                commit=self.awaiting_commit(),
-                verdict=verdict.summary() if verdict is not None else "",
-            )
-        )
-        failed, (posted, slack_failed) = await asyncio.gather(escalated, posting)
-        for why in (failed, slack_failed):
-            if why:
-                self._event("notify-failed", why)
-        return posted
-
-    def _close_message(self, notifying: asyncio.Task[SlackMessage | None], outcome: str) -> None:
-        """Once the wait is over, its Slack message says how, its buttons gone; beside
-        what comes next, and delivered before the task closes (``notifications``)."""
-
-        async def close() -> None:
-            posted = await notifying
-            if posted is None or not posted.ts:
-                return
-            failed = await close_slack(self.spec.id, posted, outcome)
-            if failed:
-                self._event("notify-failed", failed)
-
-        self.notifications.append(asyncio.create_task(close()))

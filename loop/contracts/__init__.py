@@ -45,6 +45,7 @@ from loop.contracts.eval import (
 )
 from loop.contracts.evidence import (
     FAILURES,
+    PREVIOUS_OUTPUT_CHARS,
     REFUSALS,
     CaseResult,
     Evidence,
@@ -167,6 +168,7 @@ from loop.contracts.names import (
     CANDIDATE_WORKFLOW,
     EVAL_WORKFLOW,
     HOST_LOST,
+    INPUT_GONE,
     LEDGER_WORKFLOW,
     MINE_WORKFLOW,
     PERMANENT,
@@ -228,7 +230,9 @@ from loop.contracts.states import (
     Phase,
     TaskState,
 )
+from loop.contracts.step_context import MADE_FILE
 from loop.contracts.steps import (
+    AGENT_TAIL_CHARS,
     CALLS_FILE,
     CHANGED_SHOWN,
     ENDPOINT_PREFLIGHT_S,
@@ -367,6 +371,7 @@ from loop.contracts.triage import (
 
 __all__ = [
     "ACTION_PREFIX",
+    "AGENT_TAIL_CHARS",
     "AGENT_WORKFLOW",
     "ALL_ACTIVITIES",
     "ANSWER_REFUSED",
@@ -407,11 +412,13 @@ __all__ = [
     "HOOK_ITEM",
     "HOST_LOST",
     "HOST_PATTERN",
+    "INPUT_GONE",
     "ISSUE_META_KEYS",
     "ISSUE_OVERRIDE_KEYS",
     "LEDGER_WORKFLOW",
     "LIST_FIXES",
     "LOOKUP_TASKS",
+    "MADE_FILE",
     "MAKE",
     "MAX_CANDIDATES",
     "MAX_GOAL_CHARS",
@@ -424,6 +431,7 @@ __all__ = [
     "POLICY_VIOLATION",
     "PREPARE_AND_EXPLORE",
     "PREPARE_WORKSPACE",
+    "PREVIOUS_OUTPUT_CHARS",
     "PROVIDER_VARIABLES",
     "PULL_HEAD",
     "PULL_REQUEST",

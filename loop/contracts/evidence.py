@@ -176,6 +176,10 @@ class FailedRequirement(_Record):
     required_correction: str
 
 
+PREVIOUS_OUTPUT_CHARS = 1_500
+"""How much of the last claim (or output) the feedback quotes: its end."""
+
+
 class Feedback(_Record):
     """A failed verdict turned into structured input for the next attempt."""
 

@@ -36,6 +36,10 @@ QUERY_TRACE = "trace"
 PERMANENT = "LoopPermanent"
 POLICY_VIOLATION = "LoopPolicyViolation"
 """Error types of activity failures that no retry can fix (``loop.errors.permanent``)."""
+INPUT_GONE = "LoopInputGone"
+"""Error type of a step whose input names a file its host kept that the host no longer
+holds as it was (its run folder removed, or another machine serving the host's queue):
+the task sends the step again whole (docs/architecture.md, "What history holds")."""
 SOURCE_MISCONFIGURED = "LoopSourceMisconfigured"
 """Error type of a triage source that no poll can read until a person fixes the sources
 file or the worker's environment (a token not set or refused, a repository not found)."""

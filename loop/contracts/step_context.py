@@ -24,7 +24,7 @@ from pydantic import (
 from temporalio.exceptions import ApplicationError
 
 from loop.contracts.base import _Record
-from loop.contracts.names import PERMANENT
+from loop.contracts.names import INPUT_GONE
 
 SHARED = frozenset({"task", "workspace"})
 
@@ -99,8 +99,7 @@ def shared_body(step: BaseModel) -> str:
 
 
 def read_context(path: str) -> dict[str, Any]:
-    """The shared step input a step on this host saved; one that is gone is an error no
-    retry fixes."""
+    """The shared step input a step on this host saved."""
     shared: dict[str, Any] = json.loads(_read(path, "saved step input"))
     return shared
 
@@ -111,16 +110,60 @@ def read_evidence(path: str) -> dict[str, Any]:
     return {g["name"]: g["evidence"] for g in verdict.get("gates", [])}
 
 
+MADE_FILE = "made.json"
+"""Where a make keeps its result in the attempt folder: ``{"made": <MakeResult>, ...}``."""
+
+
+def digest(text: str) -> str:
+    """What names a text an input quotes from a kept file: the file must still say it."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def read_made(path: str, attempt: object, commit: object) -> dict[str, Any]:
+    """The make result kept at ``path``, which must be the ``attempt``'s, of ``commit``."""
+    made = _made(path)
+    if made.get("attempt") != attempt or made.get("commit") != commit:
+        raise input_gone(f"this task's attempt's result {path} is another attempt's")
+    return made
+
+
+def read_quote(path: str, sent: str, chars: int) -> str:
+    """What the feedback quotes of the make result kept at ``path``: the end of its claim
+    (else of its output), which must have the ``digest`` the workflow ``sent``."""
+    made = _made(path)
+    quote: str = (made.get("claim") or made.get("output_tail") or "")[-chars:]
+    if digest(quote) != sent:
+        raise input_gone(f"this task's last attempt's result {path} no longer says what was sent")
+    return quote
+
+
+def _made(path: str) -> dict[str, Any]:
+    try:
+        made: dict[str, Any] = json.loads(_read(path, "attempt's result"))["made"]
+    except (ValueError, KeyError, TypeError):
+        raise input_gone(f"this task's attempt's result {path} is not one") from None
+    return made
+
+
 def _read(path: str, what: str) -> str:
-    """The worker's own file, never where a link in its place points."""
+    """The worker's own file, never where a link in its place points; the text exactly as
+    written (no newline translation)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd) as f:
+        with os.fdopen(fd, encoding="utf-8", newline="") as f:
             return f.read()
-    except OSError as e:
-        raise ApplicationError(
-            f"this task's {what} {path} is unreadable ({e.strerror}): its run folder was "
-            "removed while the task ran; start the task again with --rerun",
-            type=PERMANENT,
-            non_retryable=True,
-        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8"
+        raise input_gone(f"this task's {what} {path} is unreadable on this host ({why})") from None
+
+
+def input_gone(head: str) -> ApplicationError:
+    """A kept input this host no longer holds: no retry brings it back; the task sends
+    the step again whole where it can (docs/architecture.md, "What history holds")."""
+    return ApplicationError(
+        f"{head}: its run folder was removed, or another machine serves this host's queue "
+        "(one LOOP_HOST_ID, two disks); where the task cannot send it again whole, start "
+        "the task again with --rerun",
+        type=INPUT_GONE,
+        non_retryable=True,
+    )

@@ -2,13 +2,19 @@
 
 from typing import Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
 from loop.contracts.base import _Record
 from loop.contracts.environment import BuiltEnvironment
-from loop.contracts.evidence import Feedback, Verdict
+from loop.contracts.evidence import PREVIOUS_OUTPUT_CHARS, Feedback, Verdict
 from loop.contracts.states import TaskState
-from loop.contracts.step_context import _StepInput, read_evidence
+from loop.contracts.step_context import _StepInput, read_evidence, read_made, read_quote
 from loop.contracts.task import TaskSpec
 
 
@@ -101,7 +107,9 @@ class Prepared(_Record):
 
 
 class PromptParts(_Record):
-    goal: str
+    goal: str = ""
+    """Empty in a payload where ``from_task``: a worker before it refuses that payload (the
+    field was required) rather than prompt without a goal."""
     brief: str = ""
     gates: list[str] = Field(default_factory=list)
     feedback: Feedback | None = None
@@ -117,31 +125,55 @@ class PromptParts(_Record):
     evidence of the gates in ``evidence_of`` is read there, so history holds it once (that
     verdict), not again in the next attempt's input."""
     evidence_of: list[str] = Field(default_factory=list)
+    from_task: bool = False
+    """``goal``, ``gates``, ``instructions`` and ``backend`` are left out: they are the task
+    file's, which the activity has (``MakeInput.task``, kept on its host), and it fills
+    them in, so history holds them once (the workflow's input)."""
+    previous_from: str = ""
+    """Where the last make kept its result on this host (``MakeResult.kept``): the
+    feedback's ``previous_output`` is quoted from it there, so history holds the claim
+    once (that result)."""
+    previous_digest: str = ""
+    """The ``digest`` of ``previous_output``: a kept result that no longer says it is
+    refused."""
 
     @model_serializer(mode="wrap", when_used="json")
-    def _evidence_once(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _kept_once(self, handler: SerializerFunctionWrapHandler) -> Any:
         sent = handler(self)
-        if self.evidence_from and sent.get("feedback"):
-            for failed in sent["feedback"].get("failed", []):
+        feedback = sent.get("feedback")
+        if self.evidence_from and feedback:
+            for failed in feedback.get("failed", []):
                 if failed["gate"] in self.evidence_of:
                     failed.pop("evidence", None)
+        if self.previous_from and feedback:
+            feedback.pop("previous_output", None)
         return sent
 
     @model_validator(mode="before")
     @classmethod
-    def _read_evidence(cls, data: Any) -> Any:
-        # Only a payload the workflow sent leaves evidence out; models built here are whole.
+    def _read_kept(cls, data: Any) -> Any:
+        # Only a payload the workflow sent leaves these out; models built here are whole.
         sent = data.get("feedback") if isinstance(data, dict) else None
-        if not isinstance(sent, dict) or not data.get("evidence_from"):
+        if not isinstance(sent, dict):
             return data
+        if data.get("previous_from") and "previous_output" not in sent:
+            quoted = read_quote(
+                data["previous_from"], data.get("previous_digest", ""), PREVIOUS_OUTPUT_CHARS
+            )
+            sent = {**sent, "previous_output": quoted}
         failed = sent.get("failed", [])
-        if all("evidence" in f for f in failed):
-            return data
-        kept = read_evidence(data["evidence_from"])
-        feedback = {**sent, "failed": [
-            f if "evidence" in f else {**f, "evidence": kept[f["gate"]]} for f in failed
-        ]}  # fmt: skip
-        return {**data, "feedback": feedback}
+        if data.get("evidence_from") and not all("evidence" in f for f in failed):
+            kept = read_evidence(data["evidence_from"])
+            sent = {**sent, "failed": [
+                f if "evidence" in f else {**f, "evidence": kept[f["gate"]]} for f in failed
+            ]}  # fmt: skip
+        return {**data, "feedback": sent}
+
+
+AGENT_TAIL_CHARS = 500
+"""How much of what the agent printed its result holds: the last lines, what a person
+glances at and ``loop.rules.explain`` reads the last line of. The log holds all of it, and
+the claim (LOOP_OUTPUT_FILE, else the stdout's longer tail) is what the agent said."""
 
 
 CHANGED_SHOWN = 1_000
@@ -193,6 +225,8 @@ class MakeResult(_Record):
     exit_code: int | None = None
     timed_out: bool = False
     output_tail: str = ""
+    """The end of what the agent printed (``AGENT_TAIL_CHARS``); all of it is at
+    ``log_path``."""
     claim: str = ""
     """The final answer (LOOP_OUTPUT_FILE, else the stdout tail): recorded, never trusted."""
     claim_path: str = ""
@@ -254,6 +288,10 @@ class MakeResult(_Record):
     changed_lines: int = 0
     """Lines the commit adds and removes against base (a binary file counts one): how a
     ``choose: best`` task ranks candidates that passed."""
+    kept: str = ""
+    """Where the step kept this result on its host (``MADE_FILE`` in the attempt folder):
+    the attempt's later steps there are sent its path instead (empty from workers
+    before)."""
 
 
 class VerifyInput(_StepInput):
@@ -264,6 +302,26 @@ class VerifyInput(_StepInput):
     environment: BuiltEnvironment | None = None
     """The attempt's own environment, where its commit changes the key files: its gates
     run with it instead of the workspace's (base's runs keep base's)."""
+    make_from: str = ""
+    """Where make kept its result on this host (``MakeResult.kept``): ``make`` is sent as
+    its commit alone and read there, so history holds it once (make's result); a kept
+    result of another attempt or commit is refused. (A worker before it refuses the
+    payload, ``make.attempt`` missing, rather than judge an empty record.)"""
+
+    @field_serializer("make", mode="wrap", when_used="json")
+    def _make_once(self, value: MakeResult, handler: SerializerFunctionWrapHandler) -> Any:
+        if self.make_from:
+            return {"commit": value.commit}
+        return value.model_dump(mode="json", exclude_defaults=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_make(cls, data: Any) -> Any:
+        sent = data.get("make") if isinstance(data, dict) else None
+        if not isinstance(sent, dict) or not data.get("make_from") or "attempt" in sent:
+            return data
+        made = read_made(data["make_from"], data.get("attempt"), sent.get("commit"))
+        return {**data, "make": made}
 
 
 class BuildEnvironmentInput(_StepInput):

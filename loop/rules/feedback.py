@@ -8,12 +8,19 @@ what the agent reads and what the trace records cannot drift apart.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from loop.contracts import FailedRequirement, Feedback, MakeResult, PromptParts, Verdict
-from loop.rules.gates import required_correction
+from loop.contracts import (
+    PREVIOUS_OUTPUT_CHARS,
+    FailedRequirement,
+    Feedback,
+    MakeResult,
+    PromptParts,
+    TaskSpec,
+    Verdict,
+)
+from loop.rules.gates import describe_gate, required_correction
 from loop.rules.verdicts import headline
-
-_PREVIOUS_OUTPUT_CHARS = 1_500
 
 
 def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) -> Feedback:
@@ -21,7 +28,7 @@ def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) ->
     previous = make.claim or make.output_tail
     return Feedback(
         after_attempt=attempt,
-        previous_output=previous[-_PREVIOUS_OUTPUT_CHARS:],
+        previous_output=previous[-PREVIOUS_OUTPUT_CHARS:],
         failed=[
             FailedRequirement(
                 gate=g.name,
@@ -34,6 +41,16 @@ def build(attempt: int, make: MakeResult, verdict: Verdict, human: list[str]) ->
         passing=[g.name for g in verdict.gates if g.passed],
         human_feedback=list(human),
     )
+
+
+def from_task(spec: TaskSpec) -> dict[str, Any]:
+    """The prompt's parts that are the task file's (``PromptParts.from_task``)."""
+    return {
+        "goal": spec.goal,
+        "gates": [describe_gate(g) for g in spec.verify],
+        "backend": spec.agent.backend,
+        "instructions": spec.instructions,
+    }
 
 
 def render_prompt(parts: PromptParts, attempt: int) -> str:

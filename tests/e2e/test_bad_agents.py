@@ -18,7 +18,14 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from loop.contracts import OUTPUT_TAIL_CHARS, FinalAction, TaskResult, TaskSpec, TaskState
+from loop.contracts import (
+    AGENT_TAIL_CHARS,
+    OUTPUT_TAIL_CHARS,
+    FinalAction,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+)
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agents import (
@@ -158,7 +165,7 @@ async def test_agent_printing_5_mb_keeps_a_bounded_tail(
         made = result.attempts[0].make
         assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason
         # The tail is bounded and is the end of the output; the log holds all of it.
-        assert len(made.output_tail) <= OUTPUT_TAIL_CHARS + 100, len(made.output_tail)
+        assert len(made.output_tail) <= AGENT_TAIL_CHARS + 100, len(made.output_tail)
         assert made.output_tail.rstrip().endswith("THE-END")
         assert "earlier bytes in the log" in made.output_tail
         assert len(made.claim) <= OUTPUT_TAIL_CHARS + 100  # no output file: the stdout tail

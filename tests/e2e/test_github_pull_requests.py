@@ -381,7 +381,7 @@ async def test_a_chosen_candidates_pull_request_is_its_tasks(
     name, file, secret = sources(
         tmp_path, demo_repo, remote_of(demo_repo, tmp_path), candidates=candidates
     )
-    task_id = f"{name}-1"
+    task_id = f"{name}-acme-app-1"
     branch = f"loop/{task_id}/two"
     ui = loop_ui(env, settings, "--sources", str(file), LOOP_GITHUB_WEBHOOK_SECRET_FILE=str(secret))
     async with build_worker(client, settings), ui as url:

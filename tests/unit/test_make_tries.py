@@ -26,8 +26,10 @@ def env(attempt: int, *, activity_id: str = "7", run_id: str = "run-1") -> Activ
 
 async def test_a_later_try_of_the_step_gets_the_result_an_earlier_one_kept(tmp_path: Path):
     made = MakeResult(attempt=1, commit="c1" * 20, tries=1)
-    env(1).run(keep_made, tmp_path, made)
-    assert env(2).run(made_before, tmp_path) == made
+    kept = env(1).run(keep_made, tmp_path, made)
+    # The result names where it is kept, for the attempt's later steps on this host.
+    assert kept == made.model_copy(update={"kept": str(tmp_path / "made.json")})
+    assert env(2).run(made_before, tmp_path) == kept
 
 
 async def test_another_step_or_run_never_gets_it(tmp_path: Path):

@@ -16,9 +16,13 @@ from pydantic_core import to_json
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
+import workflows.steps as steps
 from activities.host.step_files import keep
 from loop.cli.demo import demo_task
 from loop.contracts import (
+    INPUT_GONE,
+    MADE_FILE,
+    PREVIOUS_OUTPUT_CHARS,
     AgentLimits,
     Evidence,
     FailedRequirement,
@@ -34,7 +38,8 @@ from loop.contracts import (
     gate,
 )
 from loop.contracts.gates import KINDS
-from loop.contracts.step_context import sent_once
+from loop.contracts.step_context import digest, input_gone, sent_once
+from loop.rules import feedback as fb
 
 
 def inputs() -> tuple[MakeInput, VerifyInput]:
@@ -197,3 +202,104 @@ def test_the_feedback_cites_the_kept_verdict_for_its_evidence(tmp_path: Path) ->
     assert "evidence" not in failed[0]  # in the verdict file
     assert failed[1]["evidence"] == {"detail": "unclear naming"}  # not in it: by its text
     assert _read(step) == step
+
+
+def _kept(folder: Path, made: MakeResult) -> MakeResult:
+    """``made`` as a make keeps it on its host (activities/make.py, ``keep_made``)."""
+    made = made.model_copy(update={"kept": str(folder / MADE_FILE)})
+    record = {"run_id": "r", "activity_id": "1", "made": made.model_dump(mode="json")}
+    (folder / MADE_FILE).write_text(json.dumps(record))
+    return made
+
+
+def _gone(step: MakeInput | VerifyInput) -> ApplicationError:
+    with pytest.raises(Exception) as caught:
+        _read(step)
+    cause: BaseException | None = caught.value
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.non_retryable, caught.value
+    assert cause.type == INPUT_GONE, cause
+    return cause
+
+
+def test_verify_is_sent_makes_result_by_where_make_kept_it(tmp_path: Path) -> None:
+    """History holds make's result once: verify names the file make kept and the attempt
+    and commit it must hold; the activity reads the whole result there."""
+    _, verify = inputs()
+    made = _kept(tmp_path, verify.make.model_copy(update={"claim": "I fixed it " * 300}))
+    step = verify.model_copy(update={"make": made, "make_from": made.kept})
+    # No attempt in it: a worker from before, to which it was required, refuses the payload
+    # instead of judging a record without the attempt's changed files and claim.
+    assert _sent(step)["make"] == {"commit": made.commit}
+    assert len(json.dumps(_sent(step))) < len(json.dumps(_sent(verify))) + 200
+    assert _read(step) == step
+
+
+def test_a_kept_result_of_another_commit_is_refused(tmp_path: Path) -> None:
+    """The cheapest way to a wrong verdict here: the file where the kept result was now
+    holding another attempt's (a rerun, an older copy). It must be the commit sent."""
+    _, verify = inputs()
+    made = _kept(tmp_path, verify.make)
+    _kept(tmp_path, made.model_copy(update={"commit": "e" * 40}))
+    step = verify.model_copy(update={"make": made, "make_from": made.kept})
+    assert "another attempt's" in str(_gone(step))
+    (tmp_path / MADE_FILE).unlink()
+    assert "unreadable on this host" in str(_gone(step))
+    (tmp_path / MADE_FILE).write_text("{not json")
+    _gone(step)
+
+
+def test_the_feedback_quotes_the_last_claim_where_make_kept_it(tmp_path: Path) -> None:
+    """The feedback's previous output is the end of the last claim, which history holds in
+    make's result: the next make names that result and the quote's digest instead."""
+    make, _ = inputs()
+    assert make.prompt.feedback is not None
+    claim = "line\r\n" + "é" * 2_000  # longer than quoted, with what a re-encoding changes
+    made = _kept(tmp_path, MakeResult(attempt=1, commit="d" * 40, claim=claim))
+    quote = claim[-PREVIOUS_OUTPUT_CHARS:]
+    feedback = make.prompt.feedback.model_copy(update={"previous_output": quote})
+    prompt = make.prompt.model_copy(
+        update={"feedback": feedback, "previous_from": made.kept, "previous_digest": digest(quote)}
+    )
+    step = make.model_copy(update={"prompt": prompt})
+    assert "previous_output" not in _sent(step)["prompt"]["feedback"]
+    assert _read(step) == step
+    # A kept result that says something else now (another try's claim) is refused.
+    _kept(tmp_path, made.model_copy(update={"claim": claim + "!"}))
+    assert "no longer says what was sent" in str(_gone(step))
+
+
+def test_the_task_files_parts_of_the_prompt_go_with_the_task_file() -> None:
+    """The goal, the gates, the instructions and the backend are the task file's: the make
+    activity fills them in from the task it was given (or kept), so the prompt it renders
+    is the one the workflow built before, and none of them is in the payload."""
+    make, _ = inputs()
+    spec = make.task.model_copy(update={"instructions": "Keep it short."})
+    whole = make.prompt.model_copy(update=fb.from_task(spec))
+    by_task = make.prompt.model_copy(
+        update={"goal": "", "gates": [], "instructions": "", "from_task": True}
+    )
+    sent = _sent(make.model_copy(update={"task": spec, "prompt": by_task}))["prompt"]
+    # No goal at all: a worker from before, to which it was required, refuses the payload
+    # instead of prompting its agent without one.
+    assert not {"goal", "gates", "instructions", "backend"} & sent.keys() and sent["from_task"]
+    filled = by_task.model_copy(update=fb.from_task(spec))
+    assert fb.render_prompt(filled, 2) == fb.render_prompt(whole, 2)
+    assert spec.goal in fb.render_prompt(filled, 2) and "Keep it short." in fb.render_prompt(
+        filled, 2
+    )
+
+
+def test_a_lost_input_is_told_from_any_other_failure() -> None:
+    """The task sends a step again whole only when its host lost a file the input names,
+    raised by the activity or while its input was read (wrapped by the SDK)."""
+    lost = input_gone("this task's saved step input /r/c.json is unreadable on this host")
+    wrapped = ApplicationError("Failed decoding arguments")
+    wrapped.__cause__ = lost
+    assert steps._gone(lost) and steps._gone(wrapped)
+    other = ApplicationError("a permanent failure", type="LoopPermanent", non_retryable=True)
+    wrapped_other = ApplicationError("Failed decoding arguments")
+    wrapped_other.__cause__ = other
+    assert not steps._gone(other) and not steps._gone(wrapped_other)
+    assert not steps._gone(ApplicationError("LoopInputGone"))  # the words alone are not it

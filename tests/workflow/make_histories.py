@@ -49,6 +49,10 @@ the way its name says, then writes each workflow's history
   one whose passing candidates waited side by side and a person approved one by name;
   recorded by ``LOOP_RECORD_HISTORIES=DIR pytest tests/e2e/test_candidates.py -k
   "best_ranks and basic or person_approves"``.
+- ``input_resent``: a task whose inputs go by what its host kept (``history-by-reference``):
+  attempt 1 fails, the task waits, its run folder is removed, ``extend_budget``; attempt 2's
+  make names files the host lost, fails, and is sent again whole; recorded by
+  ``LOOP_RECORD_HISTORIES=DIR pytest tests/e2e/test_history_once.py -k lost``.
 - ``slack_answer``, ``slack_refused``: a ``SlackAnswerWorkflow`` whose answer the task
   took (pressed while no worker ran), and one the task refused (it had ended), said in
   the message; recorded the same way, copied alone (the older files stay as recorded).

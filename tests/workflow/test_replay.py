@@ -60,6 +60,12 @@ REPRESENTATIVE = {
     "candidates_best",
     "candidates_best_two",
     "candidates_person",
+    # Inputs by what the host kept (the history-by-reference patch): a make's prompt
+    # without the task file's parts, verify sent make's result by its file, the claim
+    # quoted from it; then the run folder removed while the task waited, and the next
+    # make sent again whole. Recorded by tests/e2e/test_history_once.py with
+    # LOOP_RECORD_HISTORIES.
+    "input_resent",
 }
 CLOSED = {
     "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
