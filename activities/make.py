@@ -46,8 +46,7 @@ from activities.host.progress import AttemptProgress
 from activities.host.remote import publish
 from activities.host.step_files import keep
 from activities.host.worktree import (
-    changed_files,
-    changed_lines,
+    diff_stat,
     outside_changes,
     outside_snapshot,
     restore,
@@ -581,13 +580,13 @@ class MakeActivities:
             await clone.keep_attempt(ws, commit, self.settings.locks)
         except GitError as e:  # the diff's keeping is no reason to lose the attempt
             log_for(task.id, n, "make").warning("attempt not kept", error=e.message)
-        changed = await changed_files(ws, commit)
+        changed, lines = await diff_stat(ws, commit)
         return made.model_copy(
             update={
                 "commit": commit,
                 "changed_files": changed[:CHANGED_SHOWN],
                 "changed_count": len(changed),
-                "changed_lines": await changed_lines(ws, commit),
+                "changed_lines": lines,
                 "ignored_files": await artifact.ignored(ws.path, ws.byproducts),
             }
         )

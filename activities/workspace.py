@@ -261,7 +261,7 @@ class WorkspaceActivities:
                     await self._clear_way(top, ws.branch, base_commit)
                     await clone.refuse_checked_out(top, ws.branch)
                     await self._keep_earlier_work(top, ws.branch, base_commit)
-                await clone.make(path, store, ws.branch, start, top)
+                await clone.make(path, store, ws.branch, start, top, stored=start == base_commit)
             _write_marker(run_dir, owner, ws)
         return ws
 

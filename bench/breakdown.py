@@ -23,6 +23,7 @@ every exit) and Linux; without them only the /proc and server rows are printed.
 
     .venv/bin/python bench/breakdown.py [--tasks 10] [--modes basic,strict] [--git-commands]
     .venv/bin/python bench/breakdown.py --modes basic --after 500   # what grows with history
+    .venv/bin/python bench/breakdown.py --floor   # the Temporal floor's task, split the same way
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ import struct
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import (
+    byte_compile,
     connect,
     cpu_seconds,
     free_port,
@@ -53,12 +55,15 @@ from common import (
     make_demo_repo,
     print_machine,
     print_table,
+    requests,
     script_agent,
     spawn_worker,
     stop_process,
     temp_home,
     wait_for_log,
 )
+from temporal_floor import FLOOR_WORKER, floor_run
+from temporalio.client import Client
 from vs_floor import AGENT, loopwork_task
 
 NETLINK_GENERIC, GENL_ID_CTRL, CTRL_CMD_GETFAMILY = 16, 0x10, 3
@@ -68,7 +73,6 @@ TYPE_STATS, TYPE_AGGR_PID = 3, 4
 NLMSG_ERROR, NLM_F_REQUEST, NLM_F_ACK = 2, 1, 4
 # struct taskstats (linux/taskstats.h, stable since version 1 at these offsets)
 OFF_VIRTUAL_NS, OFF_COMM, OFF_PID = 72, 80, 128
-METRICS_SETTLE_S = 2.0
 AT_ONCE = 20
 
 
@@ -208,23 +212,6 @@ def classify(exits: list[Exit], roots: set[int]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in by_kind.items()}
 
 
-def requests(metrics_port: int) -> Counter[str]:
-    """The frontend's ``service_requests`` of the ``default`` namespace, by operation.
-    The server's counters reach its endpoint a moment after the request: read once the
-    last one has settled."""
-    time.sleep(METRICS_SETTLE_S)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
-    counts: Counter[str] = Counter()
-    for line in text.decode().splitlines():
-        if not line.startswith("service_requests{"):
-            continue
-        labels, value = line[len("service_requests{") :].rsplit("} ", 1)
-        fields = dict(part.split("=", 1) for part in labels.split(","))
-        if fields.get("service_name") == '"frontend"' and fields.get("namespace") == '"default"':
-            counts[fields["operation"].strip('"')] += int(float(value))
-    return counts
-
-
 def git_shim(folder: Path, log: Path) -> Path:
     """A ``git`` that logs its subcommand (and ``worktree``'s verb) and execs the real one."""
     real = shutil.which("git")
@@ -265,10 +252,7 @@ class Series:
 async def series(
     args: argparse.Namespace,
     mode: str,
-    client,
-    queue: str,
-    repo: Path,
-    agent: list[str],
+    task: Callable[[str], Awaitable[object]],
     worker: int,
     server: int,
     metrics_port: int,
@@ -277,10 +261,9 @@ async def series(
 ) -> Series:
     for done in range(0, args.after, AT_ONCE):  # history first, when asked for
         batch = min(AT_ONCE, args.after - done)
-        tasks = [loopwork_task(client, queue, repo, agent, mode) for _ in range(batch)]
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*[task(mode) for _ in range(batch)])
     for _ in range(2):  # warm: the first tasks of a mode probe and fill the base store
-        await loopwork_task(client, queue, repo, agent, mode)
+        await task(mode)
     if listener:
         listener.take()
     if git_log:
@@ -297,7 +280,7 @@ async def series(
         time.process_time(),
     )
     for _ in range(args.tasks):
-        await loopwork_task(client, queue, repo, agent, mode)
+        await task(mode)
     wall = time.perf_counter() - t0
     k1 = time.process_time()
     w1, c1 = cpu_seconds(worker)
@@ -386,15 +369,23 @@ async def main() -> None:
         "--after", type=int, default=0,
         help="tasks run on the repository first (20 at a time), to see what grows with history",
     )  # fmt: skip
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="the Temporal floor's worker and tasks (bench/temporal_floor.py) instead of "
+        "Loopwork's, split the same way",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny version (3 tasks, basic)")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.modes = 3, "basic"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     print_machine("where one trivial task's CPU goes (bench/breakdown.py)")
+    byte_compile()
+    on = "the Temporal floor (bench/floor_worker.py)" if args.floor else "Loopwork"
     print(
         f"{args.tasks} tasks per mode after {args.after} earlier tasks and 2 warm-up tasks; "
-        "task as in bench/vs_floor.py\n"
+        f"task as in bench/vs_floor.py, on {on}\n"
     )
     listener = None
     try:
@@ -404,7 +395,9 @@ async def main() -> None:
     results = []
     with temp_home() as home:
         base = home.parent
+        base.chmod(0o755)  # the floor's uid reads the agent script from here
         agent = script_agent(base, AGENT)
+        Path(agent[1]).chmod(0o644)
         repo = make_demo_repo(base / "repo")
         metrics_port = free_port()
         extra: dict[str, str] = {}
@@ -417,7 +410,18 @@ async def main() -> None:
             client = await connect(server.address)
             queue = f"breakdown-{os.getpid()}"
             log = home / "worker.log"
-            worker = spawn_worker(server.address, home, queue, log, **extra)
+            if args.floor:
+                (base / "work").mkdir()
+                plain = await Client.connect(server.address)
+                task = floor_run(plain, queue, repo, base / "work", agent, [])
+                argv = [sys.executable, str(FLOOR_WORKER)]
+                worker = spawn_worker(server.address, home, queue, log, argv=argv, **extra)
+            else:
+
+                def task(mode: str) -> Awaitable[str]:
+                    return loopwork_task(client, queue, repo, agent, mode)
+
+                worker = spawn_worker(server.address, home, queue, log, **extra)
             try:
                 await wait_for_log(log, "worker ready", worker)
                 for mode in modes:
@@ -425,10 +429,7 @@ async def main() -> None:
                         await series(
                             args,
                             mode,
-                            client,
-                            queue,
-                            repo,
-                            agent,
+                            task,
                             worker.pid,
                             server.process.pid,
                             metrics_port,

@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,17 @@ def load_average() -> str:
     with contextlib.suppress(OSError):
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return "unknown"
+
+
+def byte_compile(root: Path = ROOT) -> None:
+    """Compile a checkout's Python files, as an install does: where the environment sets
+    PYTHONDONTWRITEBYTECODE (this machine does), every worker start and every workflow
+    run's sandbox would otherwise compile the source of what it imports again."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "activities", "loop", "workflows",
+         "worker.py", "bench"],
+        cwd=root, check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tables
@@ -247,6 +260,26 @@ async def default_server(
 
 async def connect(address: str) -> Client:
     return await Client.connect(address, data_converter=pydantic_data_converter)
+
+
+METRICS_SETTLE_S = 2.0
+
+
+def requests(metrics_port: int) -> Counter[str]:
+    """The frontend's ``service_requests`` of the ``default`` namespace, by operation, from
+    a server started with ``metrics_port``. The server's counters reach its endpoint a
+    moment after the request: read once the last one has settled."""
+    time.sleep(METRICS_SETTLE_S)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+    counts: Counter[str] = Counter()
+    for line in text.decode().splitlines():
+        if not line.startswith("service_requests{"):
+            continue
+        labels, value = line[len("service_requests{") :].rsplit("} ", 1)
+        fields = dict(part.split("=", 1) for part in labels.split(","))
+        if fields.get("service_name") == '"frontend"' and fields.get("namespace") == '"default"':
+            counts[fields["operation"].strip('"')] += int(float(value))
+    return counts
 
 
 # --------------------------------------------------------------------------- workers

@@ -105,14 +105,14 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def loopwork_task(
-    client: Client, queue: str, repo: Path, agent: list[str], mode: str
-) -> None:
+async def loopwork_task(client: Client, queue: str, repo: Path, agent: list[str], mode: str) -> str:
+    """One trivial task on ``queue``, to its end; its workflow id."""
     spec = TaskSpec.model_validate(task_spec(repo, agent, verify=VERIFY, sandbox={"mode": mode}))
     handle, _ = await start_task(client, spec, queue)
     result = await handle.result()
     if result.state != TaskState.DONE_WITH_EVIDENCE:
         raise RuntimeError(f"task {spec.id} ended {result.state}: {result.reason}")
+    return handle.id
 
 
 def floor_task(repo: Path, work: Path, agent: list[str]) -> None:

@@ -62,9 +62,14 @@ from loop.rules import progress
 
 
 async def start_task(
-    client: Client, spec: TaskSpec, task_queue: str, *, rerun: bool = False
+    client: Client, spec: TaskSpec, task_queue: str, *, rerun: bool = False, eager: bool = False
 ) -> tuple[WorkflowHandle, bool]:
-    """Start the task's workflow; (handle, False) when it is already running (idempotent)."""
+    """Start the task's workflow; (handle, False) when it is already running (idempotent).
+
+    ``eager``: a worker of this same client serves ``task_queue`` in this process (``loop
+    demo``'s own), so the start asks for the first workflow task in its reply (Temporal's
+    eager workflow start: no poll round trip before the first step is scheduled). Where
+    the server cannot, the start is an ordinary one."""
     handle = client.get_workflow_handle(workflow_id_for(spec.id), result_type=TaskResult)
     # The start is the one request of the common case; an id already used is told apart
     # (open, or ended and not to be rerun) only when the server refuses it.
@@ -82,6 +87,7 @@ async def start_task(
             memo={"goal": spec.goal},
             search_attributes=starting_attributes(spec.repo),
             static_summary=f"{spec.id}: {spec.goal.strip().splitlines()[0][:120]}",
+            request_eager_start=eager,
         )
     except WorkflowAlreadyStartedError:
         desc = await handle.describe()

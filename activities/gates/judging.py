@@ -54,6 +54,27 @@ Elsewhere = Callable[[RunGate, str, str], Awaitable[Ran]]
 """Run a gate's command on a clean checkout of another commit: (gate, commit, label)."""
 
 
+CODE_KEPT = 64
+"""Commits whose code files a worker remembers (``code_at``)."""
+_code: dict[str, frozenset[str]] = {}
+
+
+async def code_at(commit: str, repo: str) -> frozenset[str]:
+    """The Python files at ``commit`` that are not tests. A commit's tree never changes, so
+    the answer is kept by commit: explore and every verdict of a repository's tasks on
+    one base ask for the same one (one ``git ls-tree`` a base, not two a task)."""
+    known = _code.get(commit)
+    if known is None:
+        listed = await git(["ls-tree", "-r", "-z", "--name-only", commit], repo)
+        known = frozenset(
+            f for f in listed.split("\0") if f.endswith(".py") and not is_test_path(f)
+        )
+        if len(_code) >= CODE_KEPT:
+            del _code[next(iter(_code))]  # the oldest
+        _code[commit] = known
+    return known
+
+
 @dataclass
 class Bench:
     """Where ``run`` gates run: a clean checkout of the commit they judge (``tree``), the
@@ -160,12 +181,7 @@ class Judging:
         """The repository's Python files at base that are not tests: an error raised there
         is base's code's, not the environment's or the test's."""
         if self._base_code is None:
-            listed = await git(
-                ["ls-tree", "-r", "-z", "--name-only", self.ws.base_commit], self.ws.path
-            )
-            self._base_code = {
-                f for f in listed.split("\0") if f.endswith(".py") and not is_test_path(f)
-            }
+            self._base_code = set(await code_at(self.ws.base_commit, self.ws.path))
         return self._base_code
 
     async def aside(self, gate: RunGate) -> dict[str, str]:

@@ -50,10 +50,13 @@ async def _has(repo: Path, commit: str) -> bool:
     return await git_ok(["cat-file", "-e", f"{commit}^{{commit}}"], repo)
 
 
-async def make(path: Path, store: Path, branch: str, start: str, source: str) -> None:
+async def make(
+    path: Path, store: Path, branch: str, start: str, source: str, *, stored: bool = False
+) -> None:
     """A clone at ``path`` on ``branch`` at ``start``: objects from the store; ``start``
     fetched from ``source`` (the repository, or a mirror) when the store lacks it (a
-    task's own pushed work, taking it over from a lost host).
+    task's own pushed work, taking it over from a lost host). ``stored``: the caller has
+    just put ``start`` in the store (``fill_store``), so it is not looked for.
 
     It is made beside ``path`` and renamed into place when whole, so a worker killed
     half-way leaves no half-made clone there for the retry to refuse; the retry removes
@@ -64,9 +67,9 @@ async def make(path: Path, store: Path, branch: str, start: str, source: str) ->
     await git(["init", "-q", "-b", branch, str(making)], path.parent)
     alternates = making / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(f"{store / 'objects'}\n")
-    if not await _has(making, start):
+    if not stored and not await _has(making, start):
         await git([*ALLOW_LOCAL, "fetch", "-q", "--no-tags", source, start], making)
-    await git(["update-ref", f"refs/heads/{branch}", start], making)
+    # On the unborn branch ``init`` named, a hard reset makes the branch at ``start``.
     await git(["reset", "-q", "--hard", start], making)
     making.rename(path)
 

@@ -109,6 +109,11 @@ async def repo_top(path: str) -> str:
         raise permanent(f"repository {path} does not exist")
     if not is_dir(p):
         raise permanent(f"repository {path} is not a directory")
+    # One call where the answer is the common one; what is wrong is told by the two below.
+    both = await git(["rev-parse", "--is-bare-repository", "--show-toplevel"], p, check=False)
+    bare, _, top = both.partition("\n")
+    if bare == "false" and top and "\n" not in top:
+        return _realpath(top)
     try:
         bare = await git(["rev-parse", "--is-bare-repository"], p)
     except GitError as e:
@@ -158,16 +163,18 @@ async def changed_files(ws: Workspace, commit: str) -> list[str]:
     return sorted(printable(p) for p in split_z(out))
 
 
-async def changed_lines(ws: Workspace, commit: str) -> int:
-    """Lines the attempt adds and removes against base; a binary file counts one."""
+async def diff_stat(ws: Workspace, commit: str) -> tuple[list[str], int]:
+    """The attempt's diff against base in one git call: the paths it changes (as
+    ``changed_files``) and the lines it adds and removes, a binary file counting one."""
     out = await git(["diff", "--numstat", "--no-renames", "-z", ws.base_commit, commit], ws.path)
-    lines = 0
+    paths, lines = [], 0
     for entry in split_z(out):
         added, _, rest = entry.partition("\t")
-        removed = rest.partition("\t")[0]
+        removed, _, path = rest.partition("\t")
         both = (added, removed)
         lines += 1 if "-" in both else sum(int(n) for n in both if n.isdigit())
-    return lines
+        paths.append(printable(path))
+    return sorted(paths), lines
 
 
 async def restore(ws: Workspace, commit: str) -> None:

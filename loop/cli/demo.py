@@ -139,13 +139,19 @@ async def run_demo(
         client = await connect(server.address if server else address, namespace)
         await ensure_search_attributes(client)
         async with contextlib.AsyncExitStack() as stack:
-            if not await has_worker(client, settings.task_queue):
+            own = not await has_worker(client, settings.task_queue)
+            if own:
                 await stack.enter_async_context(worker_module.build_worker(client, settings))
                 out.print("started an in-process worker")
-            handle, fresh = await start_task(client, spec, settings.task_queue, rerun=True)
+            # Its own worker shares the client: the first workflow task comes with the start.
+            handle, fresh = await start_task(
+                client, spec, settings.task_queue, rerun=True, eager=own
+            )
             if not fresh:
                 await handle.terminate("a new demo run replaces it")
-                handle, _ = await start_task(client, spec, settings.task_queue, rerun=True)
+                handle, _ = await start_task(
+                    client, spec, settings.task_queue, rerun=True, eager=own
+                )
             out.print(f"started {handle.id}; the agent is a SCRIPTED stand-in, not an AI\n")
             result, _ = await follow(
                 handle, lambda ev: out.print(event_line(spec.id, ev), markup=False)

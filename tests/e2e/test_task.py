@@ -381,3 +381,25 @@ async def test_a_rerun_judges_only_its_own_commits(
     clone = settings.worktrees / spec["id"]
     judged = git(clone, "show", f"{second.attempts[1].verdict.artifact}:slugify.py")
     assert "the second run's fix" in judged
+
+
+async def test_a_start_beside_its_own_worker_is_eager(
+    client: Client, settings: Settings, demo_repo: Path, tmp_path
+):
+    """``loop demo``'s start: its worker shares the client, so the first workflow task comes
+    back with the start (no poll round trip) and the task runs as any other. Asked for
+    without a worker of this client in the process, the start is an ordinary one."""
+    from loop.contracts import TaskSpec
+    from loop.tasks import start_task
+
+    agent = write_agent(tmp_path, FIX_AT_ONCE)
+    alone = TaskSpec.model_validate(task(demo_repo, agent))
+    handle, _ = await start_task(client, alone, settings.task_queue, eager=True)
+    assert getattr(handle, "__temporal_eagerly_started") is False  # nobody here to take it
+    async with build_worker(client, settings):
+        assert (await result_of(handle)).state == TaskState.DONE_WITH_EVIDENCE
+        beside = TaskSpec.model_validate(task(demo_repo, agent))
+        handle, _ = await start_task(client, beside, settings.task_queue, eager=True)
+        assert getattr(handle, "__temporal_eagerly_started") is True
+        result = await result_of(handle)
+    assert result.state == TaskState.DONE_WITH_EVIDENCE, result.reason

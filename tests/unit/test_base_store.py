@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from activities.gates.command import Ran
 from activities.gates.judging import _copied, _share
 from activities.host.proc import ProcResult
@@ -45,3 +47,38 @@ def test_a_link_or_fifo_for_a_log_is_never_followed(tmp_path: Path) -> None:
     (shared / "gate.log").unlink()
     (shared / "gate.log").symlink_to(secret)
     assert _copied(shared, tmp_path / "task" / "base" / "tests-k.json") is None
+
+
+async def test_code_at_base_is_listed_once_per_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Explore and every verdict on one base ask for its code files: git answers once per
+    commit, and another commit (of the same repository) gets its own answer."""
+    from activities.gates import judging
+    from tests.support.repos import git as git_sh
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_sh(repo, "init", "-q", "-b", "main")
+    (repo / "app.py").write_text("x = 1\n")
+    (repo / "test_app.py").write_text("def test(): pass\n")
+    git_sh(repo, "add", "-A")
+    git_sh(repo, "commit", "-q", "-m", "one")
+    first = git_sh(repo, "rev-parse", "HEAD")
+    (repo / "more.py").write_text("y = 2\n")
+    git_sh(repo, "add", "-A")
+    git_sh(repo, "commit", "-q", "-m", "two")
+    second = git_sh(repo, "rev-parse", "HEAD")
+    calls: list[list[str]] = []
+    real = judging.git
+
+    async def counted(args: list[str], cwd: object, **kw: object) -> str:
+        calls.append(args)
+        return await real(args, cwd, **kw)  # type: ignore[arg-type]  # git's own arguments
+
+    monkeypatch.setattr(judging, "git", counted)
+    assert await judging.code_at(first, str(repo)) == {"app.py"}
+    assert await judging.code_at(first, str(repo)) == {"app.py"}
+    assert len(calls) == 1
+    assert await judging.code_at(second, str(repo)) == {"app.py", "more.py"}
+    assert len(calls) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from activities.candidates import _remove
 from activities.host import pool
-from activities.host.worktree import changed_lines
+from activities.host.worktree import changed_files, diff_stat
 from activities.workspace import WorkspaceActivities
 from loop.contracts import (
     AttemptRecord,
@@ -352,7 +353,7 @@ async def test_a_candidate_branch_and_its_tasks_never_block_each_other(
     assert sh(repo, "branch", "--list", "loop/fix/*") == ""
 
 
-async def test_changed_lines_count_both_ways_and_a_binary_file_once(
+async def test_the_diff_stat_counts_lines_both_ways_and_a_binary_file_once(
     tmp_path: Path,
     repo: Path,  # noqa: F811
 ) -> None:
@@ -363,7 +364,32 @@ async def test_changed_lines_count_both_ways_and_a_binary_file_once(
     (tree / "blob.bin").write_bytes(b"\x00\x01\x02" * 10)
     sh(tree, "add", ".")
     sh(tree, "commit", "-q", "-m", "x")
-    assert await changed_lines(ws, sh(tree, "rev-parse", "HEAD")) == 4
+    head = sh(tree, "rev-parse", "HEAD")
+    paths, lines = await diff_stat(ws, head)
+    assert lines == 4
+    assert paths == ["blob.bin", "shared.txt"] == await changed_files(ws, head)
+
+
+async def test_the_diff_stat_names_the_paths_changed_files_names(
+    tmp_path: Path,
+    repo: Path,  # noqa: F811
+) -> None:
+    """One git call for both: a tab, a newline or bytes that are not UTF-8 in a name, a
+    deleted file and one moved (no renames: both names) come out as ``changed_files``."""
+    acts = WorkspaceActivities(Settings(home=tmp_path / "home"))
+    ws = await prepare(acts, repo, task_id="t10", base="main")
+    tree = Path(ws.path)
+    (tree / "a\tb.txt").write_text("tab\n")
+    (tree / "line\nbreak.txt").write_text("newline\n")
+    (tree / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1\n")
+    sh(tree, "mv", "shared.txt", "moved.txt")
+    sh(tree, "add", "-A")
+    sh(tree, "commit", "-q", "-m", "x")
+    head = sh(tree, "rev-parse", "HEAD")
+    paths, lines = await diff_stat(ws, head)
+    assert paths == await changed_files(ws, head)
+    assert {"a\tb.txt", "line\nbreak.txt", "caf\\xe9.txt", "moved.txt", "shared.txt"} <= set(paths)
+    assert lines >= 3
 
 
 def test_closing_removes_a_tasks_clone_and_nothing_else(tmp_path: Path) -> None:

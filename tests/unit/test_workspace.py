@@ -177,6 +177,8 @@ async def test_prepare_creates_worktree_from_base(
     assert (Path(ws.path) / "README.md").read_text() == "hello\n"
     assert await git(["symbolic-ref", "--short", "HEAD"], ws.path) == "loop/t1"
     assert await head(ws.path) == ws.base_commit
+    assert await head(ws.path, "refs/heads/loop/t1") == ws.base_commit  # made by the reset
+    assert not await git(["status", "--porcelain"], ws.path)
     assert (Path(ws.run_dir) / "workspace.json").is_file()
 
 
@@ -190,12 +192,12 @@ async def test_a_clone_cut_short_by_a_killed_worker_leaves_nothing_the_retry_ref
 
     real = clone.git
 
-    async def dies_at_update_ref(args: list[str], cwd: object, **kw: object) -> str:
-        if args[:1] == ["update-ref"]:
+    async def dies_at_reset(args: list[str], cwd: object, **kw: object) -> str:
+        if args[:1] == ["reset"]:
             raise RuntimeError("the worker died here")
         return await real(args, cwd, **kw)  # type: ignore[arg-type]  # git's own arguments
 
-    monkeypatch.setattr(clone, "git", dies_at_update_ref)
+    monkeypatch.setattr(clone, "git", dies_at_reset)
     with pytest.raises(RuntimeError):
         await prepare(acts, repo)
     path = settings.worktrees.resolve() / "t1"
@@ -295,6 +297,14 @@ async def test_prepare_bad_input_is_permanent(
 async def test_repo_top_of_a_subdirectory(repo: Path) -> None:
     (repo / "sub").mkdir()
     assert await repo_top(str(repo / "sub")) == str(repo)
+
+
+async def test_repo_top_inside_git_folder_is_not_a_working_tree(repo: Path) -> None:
+    """git says "not bare" there and then fails: the one-call answer is not taken."""
+    with pytest.raises(ApplicationError) as err:
+        await repo_top(str(repo / ".git"))
+    assert err.value.non_retryable
+    assert "not inside a git working tree" in str(err.value)
 
 
 async def test_concurrent_tasks_do_not_see_each_other(
