@@ -60,7 +60,6 @@ from loop.contracts import (
     ExistingTask,
     GitHubIssuesSource,
     GitHubSource,
-    HookIssueInput,
     HookItemResult,
     IssueFilesSource,
     LookupInput,
@@ -72,6 +71,7 @@ from loop.contracts import (
     WebhookSource,
     workflow_id_for,
 )
+from loop.contracts.tasks_hook import HookIssueInput
 from loop.errors import permanent
 from loop.hardened.files import read_untrusted
 from loop.loaders import describe

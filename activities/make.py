@@ -58,7 +58,6 @@ from loop.contracts import (
     CALLS_FILE,
     CHANGED_SHOWN,
     END_ATTEMPT,
-    MADE_FILE,
     MAKE,
     AgentLimits,
     AttemptStart,
@@ -68,7 +67,7 @@ from loop.contracts import (
     TaskSpec,
     Workspace,
 )
-from loop.contracts.step_context import input_gone
+from loop.contracts.step_context import MADE_FILE, input_gone
 from loop.errors import permanent
 from loop.hardened.files import read_untrusted
 from loop.logs import log_for

@@ -18,9 +18,11 @@ with workflow.unsafe.imports_passed_through():
     from loop.contracts import (
         HOOK_ISSUE,
         LOOKUP_TASKS,
+        LookupInput,
+    )
+    from loop.contracts.tasks_hook import (
         TASK_HOOK_WORKFLOW,
         HookIssueInput,
-        LookupInput,
         TaskHook,
         TaskHookResult,
     )

@@ -17,8 +17,6 @@ from loop.contracts.states import TaskState
 
 ACTION_PREFIX = "loop_"
 """Every Loopwork button's ``action_id`` (and modal's ``callback_id``): ``loop_<answer>``."""
-SLACK_ANSWERS = ("approve", "reject", "feedback", "extend")
-"""What the buttons send; reject, feedback and extend ask for their text in a modal first."""
 SLACK_ANSWER_WORKFLOW = "SlackAnswerWorkflow"
 INTERACTION_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 

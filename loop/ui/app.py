@@ -51,7 +51,6 @@ from loop.hardened.text import for_terminal, visible_html
 from loop.rules.answers import waiting_words
 from loop.tasks import ANSWERS, new_answer_id, payload_for
 from loop.ui import diff as diffs
-from loop.ui import views
 from loop.ui.config import UiConfig
 from loop.ui.guard import Caller, Guard
 from loop.ui.hooks import PATH as HOOK_PATH
@@ -61,6 +60,7 @@ from loop.ui.slack import SlackHook
 from loop.ui.source import Source, today
 from loop.ui.tasks_hook import PATH as TASKS_PATH
 from loop.ui.tasks_hook import TasksHook
+from loop.ui.views import evals, ledger, spending, task_list, task_panels, timeline
 
 HERE = Path(__file__).parent
 NONCE = re.compile(r"[0-9a-f]{32}")
@@ -147,18 +147,18 @@ def create_app(
             listings, repos = await asyncio.gather(source.listings(state, repo), source.repos())
         except (RPCError, LoopError) as e:
             return failure(request, e)
-        rows = views.task_rows(listings, datetime.now(UTC))
+        rows = task_list.task_rows(listings, datetime.now(UTC))
         return render(
             request,
             "tasks.html",
             title="Tasks",
             rows=rows,
-            states=views.STATES,
+            states=task_list.STATES,
             repos=repos,
             state=state,
             repo=repo,
             waiting=sum(1 for r in rows if r.waiting),
-            sealed=views.sealed_note(rows),
+            sealed=task_list.sealed_note(rows),
             polling=True,
         )
 
@@ -167,7 +167,7 @@ def create_app(
         try:
             page = await source.task(task_id)
             diff = await source.diff(page)
-            candidates = views.candidate_rows(page.result, page.status if page.open else None)
+            candidates = task_panels.candidate_rows(page.result, page.status if page.open else None)
             diffs = await source.candidate_diffs(page, {c.name: c.commit for c in candidates})
         except (RPCError, LoopError) as e:
             return failure(request, e)
@@ -189,12 +189,12 @@ def create_app(
             goal=page.spec.goal if page.spec else "",
             autonomy=str(page.spec.autonomy) if page.spec else "",
             repo=page.spec.repo if page.spec else "",
-            timeline=views.timeline(result, open_=page.open, calls=page.calls),
-            bars=views.budget_bars(page.used, page.limits),
-            escalations=views.escalations(result),
-            events=views.events(result),
-            running=views.running(st, datetime.now(UTC)) if st else None,
-            decisions=views.decisions(st if page.open else None),
+            timeline=timeline.timeline(result, open_=page.open, calls=page.calls),
+            bars=spending.budget_bars(page.used, page.limits),
+            escalations=task_panels.escalations(result),
+            events=task_panels.events(result),
+            running=task_panels.running(st, datetime.now(UTC)) if st else None,
+            decisions=task_panels.decisions(st if page.open else None),
             answer_nonce=secrets.token_hex(16),
             diff=diff,
             candidates=candidates,
@@ -256,7 +256,7 @@ def create_app(
             "eval.html",
             title="Eval",
             runs=runs,
-            view=views.eval_view(chosen) if chosen else None,
+            view=evals.eval_view(chosen) if chosen else None,
             results=config.home / "eval-results.json",
         )
 
@@ -271,7 +271,7 @@ def create_app(
             "budgets.html",
             title="Budgets",
             day=day,
-            ledgers=[views.ledger_view(st, day) for st in ledgers],
+            ledgers=[ledger.ledger_view(st, day) for st in ledgers],
             polling=True,
         )
 

@@ -56,8 +56,8 @@ from loop.rules import progress
 from loop.settings import Settings
 from loop.tasks import answer, find, progress_of, task_state, with_live_candidates
 from loop.ui import diff as diffs
-from loop.ui import views
 from loop.ui.diff import DiffFile
+from loop.ui.views import evals, spending, task_list, timeline
 
 LIST_LIMIT = 200
 QUERY_TIMEOUT_S = 5.0
@@ -102,7 +102,7 @@ class TaskPage:
     temporal_ui: str
     started: datetime | None
     logs: set[str] = field(default_factory=set)
-    calls: dict[int, list[views.CallRow]] = field(default_factory=dict)
+    calls: dict[int, list[timeline.CallRow]] = field(default_factory=dict)
     """Each attempt's model calls, as the gateway measured them (``calls.jsonl``)."""
 
 
@@ -133,15 +133,15 @@ class Source:
 
     # ------------------------------------------------------------------ the list
 
-    async def listings(self, state: str = "", repo: str = "") -> list[views.Listing]:
+    async def listings(self, state: str = "", repo: str = "") -> list[task_list.Listing]:
         """Tasks from the visibility list (newest first, at most ``LIST_LIMIT``), each open
         one with its ``status`` query."""
         query = f'WorkflowType="{TASK_WORKFLOW}"'
         if repo:
             query += f' AND LoopRepo="{_quoted(repo)}"'
-        if state in views.STATES:
+        if state in task_list.STATES:
             query += f' AND LoopState="{state}"'  # refined below: the status query decides
-        found: list[tuple[views.Listing, Any]] = []
+        found: list[tuple[task_list.Listing, Any]] = []
         async for wf in self.client.list_workflows(query, limit=LIST_LIMIT):
             sa = wf.typed_search_attributes
             is_open = wf.status == WorkflowExecutionStatus.RUNNING
@@ -153,7 +153,7 @@ class Source:
                 sealed = str(e)
             except Exception:  # a memo that is not the task's: its goal is unknown
                 pass
-            listing = views.Listing(
+            listing = task_list.Listing(
                 task_id=wf.id.removeprefix("task-"),
                 state=task_state(wf),
                 open=is_open,
@@ -168,7 +168,7 @@ class Source:
             found.append((listing, wf))
         gate = asyncio.Semaphore(QUERY_PARALLEL)
 
-        async def fill(listing: views.Listing, wf: Any) -> None:
+        async def fill(listing: task_list.Listing, wf: Any) -> None:
             if listing.sealed:
                 return  # its status and task file are sealed too: only the list's fields
             async with gate:
@@ -238,9 +238,9 @@ class Source:
                 self._closed.put(run_id, cached)
             result, budget_from, closed_as = cached
         if budget_from is not None:
-            used, limits = budget_from.budget.used, views.limits_of(budget_from)
+            used, limits = budget_from.budget.used, spending.limits_of(budget_from)
         else:
-            used, limits = views.used_of(result), _spec_limits(spec)
+            used, limits = spending.used_of(result), _spec_limits(spec)
             limits_note = "limits as the task file set them (extensions are in the events)"
         return TaskPage(
             task_id=task_id,
@@ -337,10 +337,10 @@ class Source:
                         found.add(name)
         return found
 
-    def calls_of(self, task_id: str) -> dict[int, list[views.CallRow]]:
+    def calls_of(self, task_id: str) -> dict[int, list[timeline.CallRow]]:
         """Each attempt's model calls through the gateway, from the worker's ``calls.jsonl``
         (the first ``CALLS_LIMIT`` bytes of a long one)."""
-        found: dict[int, list[views.CallRow]] = {}
+        found: dict[int, list[timeline.CallRow]] = {}
         with contextlib.suppress(OSError):
             for attempt in (self.runs / task_id).glob("attempt-*"):
                 n = attempt.name.removeprefix("attempt-")
@@ -348,7 +348,7 @@ class Source:
                     continue
                 data, _ = read_untrusted(attempt / CALLS_FILE, CALLS_LIMIT)  # no link followed
                 if data:
-                    found[int(n)] = views.call_rows(data.decode("utf-8", "replace"))
+                    found[int(n)] = timeline.call_rows(data.decode("utf-8", "replace"))
         return found
 
     def read_log(self, task_id: str, name: str) -> tuple[str, str]:
@@ -368,7 +368,7 @@ class Source:
 
     def eval_runs(self) -> list[Any]:
         data, _ = read_untrusted(self.home / "eval-results.json", 32 << 20)
-        return views.eval_runs(data.decode("utf-8", "replace"))
+        return evals.eval_runs(data.decode("utf-8", "replace"))
 
     # ------------------------------------------------------------------ the diff
 

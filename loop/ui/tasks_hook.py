@@ -25,11 +25,13 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from loop.contracts import (
+    TriageSources,
+)
+from loop.contracts.tasks_hook import (
     HOOK_BODY_KEYS,
     TASK_HOOK_WORKFLOW,
     TaskHook,
     TaskHookResult,
-    TriageSources,
     task_hook_workflow_id,
 )
 from loop.rules import triage

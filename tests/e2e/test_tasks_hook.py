@@ -12,7 +12,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from loop.contracts import TaskHookResult, TaskResult, TaskState, workflow_id_for
+from loop.contracts import TaskResult, TaskState, workflow_id_for
+from loop.contracts.tasks_hook import TaskHookResult
 from loop.settings import Settings
 from tests.e2e.test_triage import runs_of, started_spec
 from tests.support.agents import write_agent

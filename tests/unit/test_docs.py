@@ -36,12 +36,15 @@ DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 
 
-def hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "hooks" / "reference.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def hook(name: str = "reference") -> ModuleType:
+    """A module of the docs hook (``reference``, or one of its pages'), imported as mkdocs
+    imports the hook: with its folder first on ``sys.path``, where its pages' modules are."""
+    folder = str(DOCS / "hooks")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)
 
 
 def generated(page: str) -> str:
@@ -143,7 +146,7 @@ def test_every_sources_file_field_is_in_the_reference() -> None:
 
 @pytest.mark.parametrize("root", [TaskSpec, TriageSources], ids=lambda m: m.__name__)
 def test_every_field_has_a_docstring(root: type[BaseModel]) -> None:
-    assert hook().undocumented(root) == []
+    assert hook("files_page").undocumented(root) == []
 
 
 @pytest.mark.parametrize(
@@ -257,5 +260,5 @@ def test_every_patch_the_release_marker_covers_is_in_the_code() -> None:
     the patch table on the site would not list it."""
     from workflows import patches
 
-    in_code = {patch for patch, *_ in hook().patches_in_code()}
+    in_code = {patch for patch, *_ in hook("patches_page").patches_in_code()}
     assert patches.AT_RELEASE <= in_code, sorted(patches.AT_RELEASE - in_code)

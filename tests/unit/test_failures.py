@@ -6,7 +6,7 @@ from __future__ import annotations
 from loop.contracts import Evidence, GateResult
 from loop.rules.failures import LINE_CHARS, SHOWN, failure_lines
 from loop.rules.gates import required_correction
-from loop.ui.views import gate_row
+from loop.ui.views.timeline import gate_row
 
 PYTEST = """\
 /site-packages/pytest_asyncio/plugin.py:208: PytestDeprecationWarning: The configuration option

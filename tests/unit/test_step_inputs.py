@@ -21,7 +21,6 @@ from activities.host.step_files import keep
 from loop.cli.demo import demo_task
 from loop.contracts import (
     INPUT_GONE,
-    MADE_FILE,
     PREVIOUS_OUTPUT_CHARS,
     AgentLimits,
     Evidence,
@@ -38,7 +37,7 @@ from loop.contracts import (
     gate,
 )
 from loop.contracts.gates import KINDS
-from loop.contracts.step_context import digest, input_gone, sent_once
+from loop.contracts.step_context import MADE_FILE, digest, input_gone, sent_once
 from loop.rules import feedback as fb
 
 

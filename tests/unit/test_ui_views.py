@@ -38,10 +38,10 @@ from loop.contracts import (
 from loop.errors import BadInput
 from loop.tasks import payload_for
 from loop.ui import diff as diffs
-from loop.ui import views
 from loop.ui.app import create_app
 from loop.ui.config import UiConfig, parse_bind, parse_tokens, ui_config
 from loop.ui.source import Diff, TaskPage, git_diff
+from loop.ui.views import evals, ledger, spending, task_list, task_panels, timeline
 from tests.support.repos import git
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -129,17 +129,18 @@ def trace() -> TaskResult:
 
 def test_waiting_tasks_come_first_then_running_then_ended() -> None:
     listings = [
-        views.Listing("done-old", "DONE_WITH_EVIDENCE", False, 1, 0.5, "/r",
-                      NOW - timedelta(days=2), max_attempts=3),
-        views.Listing("running", "RUNNING", True, 1, 0.0, "/r", NOW - timedelta(seconds=20),
-                      status=status("running", TaskState.RUNNING, phase="make")),
-        views.Listing("waits", "AWAITING_APPROVAL", True, 2, 0.02, "/r", NOW - timedelta(hours=3),
-                      goal="\n  Fix the slugs\nmore", status=status(
-                          "waits", TaskState.AWAITING_APPROVAL, waiting_for="approve/reject")),
-        views.Listing("done-new", "BLOCKED", False, 2, 1.25, "/q", NOW - timedelta(minutes=5),
-                      reason="protected path touched: tests/test_a.py"),
+        task_list.Listing("done-old", "DONE_WITH_EVIDENCE", False, 1, 0.5, "/r",
+                          NOW - timedelta(days=2), max_attempts=3),
+        task_list.Listing("running", "RUNNING", True, 1, 0.0, "/r", NOW - timedelta(seconds=20),
+                          status=status("running", TaskState.RUNNING, phase="make")),
+        task_list.Listing("waits", "AWAITING_APPROVAL", True, 2, 0.02, "/r",
+                          NOW - timedelta(hours=3), goal="\n  Fix the slugs\nmore",
+                          status=status("waits", TaskState.AWAITING_APPROVAL,
+                                        waiting_for="approve/reject")),
+        task_list.Listing("done-new", "BLOCKED", False, 2, 1.25, "/q", NOW - timedelta(minutes=5),
+                          reason="protected path touched: tests/test_a.py"),
     ]  # fmt: skip
-    rows = views.task_rows(listings, NOW)
+    rows = task_list.task_rows(listings, NOW)
     assert [r.task_id for r in rows] == ["waits", "running", "done-new", "done-old"]
     waits, running, blocked, old = rows
     assert waits.waiting and waits.state == "AWAITING_APPROVAL"
@@ -155,7 +156,7 @@ def test_waiting_tasks_come_first_then_running_then_ended() -> None:
 
 
 def test_an_open_task_that_does_not_answer_says_so() -> None:
-    (row,) = views.task_rows([views.Listing("x", "RUNNING", True, started=NOW)], NOW)
+    (row,) = task_list.task_rows([task_list.Listing("x", "RUNNING", True, started=NOW)], NOW)
     assert row.waits_for == "a worker (no answer to the status query)"
 
 
@@ -164,10 +165,10 @@ def test_an_open_task_that_does_not_answer_says_so() -> None:
 
 def test_budget_bars_against_limits_in_force() -> None:
     st = status("x", TaskState.NEEDS_HUMAN, waiting_for="feedback/extend_budget/reject")
-    limits = views.limits_of(st)
+    limits = spending.limits_of(st)
     assert (limits.attempts, limits.seconds, limits.tokens) == (3, 120.0, None)
     assert limits.cost_usd == pytest.approx(0.10)
-    attempts, seconds, tokens, cost = views.budget_bars(st.budget.used, limits)
+    attempts, seconds, tokens, cost = spending.budget_bars(st.budget.used, limits)
     assert (attempts.text, attempts.percent, attempts.level) == ("2 of 3", 66.7, "ok")
     assert (seconds.text, seconds.percent) == ("30.0 s of 120.0 s", 25.0)
     assert (tokens.text, tokens.percent, tokens.level) == ("800 (no limit)", 0.0, "none")
@@ -175,14 +176,14 @@ def test_budget_bars_against_limits_in_force() -> None:
 
 
 def test_a_spent_budget_is_full_and_marked_over() -> None:
-    spent = views.bar("attempts", 3, 3)
+    spent = spending.bar("attempts", 3, 3)
     assert (spent.percent, spent.level) == (100.0, "over")
-    assert views.bar("cost", 0.9, 1.0).level == "high"
-    assert views.bar("tokens", 5000, 1000).percent == 100.0  # never drawn past the end
+    assert spending.bar("cost", 0.9, 1.0).level == "high"
+    assert spending.bar("tokens", 5000, 1000).percent == 100.0  # never drawn past the end
 
 
 def test_a_closed_task_without_a_status_uses_its_trace() -> None:
-    used = views.used_of(trace())
+    used = spending.used_of(trace())
     assert used.attempts == 2 and used.tokens == 0
 
 
@@ -190,7 +191,7 @@ def test_a_closed_task_without_a_status_uses_its_trace() -> None:
 
 
 def test_timeline_puts_the_claim_next_to_the_verdict_and_the_feedback_between() -> None:
-    first, second = views.timeline(trace(), open_=True)
+    first, second = timeline.timeline(trace(), open_=True)
     assert first.outcome == "failed" and second.outcome == "passed"
     assert first.claim == "All tests pass now." and first.verdict == "tests FAIL, scope pass"
     tests, scope = first.gates
@@ -211,12 +212,12 @@ def test_timeline_puts_the_claim_next_to_the_verdict_and_the_feedback_between() 
 def test_an_attempt_still_running_and_a_blocked_one() -> None:
     result = trace()
     result.attempts.append(AttemptRecord(attempt=3))
-    assert views.timeline(result, open_=True)[-1].outcome == "running"
-    assert views.timeline(result, open_=False)[-1].outcome == "no verdict"
+    assert timeline.timeline(result, open_=True)[-1].outcome == "running"
+    assert timeline.timeline(result, open_=False)[-1].outcome == "no verdict"
     result.attempts[-1].verdict = Verdict(
         passed=False, gates=[gate("scope", False).model_copy(update={"policy_violation": True})]
     )
-    last = views.timeline(result)[-1]
+    last = timeline.timeline(result)[-1]
     assert last.outcome == "blocked" and last.gates[0].verdict == "BLOCKED"
 
 
@@ -233,19 +234,19 @@ def test_an_attempt_shows_its_model_calls_as_the_gateway_measured_them() -> None
         {"model": "<b>x</b>", "status": 400, "tokens_in": "9e9", "tokens_out": True},
         "not a call",
     ]) + '\n{"path": "/v1/chat/comp'  # the line a crash cut  # fmt: skip
-    rows = views.call_rows(calls)
+    rows = timeline.call_rows(calls)
     assert [(r.model, r.status, r.tokens_in, r.tokens_out) for r in rows] == [
         ("gpt-4o-mini", "200", 400, 20), ("<b>x</b>", "400", 0, 0)
     ]  # fmt: skip
     assert (rows[0].cost, rows[0].ms, rows[1].cost) == ("$0.0001", "12 ms", "")
-    assert views.call_rows("{broken") == [] and views.call_rows('{"a": 1}') == []
-    first = views.timeline(result, calls={1: rows})[0]
+    assert timeline.call_rows("{broken") == [] and timeline.call_rows('{"a": 1}') == []
+    first = timeline.timeline(result, calls={1: rows})[0]
     assert first.calls == rows and "2 model calls through the gateway" in first.agent
     assert "refused by the model gateway: GET /v1/files" in first.notes
 
 
 def test_events_mark_the_decisions_and_who_made_them() -> None:
-    attempt, signal = views.events(trace())
+    attempt, signal = task_panels.events(trace())
     assert not attempt.decision
     assert signal.decision and signal.detail == "approve: ok (by ann)"
 
@@ -265,13 +266,13 @@ def test_events_mark_the_decisions_and_who_made_them() -> None:
 def test_decisions_shown_are_the_ones_that_apply(
     state: TaskState, waiting_for: str, shown: str
 ) -> None:
-    d = views.decisions(status("t", state, waiting_for=waiting_for))
+    d = task_panels.decisions(status("t", state, waiting_for=waiting_for))
     assert d.key == shown
     assert d.hint.startswith("loop ") == bool(waiting_for)
 
 
 def test_a_closed_task_takes_no_decision() -> None:
-    assert views.decisions(None).key == "none" and not views.decisions(None).any
+    assert task_panels.decisions(None).key == "none" and not task_panels.decisions(None).any
 
 
 def test_a_form_becomes_a_payload_with_who_decided() -> None:
@@ -329,7 +330,7 @@ def report() -> EvalReport:
 
 
 def test_eval_charts_and_flipped_cases_linked_to_their_tasks() -> None:
-    v = views.eval_view(report())
+    v = evals.eval_view(report())
     rate, attempts, cost = v.charts
     assert [(b.label, b.text, b.percent) for b in rate.bars] == [
         ("careful", "100%", 100.0),
@@ -353,8 +354,8 @@ def test_eval_charts_and_flipped_cases_linked_to_their_tasks() -> None:
 def test_eval_results_file_is_read_leniently() -> None:
     good = report().model_dump(mode="json")
     text = json.dumps({"runs": [good, {"suite": 1}]})
-    assert [r.run for r in views.eval_runs(text)] == ["ab12cd"]
-    assert views.eval_runs("not json") == [] and views.eval_runs("") == []
+    assert [r.run for r in evals.eval_runs(text)] == ["ab12cd"]
+    assert evals.eval_runs("not json") == [] and evals.eval_runs("") == []
 
 
 def test_ledger_bars_spent_reserved_left() -> None:
@@ -364,7 +365,7 @@ def test_ledger_bars_spent_reserved_left() -> None:
         days={"2026-05-01": DaySpend(cost_usd=4.0, reserved_cost_usd=1.0, tokens=1000)},
         open={"t-1": Reservation(day="2026-05-01", cost_usd=1.0)},
     )
-    v = views.ledger_view(state, "2026-05-01")
+    v = ledger.ledger_view(state, "2026-05-01")
     cost, tokens = v.bars
     assert [(s.kind, s.text, s.percent) for s in cost.segments] == [
         ("spent", "$4.0000", 40.0),
@@ -374,7 +375,7 @@ def test_ledger_bars_spent_reserved_left() -> None:
     assert cost.limit == "$10.0000" and not cost.over
     assert tokens.limit == "no limit" and [s.kind for s in tokens.segments] == ["spent"]
     assert v.open_reservations == 1
-    empty = views.ledger_view(state, "2026-05-02").bars[0]
+    empty = ledger.ledger_view(state, "2026-05-02").bars[0]
     assert [s.percent for s in empty.segments] == [0.0, 0.0, 100.0]
 
 
@@ -533,9 +534,9 @@ class FakeSource:
         self.sent: list[tuple[str, str, Any]] = []
         self.refuse = refuse
 
-    async def listings(self, state: str = "", repo: str = "") -> list[views.Listing]:
+    async def listings(self, state: str = "", repo: str = "") -> list[task_list.Listing]:
         st = status("t1", TaskState.AWAITING_APPROVAL, waiting_for="approve/reject")
-        return [views.Listing("t1", "AWAITING_APPROVAL", True, started=NOW, status=st)]
+        return [task_list.Listing("t1", "AWAITING_APPROVAL", True, started=NOW, status=st)]
 
     async def repos(self) -> list[str]:
         return ["/r"]
@@ -545,7 +546,7 @@ class FakeSource:
         return TaskPage(
             task_id=task_id, workflow_id=f"task-{task_id}", run_id="r", open=True, closed_as="",
             spec=None, result=trace(), status=st, used=st.budget.used,
-            limits=views.limits_of(st), limits_note="", temporal_ui="http://ui/x", started=NOW,
+            limits=spending.limits_of(st), limits_note="", temporal_ui="http://ui/x", started=NOW,
         )  # fmt: skip
 
     async def diff(self, page: TaskPage) -> Diff:
@@ -726,7 +727,7 @@ def test_candidates_side_by_side_and_only_the_waiting_ones_approvable() -> None:
         CandidateView(name="three", phase="verify", attempt=2, tokens=500, cost_usd=0.5,
                       last_verdict="tests FAIL"),
     ]  # fmt: skip
-    rows = {r.name: r for r in views.candidate_rows(t, st)}
+    rows = {r.name: r for r in task_panels.candidate_rows(t, st)}
     assert rows["one"].approvable and rows["one"].commit == "b" * 40  # the commit waiting
     assert not rows["two"].approvable and not rows["three"].approvable
     assert [g.name for g in rows["one"].gates] == ["tests", "scope"]
@@ -736,5 +737,5 @@ def test_candidates_side_by_side_and_only_the_waiting_ones_approvable() -> None:
     assert "500" in three.spent
     # The task waiting with one commit of its own (no candidates waiting): none approvable.
     st.commit = "c" * 40
-    assert not any(r.approvable for r in views.candidate_rows(t, st))
-    assert not any(r.approvable for r in views.candidate_rows(t, None))
+    assert not any(r.approvable for r in task_panels.candidate_rows(t, st))
+    assert not any(r.approvable for r in task_panels.candidate_rows(t, None))
