@@ -49,6 +49,7 @@ from pathlib import Path
 from common import (
     COMPLETE_FIX,
     UNITTEST,
+    byte_compile,
     connect,
     loopwork_server,
     make_demo_repo,
@@ -286,6 +287,7 @@ async def main() -> None:
     runs = [(off, 0.0) for off in offsets]
     if args.late_restart > 0:
         runs.append((offsets[0], args.late_restart))
+    byte_compile()  # a new worker's start is its imports: compiled, as an install has them
     print_machine("recovery: kill -9 of the worker mid-step")
     print(
         f"command backend: kill at {offsets} s into the long make, the new worker started at "
