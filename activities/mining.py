@@ -49,6 +49,7 @@ from loop.contracts import (
 )
 from loop.errors import permanent
 from loop.hardened import git as hardened_git
+from loop.hardened import tar as hardened_tar
 from loop.loaders.evals import snapshot
 from loop.rules import mining
 from loop.rules.tamper import is_test_path
@@ -219,7 +220,7 @@ async def _one_commit(clone: str, commit: str, repo: Path, scratch: Path) -> str
             shutil.rmtree(source)
         source.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(archive.out)) as tar:
-            tar.extractall(source, filter="data")
+            hardened_tar.unpack(tar, source)
 
     await asyncio.to_thread(unpack)
     _, made = await asyncio.to_thread(snapshot, source, repo)

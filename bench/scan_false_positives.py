@@ -28,6 +28,7 @@ from pathlib import Path
 
 from common import print_machine, print_table
 
+from loop.hardened import tar as hardened_tar
 from loop.rules import tamper
 
 PAIRS = [
@@ -67,7 +68,7 @@ def fetch(pairs: list[tuple[str, str, str]], cache: Path) -> dict[tuple[str, str
             target = cache / "src" / f"{name}-{version}"
             if not target.exists():
                 with tarfile.open(archive) as tar:
-                    tar.extractall(target, filter="data")
+                    hardened_tar.unpack(tar, target)
             found[(name, version)] = next(p for p in target.iterdir() if p.is_dir())
     return found
 

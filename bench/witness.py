@@ -26,6 +26,7 @@ from common import print_machine, print_table
 
 from activities.host import reporting
 from loop.contracts import RunGate, SandboxPolicy, SuiteReport
+from loop.hardened import tar as hardened_tar
 
 SUITES = {
     "toolz 1.0.0": ("toolz==1.0.0", "{python} -m pytest -q toolz/tests"),
@@ -62,7 +63,7 @@ def prepare(cache: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
         target = cache / "witness-src" / name.replace(" ", "-")
         if not target.exists():
             with tarfile.open(archive) as tar:
-                tar.extractall(target, filter="data")
+                hardened_tar.unpack(tar, target)
         trees[name] = next(p for p in target.iterdir() if p.is_dir())
     return venv / "bin" / "python", trees
 

@@ -11,6 +11,8 @@ the review page all use the same code (docs/architecture.md, "The layers"):
   opened, regular files only, a size cap).
 - ``text``: making text an agent, a repository or an issue wrote inert wherever a
   person reads it: on a terminal, in HTML, in a Slack message.
+- ``tar``: unpacking an archive from outside (a repository's ``git archive``, an
+  sdist) under ``tarfile``'s ``data`` filter rules, on every Python 3.11.
 - ``json_in``: parsing JSON from outside (a hook's body, a model call, a file an agent
   wrote) within a bound on its nesting and on the values it would build.
 """

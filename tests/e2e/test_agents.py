@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import sys
 from pathlib import Path
@@ -38,7 +37,7 @@ from loop.contracts import (
 from loop.settings import Settings
 from loop.tasks import start_task
 from tests.support.agent_endpoints import ScriptedClaude, ScriptedResponses, refuse, turn
-from tests.support.agents import COMPLETE_FIX
+from tests.support.agents import COMPLETE_FIX, needs_cli
 from tests.support.host import LEVELS
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import EXAMPLES, ROOT, git
@@ -47,25 +46,8 @@ from worker import build_worker
 
 pytestmark = pytest.mark.timeout(300)
 
-REQUIRED = os.environ.get("LOOP_AGENTS_REQUIRED") == "1"
 HALF_FIX = 'def slugify(text: str) -> str:\n    return text.lower().replace(" ", "-")\n'
 """Attempt 1's change: still wrong for "Hello, World!" (the tests gate fails)."""
-
-
-INSTALL = {
-    "claude": "npm install -g @anthropic-ai/claude-code",
-    "codex": "npm install -g @openai/codex",
-    "aider": "pip install aider-chat, in a Python the task's uid can run (see .ci/run)",
-}
-
-
-def needs_cli(name: str) -> pytest.MarkDecorator:
-    """Skip where the CLI is missing, with how to install it; CI installs all three and
-    sets LOOP_AGENTS_REQUIRED, so there the test runs (and fails without it)."""
-    missing = shutil.which(name) is None
-    return pytest.mark.skipif(
-        missing and not REQUIRED, reason=f"the {name} CLI is not installed ({INSTALL[name]})"
-    )
 
 
 def example(name: str, repo: Path, level: str, endpoint: str, **changes: Any) -> TaskSpec:

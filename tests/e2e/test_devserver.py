@@ -423,10 +423,18 @@ async def test_loop_dev_listens_where_the_others_connect_and_links_name_what_is_
         assert f"Temporal UI: {link}" in out
         assert f"Review page: http://127.0.0.1:{m.group(1)}/tasks/demo-slugify " in out
         # The real-agent command it prints works from here as printed (any LOOP_HOME).
+        # Its agent is Claude Code, which --print only looks for on PATH: a stand-in
+        # there, so a machine without the CLI checks the command all the same.
         said = re.search(r"a real agent on the same bug: loop start (\S+) --repo (\S+) --wait", out)
         assert said, out
+        assert Path(said.group(1)).name == "claude-code.yaml", said.group(1)
+        stand_in = tmp_path / "bin" / "claude"
+        stand_in.parent.mkdir()
+        stand_in.write_text("#!/bin/sh\nexit 1\n")
+        stand_in.chmod(0o755)
+        with_cli = {**env, "PATH": f"{stand_in.parent}{os.pathsep}{env['PATH']}"}
         code, printed, err = await asyncio.to_thread(
-            run_loop, ["start", said.group(1), "--repo", said.group(2), "--print"], env
+            run_loop, ["start", said.group(1), "--repo", said.group(2), "--print"], with_cli
         )
         assert code == 0, (printed, err)
         assert json.loads(printed)["repo"] == said.group(2)

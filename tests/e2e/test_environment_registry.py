@@ -25,6 +25,7 @@ from temporalio.client import Client
 
 from activities.host import environments
 from loop.contracts import TaskResult, TaskState
+from loop.hardened import tar as hardened_tar
 from loop.settings import Settings
 from tests.support.agents import write_agent
 from tests.support.host import LEVELS
@@ -98,7 +99,7 @@ def allowed(hosts: list[str]) -> list[str]:
 def slugify_repo(sdist: Path, repo: Path) -> Path:
     """The sdist as a repository, with the bug committed as base."""
     with tarfile.open(sdist) as tar:
-        tar.extractall(repo.parent, filter="data")
+        hardened_tar.unpack(tar, repo.parent)
     (repo.parent / sdist.name.removesuffix(".tar.gz")).rename(repo)
     legacy = repo / "slugify" / "_legacy.py"
     assert LOWERED in legacy.read_text(), "the sdist's slugify changed: pick the bug again"

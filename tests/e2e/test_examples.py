@@ -27,7 +27,7 @@ from loop.contracts import FinalAction, TaskResult, TaskState, workflow_id_for
 from loop.settings import Settings
 from tests.e2e.test_environment_registry import allowed, trusted
 from tests.support.agent_endpoints import ScriptedClaude, turn
-from tests.support.agents import COMPLETE_FIX
+from tests.support.agents import COMPLETE_FIX, needs_cli
 from tests.support.model_server import ScriptedModel, reply
 from tests.support.repos import EXAMPLES, ROOT, git, make_demo_repo, make_src_repo
 from tests.support.tasks import result_of
@@ -158,6 +158,7 @@ def task_file_of(page: Path) -> dict[str, Any]:
     return found
 
 
+@needs_cli("claude")
 @pytest.mark.parametrize("guide", list(GUIDES))
 async def test_a_guides_task_file_runs_as_written(
     env: WorkflowEnvironment,

@@ -33,6 +33,7 @@ import pytest
 from temporalio.client import Client
 
 from loop.contracts import TaskResult, TaskState
+from loop.hardened import tar as hardened_tar
 from loop.settings import Settings
 from tests.e2e.test_verdicts import gate, run_all, writes
 from tests.support.agents import write_agent
@@ -78,7 +79,7 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> Suites:
         version = spec.split("==")[1]
         archive = next((root / "sdists").glob(f"{name}-{version}.tar.gz"))
         with tarfile.open(archive) as tar:
-            tar.extractall(root / "src", filter="data")
+            hardened_tar.unpack(tar, root / "src")
         sources[name] = root / "src" / f"{name}-{version}"
     return Suites(python=venv / "bin" / "python", sources=sources)
 

@@ -394,6 +394,30 @@ async def test_no_secret_on_a_command_line(
 
 
 @pytest.mark.parametrize("mode", LEVELS)
+async def test_a_toolchain_around_loop_home_shows_the_tree_and_hides_the_rest(
+    tree: Tree, mode: str
+) -> None:
+    """A program found in ``X/bin`` shows ``X`` (its prefix), and X may hold LOOP_HOME
+    (``~/bin`` on PATH, LOOP_HOME under ``~``): the worktree inside LOOP_HOME is still there
+    at its own path, and the rest of LOOP_HOME is hidden by the view, not only by its mode."""
+    tree.root.chmod(0o755)  # the task's uid may look in X, as in a home folder
+    (tree.root / "bin").mkdir()
+    (tree.root / "bin" / "tool").write_text("#!/bin/sh\necho tool ran\n")
+    (tree.root / "bin" / "tool").chmod(0o755)
+    (tree.home / "temporal.db").write_text("every payload")
+    env = {"PATH": f"{tree.root / 'bin'}:/usr/bin:/bin", "LOOP_OUTPUT_FILE": str(tree.own)}
+    line = f"tool && cat {tree.wt}/app.py && cd {tree.wt} && pwd -P && echo y > app.py"
+    ran = await tree.run("", SandboxPolicy(mode=mode), argv=["sh", "-c", line], env=env)
+    assert ran.exit_code == 0, ran.output_tail
+    assert ran.output_tail.splitlines() == ["tool ran", "x = 1", str(tree.wt)]
+    assert (tree.wt / "app.py").read_text() == "y\n"
+    tree.home.chmod(0o755)  # now only the view may keep the database out
+    line = f"tool && cat {tree.home}/temporal.db || echo home-hidden"
+    ran = await tree.run("", SandboxPolicy(mode=mode), argv=["sh", "-c", line], env=env)
+    assert "home-hidden" in ran.output_tail and "every payload" not in ran.output_tail
+
+
+@pytest.mark.parametrize("mode", LEVELS)
 async def test_a_link_under_a_protect_glob_shows_nothing(
     tree: Tree, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,7 +14,6 @@ runner that is not Python (node's, through JUnit XML).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -25,7 +24,7 @@ from temporalio.client import Client
 from loop.contracts import GateResult, TaskResult, TaskSpec, TaskState
 from loop.settings import Settings
 from loop.tasks import start_task
-from tests.support.agents import write_agent
+from tests.support.agents import needs_cli, write_agent
 from tests.support.host import LEVELS
 from tests.support.repos import git
 from tests.support.tasks import result_of, task
@@ -329,7 +328,6 @@ async def test_honest_fixes_pass_with_per_test_evidence(
     assert "fails at base: `tests.test_slugify.TestSlugify.test_punctuation`" in explored
 
 
-NODE = shutil.which("node")
 JS_SLUG = "exports.slug = (t) => t.toLowerCase().replace(/ /g, '-');\n"
 JS_FIXED = "exports.slug = (t) => (t.toLowerCase().match(/[a-z0-9]+/g) || []).join('-');\n"
 JS_TESTS = """\
@@ -353,7 +351,7 @@ def node_repo(root: Path) -> Path:
     return repo
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed (.ci/run installs it)")
+@needs_cli("node")
 @pytest.mark.parametrize("mode", LEVELS)
 async def test_a_runner_that_is_not_python_is_judged_by_its_junit_report(
     client: Client, settings: Settings, tmp_path: Path, mode: str

@@ -1,12 +1,17 @@
-"""Scripted agents: Python scripts that speak the agent protocol, and what they leave."""
+"""Scripted agents: Python scripts that speak the agent protocol, and what they leave;
+and the mark for the tests that need a real agent CLI."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import textwrap
 import uuid
 from pathlib import Path
+
+import pytest
 
 from loop.settings import Settings
 
@@ -79,3 +84,23 @@ def agent_calls(settings: Settings, task_id: str) -> list[dict]:
         for line in log.read_text().splitlines()
     ]
     return sorted(calls, key=lambda c: c["t"])
+
+
+AGENTS_REQUIRED = os.environ.get("LOOP_AGENTS_REQUIRED") == "1"
+"""``.ci/run`` sets it: a missing agent CLI (or the Node.js they run on) fails its tests
+instead of skipping them."""
+INSTALL = {
+    "claude": "npm install -g @anthropic-ai/claude-code",
+    "codex": "npm install -g @openai/codex",
+    "aider": "pip install aider-chat, in a Python the task's uid can run (see .ci/run)",
+    "node": "apt-get install nodejs",
+}
+
+
+def needs_cli(name: str) -> pytest.MarkDecorator:
+    """Skip where the program is not on PATH, saying how to install it; CI installs them
+    all and sets LOOP_AGENTS_REQUIRED, so there the test runs (and fails without it)."""
+    return pytest.mark.skipif(
+        shutil.which(name) is None and not AGENTS_REQUIRED,
+        reason=f"{name} is not installed ({INSTALL[name]})",
+    )

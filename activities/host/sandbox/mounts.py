@@ -72,7 +72,7 @@ class View:
     def operations(self) -> list[Op]:
         """The view as mount operations, in the order they must be applied."""
         scratch = [p for p, _ in self.scratch]
-        hides = [h for h in outermost(self.hides) if h not in scratch]
+        hides = [h for h in self.hides if h not in scratch]
         bind_paths = [b for b, _ in self.binds]
         covered = [*hides, *scratch]
         keyed: list[tuple[int, int, str, Op]] = []
@@ -82,10 +82,13 @@ class View:
             inside = [h for h in covered if under(path, h) and path != h]
             if not inside:
                 return
-            current = max(inside, key=len)
-            for part in Path(path).relative_to(current).parts[:-1]:
+            cover = current = max(inside, key=len)
+            for part in Path(path).relative_to(cover).parts[:-1]:
                 current = os.path.join(current, part)
-                if current in made or any(under(current, b) for b in bind_paths):
+                # A bind inside the cover brings its folders; one around it is covered.
+                if current in made or any(
+                    under(current, b) and under(b, cover) for b in bind_paths
+                ):
                     continue
                 made.add(current)
                 keyed.append((depth(current), 1, current, Op("dir", current)))
@@ -183,7 +186,10 @@ def plan_view(
     # A bind of a link shows whatever it points to, in the sandbox's view: only real
     # paths are bound (what a link leads to is in the list already, or not shown).
     binds = {p: rw for p, rw in binds.items() if not os.path.islink(p)}
-    hides = outermost(os.path.realpath(h) for h in hides)
+    hides = sorted({os.path.realpath(h) for h in hides}, key=lambda h: (depth(h), h))
+    # A hide inside another is kept where a bind between them (a toolchain's prefix
+    # around LOOP_HOME) would show it again.
+    hides = [h for h in hides if shows(h, [k for k in hides if k != h], list(binds))]
     fresh = [*hides, *(p for p, _ in scratch), *(STRICT_FRESH if strict else ())]
     nulls = [
         s
