@@ -49,8 +49,8 @@ def _imported_constants(tree: ast.Module) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if not node.module.startswith(("loop", "activities")):
-                continue
+            if node.module.split(".", 1)[0] not in ("loop", "activities"):
+                continue  # not Loopwork's (the witness's own modules import by bare name)
             module = importlib.import_module(node.module)
             for alias in node.names:
                 value = getattr(module, alias.name, None)
