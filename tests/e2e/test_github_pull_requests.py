@@ -390,8 +390,8 @@ async def test_a_chosen_candidates_pull_request_is_its_tasks(
         handle = client.get_workflow_handle(workflow_id_for(task_id), result_type=TaskResult)
         await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST, within=120)
         (pr,) = hub.pulls
-        hub.reviews[91] = []
-        review = review_event(REPO, pr["number"], branch, 91, "changes_requested", "Say so.", "ann")
+        hub.reviews[191] = []
+        review = review_event(REPO, pr["number"], branch, 191, "changes_requested", "Say so.", "ann")
         _, reviewed = await deliver(url, "pull_request_review", review, SECRET)
         reviewed_did = await delivered(client, reviewed)
         await wait_for(
