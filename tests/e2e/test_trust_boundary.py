@@ -260,6 +260,11 @@ print("env has canary:", any({word!r} in v for v in os.environ.values()))
 """
 
 
+def agent_log(settings: Settings, result: TaskResult) -> str:
+    """The first attempt's whole output, as the agent printed it (its run folder's log)."""
+    return (settings.runs / result.task_id / "attempt-1" / "agent.log").read_text()
+
+
 @pytest.mark.parametrize("mode", LEVELS)
 async def test_the_worker_trusts_nothing_the_agent_wrote(
     client: Client, settings: Settings, demo_repo: Path, tmp_path: Path, mode: str, canaries
@@ -273,8 +278,9 @@ async def test_the_worker_trusts_nothing_the_agent_wrote(
     async with build_worker(client, settings):
         result = await run(client, settings, hostile(demo_repo, write_agent(tmp_path, body), mode))
     made = result.attempts[0].make
-    assert made.output_tail.count("refused:") == 6, made.output_tail
-    assert "env has canary: False" in made.output_tail
+    said = agent_log(settings, result)  # the whole output: the trace keeps its tail
+    assert said.count("refused:") == 6, said
+    assert "env has canary: False" in said
     assert "symbolic link; not followed" in made.claim
     # Trying to write beside its own folder is trying to leave the worktree.
     assert result.state == TaskState.BLOCKED, result.reason
@@ -394,8 +400,8 @@ async def test_tasks_cannot_read_each_other(
         done = await run(client, settings, victim)
         assert done.state == TaskState.DONE_WITH_EVIDENCE
         result = await run(client, settings, hostile(demo_repo, write_agent(tmp_path, body), mode))
-    tail = result.attempts[0].make.output_tail
-    assert "READ" not in tail and tail.count("refused:") == 5, tail
+    said = agent_log(settings, result)
+    assert "READ" not in said and said.count("refused:") == 5, said
     assert stat.S_IMODE(settings.home.stat().st_mode) == 0o700
 
 
