@@ -391,7 +391,9 @@ async def test_a_chosen_candidates_pull_request_is_its_tasks(
         await wait_for(handle, lambda st: st.waiting_for == WAITING_PULL_REQUEST, within=120)
         (pr,) = hub.pulls
         hub.reviews[191] = []
-        review = review_event(REPO, pr["number"], branch, 191, "changes_requested", "Say so.", "ann")
+        review = review_event(
+            REPO, pr["number"], branch, 191, "changes_requested", "Say so.", "ann"
+        )
         _, reviewed = await deliver(url, "pull_request_review", review, SECRET)
         reviewed_did = await delivered(client, reviewed)
         await wait_for(
