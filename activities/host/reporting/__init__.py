@@ -18,6 +18,7 @@ What the results mean for the verdict is ``loop.rules.verdicts``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -49,6 +50,14 @@ that name: so it never warns that the module was imported before it could rewrit
 and no file of the repository named like it is ever imported in its place."""
 
 
+@functools.cache
+def _digest(source: Path) -> str:
+    """The version of a folder's files, read once a process: they are the install's, and
+    every gate run asks (the reporter's and the witness's folders are named by it)."""
+    files = sorted(source.glob("*.py"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:12]
+
+
 def site_dir(home: Path, source: Path = SITE) -> Path:
     """The reporter's folder (or the witness's, ``source``) under LOOP_HOME, written once
     per version of its files.
@@ -56,8 +65,7 @@ def site_dir(home: Path, source: Path = SITE) -> Path:
     A copy, not the install: the install may sit where the task's uid cannot read
     (a 0700 checkout, a umask of 077); this folder is 0755 with 0644 files, and the
     sandbox shows it read-only wherever LOOP_HOME is."""
-    sources = sorted(source.glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    digest = _digest(source)
     folder = home / "reporter" / digest if source == SITE else home / "witness" / digest
     if not (folder / "sitecustomize.py").exists():
         if source == SITE:
@@ -68,7 +76,8 @@ def site_dir(home: Path, source: Path = SITE) -> Path:
             )
             write_atomic(meta / "entry_points.txt", ENTRY_POINTS)
         folder.mkdir(parents=True, exist_ok=True)
-        for one in sources:
+        # In name order, so sitecustomize.py, which says the folder is whole, comes last.
+        for one in sorted(source.glob("*.py")):
             write_atomic(folder / one.name, one.read_text())
             # Compiled once here: the folder is read-only to every gate, and compiling the
             # reporter at each start-up would cost every test process a few milliseconds.
